@@ -1,0 +1,101 @@
+"""The small protocol every convolution algorithm implements, CPU and GPU alike.
+
+A backend (cpu, cudnn, torch_cpu, fake, ...) is a named set of `Algorithm`s. The runner asks an
+algorithm whether it `supports` a point (a reason string when not), `prepare`s it on the point's
+data (allocating buffers and workspace, converting to the point's precision and layout) and gets
+back a `Prepared` object whose `launch()` runs the convolution once. The runner verifies the output
+and times `launch`; algorithms never time, verify, store or print anything themselves.
+
+Directions, all in logical NCHW / KCRS index order, x input, w weight, y output:
+  fwd:        y  = conv(x, w)
+  bwd_data:   dx = d<conv(x, w), dy>/dx   (transposed convolution of dy with w)
+  bwd_filter: dw = d<conv(x, w), dy>/dw
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from harness.sweep import Point
+
+
+class Unsupported(Exception):
+    """The algorithm cannot run this point; the message is the reason stored in the row."""
+
+
+class WorkspaceExceeded(Exception):
+    """The algorithm needs more workspace than the point allows."""
+
+    def __init__(self, needed: int, limit: int):
+        super().__init__(f"needs {needed} bytes of workspace, limit is {limit}")
+        self.needed = needed
+        self.limit = limit
+
+
+class AlgorithmFailed(Exception):
+    """The library reported an error while running (e.g. a cuDNN status); becomes `failed`."""
+
+
+class BackendUnavailable(Exception):
+    """A backend cannot be used on this machine (missing library, no GPU); message says why."""
+
+
+@dataclass
+class ProblemData:
+    """Host float64 arrays in logical layout, already rounded to the point's storage precision, so
+    the reference and the algorithm see exactly the same numbers. `dy` is the output gradient."""
+    x: Any
+    w: Any
+    dy: Any
+
+
+class Prepared(Protocol):
+    """One algorithm bound to one point's buffers, ready to launch."""
+    workspace_bytes: int
+    device: str               # "cpu" or "cuda": selects the timer
+    stream: int | None        # CUDA stream handle for the GPU timer; None on the CPU
+    extras: dict[str, Any]    # optional extra columns (names must exist in store.COLUMNS)
+
+    def launch(self) -> None: ...           # run the convolution once, writing the output
+    def poison(self) -> None: ...           # fill the output with NaN so unwritten elements show
+    def output(self) -> Any: ...            # the result as float64, logical layout (numpy or cupy)
+    def release(self) -> None: ...          # free buffers and workspace
+
+
+class Algorithm:
+    """Base class: subclasses set the class attributes and implement `supports` and `prepare`."""
+    backend: ClassVar[str]
+    name: ClassVar[str]
+    family: ClassVar[str]          # direct, gemm, implicit_gemm, fft, winograd, library, ...
+    # Multiplies the precision's tolerance. 1 for algorithms that round like a plain dot product;
+    # fast algorithms whose transforms amplify rounding set a larger value and say why.
+    error_factor: ClassVar[float] = 1.0
+
+    def supports(self, point: Point) -> str | None:
+        """None when this algorithm can run the point, else the reason it cannot."""
+        raise NotImplementedError
+
+    def prepare(self, point: Point, data: ProblemData) -> Prepared:
+        """Allocate and convert; may raise Unsupported, WorkspaceExceeded or AlgorithmFailed."""
+        raise NotImplementedError
+
+
+class Backend:
+    """A named family of algorithms on one device."""
+    name: ClassVar[str]
+    device: ClassVar[str] = "cpu"
+    description: ClassVar[str] = ""
+
+    def unavailable_reason(self) -> str | None:
+        """None when usable on this machine, else why not (e.g. 'cupy is not installed')."""
+        return None
+
+    def algorithms(self) -> list[Algorithm]:
+        raise NotImplementedError
+
+    def algorithm(self, name: str) -> Algorithm:
+        for algo in self.algorithms():
+            if algo.name == name:
+                return algo
+        known = [a.name for a in self.algorithms()]
+        raise KeyError(f"backend {self.name!r} has no algorithm {name!r}; known: {', '.join(known)}")

@@ -1,0 +1,221 @@
+"""The convolution problem: shapes, stride, padding, dilation, groups, and what follows from them.
+
+A `ConvProblem` is pure data (frozen, hashable). It knows nothing of devices, timing or pandas.
+Dilation is 1-based here (1 = no dilation), as in cuDNN and PyTorch; benchdnn's 0-based
+dilation is converted where descriptors are parsed and printed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+class ProblemError(ValueError):
+    """An impossible convolution shape; the message names the value and the rule it broke."""
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    batch: int
+    in_channels: int
+    in_h: int
+    in_w: int
+    out_channels: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+    pad_bottom: int = 0
+    pad_right: int = 0
+    dilation_h: int = 1
+    dilation_w: int = 1
+    groups: int = 1
+    name: str = field(default="", compare=True)
+    multiplicity: int = 1
+
+    def __post_init__(self) -> None:
+        label = f"problem {self.name!r}" if self.name else "problem"
+        positive = ("batch", "in_channels", "in_h", "in_w", "out_channels", "kernel_h", "kernel_w",
+                    "stride_h", "stride_w", "dilation_h", "dilation_w", "groups", "multiplicity")
+        for attr in positive:
+            value = getattr(self, attr)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ProblemError(f"{label}: {attr}={value!r} must be a positive integer")
+        for attr in ("pad_top", "pad_left", "pad_bottom", "pad_right"):
+            value = getattr(self, attr)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ProblemError(f"{label}: {attr}={value!r} must be a non-negative integer")
+        for channels in ("in_channels", "out_channels"):
+            if getattr(self, channels) % self.groups:
+                raise ProblemError(f"{label}: {channels}={getattr(self, channels)} is not divisible "
+                                   f"by groups={self.groups}")
+        if self.effective_kernel_h > self.padded_h:
+            raise ProblemError(f"{label}: dilated kernel height {self.effective_kernel_h} "
+                               f"(kernel_h={self.kernel_h}, dilation_h={self.dilation_h}) is larger "
+                               f"than the padded input height {self.padded_h}")
+        if self.effective_kernel_w > self.padded_w:
+            raise ProblemError(f"{label}: dilated kernel width {self.effective_kernel_w} "
+                               f"(kernel_w={self.kernel_w}, dilation_w={self.dilation_w}) is larger "
+                               f"than the padded input width {self.padded_w}")
+        # Bottom/right padding that no output reads changes nothing: store the canonical value
+        # so equivalent problems compare equal and symmetric ones stay expressible to cuDNN.
+        object.__setattr__(self, "pad_bottom", _canonical_end_pad(
+            self.in_h, self.kernel_h, self.stride_h, self.dilation_h, self.pad_top, self.pad_bottom))
+        object.__setattr__(self, "pad_right", _canonical_end_pad(
+            self.in_w, self.kernel_w, self.stride_w, self.dilation_w, self.pad_left, self.pad_right))
+
+    # ---- geometry -------------------------------------------------------------------------
+    @property
+    def effective_kernel_h(self) -> int:
+        return (self.kernel_h - 1) * self.dilation_h + 1
+
+    @property
+    def effective_kernel_w(self) -> int:
+        return (self.kernel_w - 1) * self.dilation_w + 1
+
+    @property
+    def padded_h(self) -> int:
+        return self.in_h + self.pad_top + self.pad_bottom
+
+    @property
+    def padded_w(self) -> int:
+        return self.in_w + self.pad_left + self.pad_right
+
+    @property
+    def out_h(self) -> int:
+        return (self.padded_h - self.effective_kernel_h) // self.stride_h + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.padded_w - self.effective_kernel_w) // self.stride_w + 1
+
+    @property
+    def symmetric_padding(self) -> bool:
+        return self.pad_top == self.pad_bottom and self.pad_left == self.pad_right
+
+    @property
+    def channels_per_group(self) -> int:
+        return self.in_channels // self.groups
+
+    @property
+    def filters_per_group(self) -> int:
+        return self.out_channels // self.groups
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups > 1 and self.groups == self.in_channels
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.in_channels, self.in_h, self.in_w)
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.out_channels, self.channels_per_group, self.kernel_h, self.kernel_w)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.out_channels, self.out_h, self.out_w)
+
+    # ---- work and traffic -----------------------------------------------------------------
+    @property
+    def flops(self) -> int:
+        """Multiply-adds x 2 counting every kernel tap, padding included (cuDNN/DeepBench count).
+
+        The three directions do the same arithmetic, so one count serves all of them."""
+        return (2 * self.batch * self.out_channels * self.channels_per_group
+                * self.kernel_h * self.kernel_w * self.out_h * self.out_w)
+
+    @property
+    def flops_no_padding(self) -> int:
+        """Only the taps that land on real input (benchdnn's count)."""
+        taps_h = _valid_taps(self.in_h, self.out_h, self.kernel_h, self.stride_h,
+                             self.dilation_h, self.pad_top)
+        taps_w = _valid_taps(self.in_w, self.out_w, self.kernel_w, self.stride_w,
+                             self.dilation_w, self.pad_left)
+        return 2 * self.batch * self.out_channels * self.channels_per_group * taps_h * taps_w
+
+    def reduction_length(self, direction: str) -> int:
+        """How many products are summed into one output element; rounding error grows with it."""
+        if direction == "fwd":
+            return self.channels_per_group * self.kernel_h * self.kernel_w
+        if direction == "bwd_data":
+            # Each input element receives at most ceil(k/s) taps per axis from every filter.
+            taps_h = -(-self.kernel_h // self.stride_h)
+            taps_w = -(-self.kernel_w // self.stride_w)
+            return self.filters_per_group * taps_h * taps_w
+        if direction == "bwd_filter":
+            return self.batch * self.out_h * self.out_w
+        raise ValueError(f"unknown direction {direction!r}")
+
+    def bytes_moved(self, element_bytes: int) -> int:
+        """Compulsory traffic: read two tensors and write the third, once each."""
+        elements = (_prod(self.input_shape) + _prod(self.weight_shape) + _prod(self.output_shape))
+        return elements * element_bytes
+
+    def arithmetic_intensity(self, element_bytes: int) -> float:
+        return self.flops / self.bytes_moved(element_bytes)
+
+    def with_batch(self, batch: int) -> "ConvProblem":
+        return replace(self, batch=batch)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.short_shape
+
+    @property
+    def short_shape(self) -> str:
+        return (f"{self.in_channels}x{self.in_h}x{self.in_w}->{self.out_channels} "
+                f"k{self.kernel_h}x{self.kernel_w} s{self.stride_h}"
+                + (f" g{self.groups}" if self.groups > 1 else ""))
+
+
+def output_size(size: int, kernel: int, stride: int, dilation: int, pad_begin: int,
+                pad_end: int) -> int:
+    return (size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) // stride + 1
+
+
+def end_pad_for_output(size: int, out: int, kernel: int, stride: int, dilation: int,
+                       pad_begin: int) -> int:
+    """The end padding that gives `out` outputs (benchdnn's rule), canonicalised as below."""
+    needed = (out - 1) * stride + (kernel - 1) * dilation + 1 - size - pad_begin
+    if output_size(size, kernel, stride, dilation, pad_begin, pad_begin) == out:
+        return pad_begin
+    return max(0, needed)
+
+
+def _canonical_end_pad(size: int, kernel: int, stride: int, dilation: int, pad_begin: int,
+                       pad_end: int) -> int:
+    out = output_size(size, kernel, stride, dilation, pad_begin, pad_end)
+    return end_pad_for_output(size, out, kernel, stride, dilation, pad_begin)
+
+
+def to_benchdnn(p: ConvProblem) -> str:
+    """The problem as a benchdnn descriptor (0-based dilation; output sizes imply end padding)."""
+    text = (f"g{p.groups}mb{p.batch}ic{p.in_channels}ih{p.in_h}iw{p.in_w}"
+            f"oc{p.out_channels}oh{p.out_h}ow{p.out_w}kh{p.kernel_h}kw{p.kernel_w}"
+            f"sh{p.stride_h}sw{p.stride_w}ph{p.pad_top}pw{p.pad_left}"
+            f"dh{p.dilation_h - 1}dw{p.dilation_w - 1}")
+    if p.name or p.multiplicity > 1:
+        suffix = f"*{p.multiplicity}" if p.multiplicity > 1 else ""
+        text += f'n"{p.name}{suffix}"'
+    return text
+
+
+def _valid_taps(size: int, out: int, kernel: int, stride: int, dilation: int, pad: int) -> int:
+    """Count (output position, kernel tap) pairs along one axis that read real input."""
+    count = 0
+    for o in range(out):
+        start = o * stride - pad
+        for t in range(kernel):
+            if 0 <= start + t * dilation < size:
+                count += 1
+    return count
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    result = 1
+    for dim in shape:
+        result *= dim
+    return result

@@ -1,0 +1,1 @@
+"""pytest plugin (entry point `convbench`): filled in by the regression-check work."""

@@ -1,0 +1,90 @@
+"""What to run: the sweep axes of a suite and the single points they expand to.
+
+`Sweep` holds the axes as a suite file states them; `Sweep.points()` is their cartesian product.
+A `Point` is one (problem, direction, precision, layout, backend, algorithm, workspace limit)
+with the timing options that apply to it. Both are frozen: they describe work, never results.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Iterator
+
+from harness.problem import ConvProblem
+
+DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp64")
+LAYOUTS = ("NCHW", "NHWC")
+TIMING_MODES = ("warm", "cold")
+
+# Storage bytes per element of each precision's data (tf32 is stored as float32).
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
+
+UNLIMITED = None  # a workspace limit of None means "no limit"
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    """How hard to try for each point (shared/design/measurement.md)."""
+    mode: str = "warm"            # "warm": back-to-back on the same buffers; "cold": L2 flushed
+    budget_ms: float = 200.0      # wall-clock budget for the timed repetitions of one point
+    min_samples: int = 5          # never stop with fewer samples than this
+    max_samples: int = 1000
+    noise_target: float = 0.01    # stop once the relative standard error of the median is below this
+    warmup: int = 1               # untimed runs after verification, before timing
+
+
+@dataclass(frozen=True)
+class Point:
+    problem: ConvProblem
+    direction: str
+    precision: str
+    layout: str
+    backend: str
+    algorithm: str
+    workspace_limit: int | None = UNLIMITED
+    timing: TimingOptions = field(default_factory=TimingOptions)
+
+    @property
+    def point_id(self) -> str:
+        """Identity of a point within a run, stored as a column; used to resume and to match rows
+        across runs. Built from every field that changes what is measured."""
+        p = self.problem
+        shape = (f"n{p.batch}c{p.in_channels}h{p.in_h}w{p.in_w}k{p.out_channels}"
+                 f"r{p.kernel_h}s{p.kernel_w}u{p.stride_h}v{p.stride_w}"
+                 f"p{p.pad_top}.{p.pad_left}.{p.pad_bottom}.{p.pad_right}"
+                 f"d{p.dilation_h}.{p.dilation_w}g{p.groups}")
+        limit = "inf" if self.workspace_limit is None else str(self.workspace_limit)
+        return "|".join((p.name, shape, self.direction, self.precision, self.layout, self.backend,
+                         self.algorithm, limit, self.timing.mode))
+
+
+@dataclass(frozen=True)
+class AlgorithmChoice:
+    """A backend and the algorithms to run on it; an empty tuple means all of the backend's."""
+    backend: str
+    algorithms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    problems: tuple[ConvProblem, ...]
+    directions: tuple[str, ...] = ("fwd",)
+    precisions: tuple[str, ...] = ("fp32",)
+    layouts: tuple[str, ...] = ("NCHW",)
+    backends: tuple[AlgorithmChoice, ...] = (AlgorithmChoice("cpu"),)
+    workspace_limits: tuple[int | None, ...] = (UNLIMITED,)
+    timing: TimingOptions = field(default_factory=TimingOptions)
+    regression_threshold: float = 0.05   # fractional slowdown that `compare` calls practical
+
+    def points(self, algorithms_of) -> Iterator[Point]:
+        """Expand the axes. `algorithms_of(backend_name)` lists a backend's algorithm names and is
+        used where a backend entry names none."""
+        for choice in self.backends:
+            names = choice.algorithms or tuple(algorithms_of(choice.backend))
+            for problem, direction, precision, layout, algorithm, limit in product(
+                    self.problems, self.directions, self.precisions, self.layouts, names,
+                    self.workspace_limits):
+                yield Point(problem, direction, precision, layout, choice.backend, algorithm,
+                            limit, self.timing)
