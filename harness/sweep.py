@@ -61,9 +61,12 @@ class Point:
 
 @dataclass(frozen=True)
 class AlgorithmChoice:
-    """A backend and the algorithms to run on it; an empty tuple means all of the backend's."""
+    """A backend and the algorithms to run on it; an empty tuple means all of the backend's.
+    An optional backend is dropped (with a note naming why) where it is unavailable, which is how
+    the default suite uses the GPU when there is one and the CPU alone otherwise."""
     backend: str
     algorithms: tuple[str, ...] = ()
+    optional: bool = False
 
 
 @dataclass(frozen=True)
