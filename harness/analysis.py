@@ -1,0 +1,52 @@
+"""Questions asked of a results frame: which verified algorithm is fastest per layer, by how much.
+Pure pandas, shared by the CLI's table and the reports."""
+from __future__ import annotations
+
+import pandas as pd
+
+# A "setting" is what a user fixes before choosing an algorithm. Ranking happens inside it, on the
+# precision the result actually delivered (a plan asked for fp32 that computes at tf32 accuracy is
+# ranked with tf32, never with fp32).
+SETTING = ["layer", "batch", "direction", "effective_precision", "layout", "workspace_limit",
+           "timing_mode"]
+
+
+def verified(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose output matched the reference and were timed."""
+    return df[(df["status"] == "ok") & df["median_ms"].notna()]
+
+
+def best_per_setting(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting: the fastest verified algorithm, its time, the runner-up and the
+    speed-up over it. Wrong, failed or unsupported rows can never appear here."""
+    ok = verified(df).copy()
+    if ok.empty:
+        return pd.DataFrame(columns=SETTING + ["backend", "algorithm", "median_ms", "gflops",
+                                               "runner_up", "runner_up_ms", "speedup",
+                                               "multiplicity", "candidates"])
+    ok["candidate"] = ok["backend"] + ":" + ok["algorithm"]
+    ok = ok.sort_values(SETTING + ["median_ms"], kind="stable")
+    rows = []
+    for key, group in ok.groupby(SETTING, sort=False, dropna=False):
+        best = group.iloc[0]
+        second = group.iloc[1] if len(group) > 1 else None
+        rows.append({
+            **dict(zip(SETTING, key)), "backend": best["backend"], "algorithm": best["algorithm"],
+            "median_ms": best["median_ms"], "gflops": best["gflops"],
+            "runner_up": None if second is None else second["candidate"],
+            "runner_up_ms": None if second is None else second["median_ms"],
+            "speedup": None if second is None else second["median_ms"] / best["median_ms"],
+            "multiplicity": best["multiplicity"], "candidates": len(group),
+        })
+    return pd.DataFrame(rows)
+
+
+def network_total_ms(best: pd.DataFrame) -> pd.DataFrame:
+    """Time of one pass over the network per setting (best time x multiplicity, summed)."""
+    keys = [c for c in SETTING if c != "layer"]
+    weighted = best.assign(weighted_ms=best["median_ms"] * best["multiplicity"])
+    return weighted.groupby(keys, dropna=False, as_index=False)["weighted_ms"].sum()
+
+
+def status_counts(df: pd.DataFrame) -> pd.Series:
+    return df["status"].value_counts()

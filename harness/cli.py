@@ -1,0 +1,281 @@
+"""The `convbench` command: argument parsing, and the only place that prints or sets exit codes.
+
+Exit codes: 0 success, 1 a confirmed regression (compare/check), 2 bad input (one message, no
+traceback), 130 interrupted (finished rows are kept).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UserError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _warn(text: str) -> None:
+    print(f"convbench: {text}", file=sys.stderr, flush=True)
+
+
+def _csv_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise UserError(f"empty item in list {text!r}")
+    return items
+
+
+def _machine_label(env: dict[str, Any]) -> str:
+    name = env.get("gpu_name") or "cpu"
+    return "".join(ch if ch.isalnum() else "-" for ch in str(name)).strip("-").lower()
+
+
+def _default_out(suite: str, env: dict[str, Any]) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    return Path("results") / f"{suite}-{_machine_label(env)}-{stamp}.parquet"
+
+
+# ---- run ----------------------------------------------------------------------------------------
+def _load_sweep(args: argparse.Namespace):
+    from harness import suite as suites
+    sweep = suites.load_suite(args.suite)
+    limits = None
+    if args.workspace_limit is not None:
+        limits = _csv_list(args.workspace_limit)
+    sweep = suites.sweep_with_overrides(
+        sweep, backends=_csv_list(args.backend), algorithms=_csv_list(args.algorithm),
+        directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
+        layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
+        workspace_limits=limits, timing_mode=args.timing_mode)
+    if args.layer:
+        wanted = set(_csv_list(args.layer))
+        kept = tuple(p for p in sweep.problems if p.name in wanted)
+        missing = wanted - {p.name for p in kept}
+        if missing:
+            known = ", ".join(p.name for p in sweep.problems)
+            raise UserError(f"--layer: no layer named {', '.join(sorted(missing))} in suite "
+                            f"{sweep.name!r}; layers: {known}")
+        sweep = replace(sweep, problems=kept)
+    return sweep
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness import env as envmod
+    from harness import runner, store
+    sweep = _load_sweep(args)
+    planned = runner.plan(sweep)
+    for note in planned.notes:
+        _say(f"note: {note}")
+    env = envmod.fingerprint()
+    out = Path(args.out) if args.out else _default_out(sweep.name, env)
+    writer = store.ResultWriter(out, resume=args.resume)
+    done = writer.finished_point_ids() if args.resume else set()
+    todo = [p for p in planned.points if p.point_id not in done]
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    _say(f"suite {sweep.name}: {len(planned.points)} points"
+         + (f", {len(planned.points) - len(todo)} already done" if done else "")
+         + f"; machine: {env.get('gpu_name') or env.get('cpu_model')}")
+    interrupted = False
+    with _progress(len(todo)) as advance:
+        def on_result(m) -> None:
+            stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            writer.append(store.to_row(m, run_id, sweep.name, env, stamp))
+            advance(m)
+        try:
+            runner.run_points(todo, on_result, seed=args.seed)
+        except KeyboardInterrupt:
+            interrupted = True
+    df = writer.finish()
+    _say(f"wrote {len(df)} rows to {out}")
+    _print_best(df)
+    if interrupted:
+        _warn("interrupted: finished rows were kept; rerun with --resume to finish")
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+class _progress:
+    """A rich progress bar on a terminal, one plain line per point otherwise."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.done = 0
+        self._bar = None
+
+    def __enter__(self) -> Callable[[Any], None]:
+        if sys.stdout.isatty():
+            from rich.progress import Progress
+            self._bar = Progress(transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("measuring", total=self.total)
+        return self.advance
+
+    def advance(self, m) -> None:
+        self.done += 1
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, description=m.point.problem.label[:40])
+            return
+        p = m.point
+        timing = f" {m.median_ms:.4g} ms" if m.median_ms is not None else ""
+        detail = "" if m.status == "ok" else f" ({m.reason[:100]})"
+        _say(f"[{self.done}/{self.total}] {p.problem.label} {p.direction} {p.precision} "
+             f"{p.layout} {p.backend}:{p.algorithm}: {m.status}{timing}{detail}")
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+# ---- table, list, shapes, env -------------------------------------------------------------------
+def _print_best(df) -> None:
+    from harness import analysis
+    best = analysis.best_per_setting(df)
+    counts = ", ".join(f"{n} {s}" for s, n in analysis.status_counts(df).items())
+    if best.empty:
+        _say(f"no verified results ({counts})")
+        return
+    _say("\nbest verified algorithm per layer (" + counts + "):")
+    shown = best.assign(
+        limit=best["workspace_limit"].map(_format_limit),
+        best=best["backend"] + ":" + best["algorithm"],
+        ms=best["median_ms"].map(lambda v: f"{v:.4g}"),
+        gflops=best["gflops"].map(lambda v: f"{v:.1f}"),
+        vs_next=best["speedup"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
+    columns = ["layer", "direction", "effective_precision", "layout", "limit", "best", "ms",
+               "gflops", "runner_up", "vs_next"]
+    _say(shown[columns].rename(columns={"effective_precision": "precision"})
+         .to_string(index=False))
+
+
+def _format_limit(limit: int) -> str:
+    if limit is None or limit < 0:
+        return "unlimited"
+    return f"{limit / (1 << 20):g}MiB"
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from harness import store
+    frames = [store.load(path) for path in args.results]
+    import pandas as pd
+    _print_best(pd.concat(frames, ignore_index=True))
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness import backends
+    for name, reason in backends.available().items():
+        backend = backends.get(name)
+        state = "available" if reason is None else f"unavailable: {reason}"
+        _say(f"{name} ({backend.device}) - {backend.description} [{state}]")
+        for algo in backend.algorithms():
+            _say(f"    {algo.name:<28} family={algo.family}")
+    return EXIT_OK
+
+
+def cmd_shapes(args: argparse.Namespace) -> int:
+    from harness import suite as suites
+    from harness.problem import to_benchdnn
+    sweep = suites.load_suite(args.suite)
+    if args.batch is not None:
+        sweep = suites.sweep_with_overrides(sweep, batch=args.batch)
+    total = 0.0
+    _say(f"{'layer':<34} {'x':>3} {'input':>16} {'output':>16} {'kernel':>9} {'GFLOP':>9}  benchdnn")
+    for p in sweep.problems:
+        gflop = p.flops / 1e9
+        total += gflop * p.multiplicity
+        _say(f"{p.label:<34} {p.multiplicity:>3} {'x'.join(map(str, p.input_shape)):>16} "
+             f"{'x'.join(map(str, p.output_shape)):>16} {p.kernel_h}x{p.kernel_w}/s{p.stride_h:<3} "
+             f"{gflop:>9.3f}  {to_benchdnn(p)}")
+    _say(f"{len(sweep.problems)} layers; one forward pass of the network: {total:.3f} GFLOP")
+    return EXIT_OK
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from harness import env as envmod
+    for key, value in envmod.fingerprint().items():
+        _say(f"{key:<24} {'' if value is None else value}")
+    return EXIT_OK
+
+
+# ---- parser -------------------------------------------------------------------------------------
+def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", help="comma list of backends (default: the suite's)")
+    p.add_argument("--algorithm", help="comma list of algorithms (default: all of each backend)")
+    p.add_argument("--direction", help="comma list of fwd, bwd_data, bwd_filter")
+    p.add_argument("--precision", help="comma list of fp32, tf32, fp16, bf16, fp64")
+    p.add_argument("--layout", help="comma list of NCHW, NHWC")
+    p.add_argument("--batch", type=int, help="override every layer's batch size")
+    p.add_argument("--layer", help="comma list of layer names to run (default: all)")
+    p.add_argument("--workspace-limit", help="comma list of limits, e.g. 0,64MiB,unlimited")
+    p.add_argument("--budget-ms", type=float, help="time budget per point in milliseconds")
+    p.add_argument("--timing-mode", help="warm (default) or cold (caches flushed per sample)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="convbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="sweep a suite and write verified timings")
+    run.add_argument("suite", nargs="?", default="quick", help="suite name or TOML path")
+    _add_sweep_flags(run)
+    run.add_argument("--out", help="results file (.parquet or .csv); default results/…")
+    run.add_argument("--resume", action="store_true", help="skip points already in --out")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random test data")
+    run.set_defaults(func=cmd_run)
+
+    table = sub.add_parser("table", help="best verified algorithm per layer from results")
+    table.add_argument("results", nargs="+")
+    table.set_defaults(func=cmd_table)
+
+    sub.add_parser("list", help="backends and algorithms, and why any is unavailable"
+                   ).set_defaults(func=cmd_list)
+
+    shapes = sub.add_parser("shapes", help="a suite's layers, FLOPs and benchdnn strings")
+    shapes.add_argument("suite")
+    shapes.add_argument("--batch", type=int)
+    shapes.set_defaults(func=cmd_shapes)
+
+    sub.add_parser("env", help="the environment fingerprint stored with every row"
+                   ).set_defaults(func=cmd_env)
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+# Subcommands defined further down (report, compare, check, peaks) register themselves here.
+_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input, not a harness bug."""
+    from harness.backends.base import BackendUnavailable
+    from harness.problem import ProblemError
+    from harness.runner import PlanError
+    from harness.suite import SuiteError
+    return (UserError, SuiteError, PlanError, ProblemError, BackendUnavailable, FileNotFoundError,
+            IsADirectoryError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except _user_errors() as err:
+        _warn(f"error: {err}")
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

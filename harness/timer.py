@@ -1,0 +1,183 @@
+"""Timers: CPU wall clock and CUDA events. They return raw samples and why they stopped; they know
+nothing of problems, files or printing (shared/design/measurement.md).
+
+The CUDA timer keeps launch overhead out of the number. A legacy cuDNN call costs ~77 us of host
+time, more than many of its kernels, so events recorded around calls issued one by one would
+measure the host. Instead a spin kernel holds the stream while the host enqueues a whole batch of
+(event, call, event) triples; the GPU then runs them back to back and each pair of events brackets
+one call's GPU work only. If the hold ends before the host has finished enqueueing, the batch is
+thrown away and the hold doubled.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.measurement import relative_noise
+from harness.sweep import TimingOptions
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples_ms: tuple[float, ...]
+    stop_reason: str
+    host_ms: float | None = None     # host time to issue one call (GPU timers only)
+
+
+class _StoppingRule:
+    """Adaptive stopping: enough samples and low noise, or the budget is spent."""
+
+    def __init__(self, options: TimingOptions):
+        self.options = options
+        self.started = time.perf_counter()
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1e3
+
+    def reason_to_stop(self, samples: list[float]) -> str | None:
+        o = self.options
+        n = len(samples)
+        if n >= o.max_samples:
+            return "max_samples"
+        if n >= o.min_samples and relative_noise(samples) <= o.noise_target:
+            return "noise_target"
+        elapsed = self.elapsed_ms()
+        if n >= o.min_samples and elapsed >= o.budget_ms:
+            return "budget"
+        # A point slower than its whole budget still gets a few samples, but not forever.
+        if n >= 1 and elapsed >= 5 * o.budget_ms:
+            return "timeout"
+        return None
+
+
+# ---- CPU ----------------------------------------------------------------------------------------
+def time_cpu(launch: Callable[[], None], options: TimingOptions,
+             flush: Callable[[], None] | None = None) -> Timing:
+    """Time `launch` with perf_counter_ns; GC off while timing; `flush` (cold mode) runs untimed
+    before each sample."""
+    for _ in range(options.warmup):
+        launch()
+    rule = _StoppingRule(options)
+    samples: list[float] = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        while (reason := rule.reason_to_stop(samples)) is None:
+            if flush is not None:
+                flush()
+            start = time.perf_counter_ns()
+            launch()
+            samples.append((time.perf_counter_ns() - start) / 1e6)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return Timing(tuple(samples), reason)
+
+
+class CpuCacheFlusher:
+    """Evicts the CPU caches by writing a buffer larger than any last-level cache."""
+
+    def __init__(self, size_bytes: int = 256 << 20):
+        import numpy as np
+        self._buffer = np.empty(size_bytes // 8, dtype=np.float64)
+
+    def __call__(self) -> None:
+        self._buffer.fill(1.0)
+
+
+# ---- CUDA ---------------------------------------------------------------------------------------
+_SPIN_SOURCE = r"""
+extern "C" __global__ void spin_ns(unsigned long long duration_ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < duration_ns);
+}
+"""
+_spin_kernel = None
+
+
+def _spin(stream: Any, duration_ms: float) -> None:
+    """Occupy `stream` for `duration_ms` of GPU time (one thread; the GPU's clock, not the SM's)."""
+    global _spin_kernel
+    import cupy
+    if _spin_kernel is None:
+        _spin_kernel = cupy.RawKernel(_SPIN_SOURCE, "spin_ns")
+    with stream:
+        _spin_kernel((1,), (1,), (cupy.uint64(int(duration_ms * 1e6)),))
+
+
+class GpuL2Flusher:
+    """Evicts the GPU's L2 by writing a buffer of twice its size (cold mode)."""
+
+    def __init__(self, l2_bytes: int):
+        import cupy
+        self._buffer = cupy.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=cupy.float32)
+
+    def __call__(self) -> None:
+        self._buffer.fill(0.0)
+
+
+def measure_host_ms(launch: Callable[[], None], stream: Any, calls: int = 5) -> float:
+    """Host time per call, issued back to back without synchronizing (the stream is held so
+    the queue never fills)."""
+    _spin(stream, 5.0)
+    start = time.perf_counter()
+    for _ in range(calls):
+        launch()
+    host_ms = (time.perf_counter() - start) * 1e3 / calls
+    stream.synchronize()
+    return host_ms
+
+
+def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
+              flush: Callable[[], None] | None = None, batch_calls: int = 20) -> Timing:
+    """Per-call GPU times from events, with the stream held while each batch is enqueued."""
+    import cupy
+    host_ms = measure_host_ms(launch, stream)
+    for _ in range(options.warmup):
+        launch()
+    stream.synchronize()
+    rule = _StoppingRule(options)
+    samples: list[float] = []
+    hold_ms = 1.0
+    per_call_estimate = None
+    while (reason := rule.reason_to_stop(samples)) is None:
+        calls = _batch_size(batch_calls, per_call_estimate, options, len(samples))
+        enqueue_cost = calls * (host_ms + (0.02 if flush else 0.0))
+        hold_ms = max(hold_ms, 1.5 * enqueue_cost + 0.5)
+        batch = _timed_batch(launch, stream, calls, hold_ms, flush, cupy)
+        if batch is None:           # the hold ran out while enqueueing: the GPU waited on the host
+            hold_ms *= 2
+            continue
+        samples.extend(batch)
+        per_call_estimate = sorted(samples)[len(samples) // 2]
+    return Timing(tuple(samples), reason, host_ms)
+
+
+def _batch_size(default: int, per_call_ms: float | None, options: TimingOptions,
+                have: int) -> int:
+    """Enough calls per batch to amortise the hold, few enough to respect the budget."""
+    if per_call_ms is None:
+        return min(default, max(options.min_samples, 3))
+    by_budget = int(options.budget_ms / 4 / max(per_call_ms, 1e-3))
+    return max(1, min(default, by_budget, options.max_samples - have))
+
+
+def _timed_batch(launch, stream, calls, hold_ms, flush, cupy) -> list[float] | None:
+    events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(calls)]
+    _spin(stream, hold_ms)
+    for start, end in events:
+        if flush is not None:
+            with stream:
+                flush()
+        start.record(stream)
+        launch()
+        end.record(stream)
+    held = not events[0][0].done   # still queued behind the spin: the hold covered the enqueue
+    end_all = events[-1][1]
+    end_all.synchronize()
+    if not held:
+        return None
+    return [cupy.cuda.get_elapsed_time(s, e) for s, e in events]

@@ -1,0 +1,93 @@
+"""GPU points run in a worker process. An illegal address or launch failure poisons the CUDA
+context for good, and a driver fault can kill the process: either way the point becomes `crashed`
+with the error text, the worker is replaced, and the sweep goes on."""
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+from harness.measurement import Measurement
+from harness.sweep import Point
+
+# A group that takes longer than this is declared hung; the worker is killed and replaced.
+GROUP_TIMEOUT_S = 600.0
+# CUDA errors after which the context cannot be used again (cudaError_t names).
+_STICKY = ("cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorIllegalInstruction",
+           "cudaErrorMisalignedAddress", "cudaErrorHardwareStackError", "cudaErrorAssert",
+           "cudaErrorInvalidPc", "cudaErrorLaunchTimeout", "CUDA_ERROR_ILLEGAL_ADDRESS",
+           "CUDA_ERROR_LAUNCH_FAILED", "CUDNN_STATUS_EXECUTION_FAILED")
+
+
+def _sticky(measurements: list[Measurement]) -> str | None:
+    for m in measurements:
+        if m.status == "failed" and any(name in m.reason for name in _STICKY):
+            return m.reason
+    return None
+
+
+def _worker_main(connection: Any, seed: int) -> None:
+    from harness.runner import PointExecutor
+    executor = PointExecutor(seed)
+    while True:
+        group = connection.recv()
+        if group is None:
+            return
+        results = executor.measure(group)
+        poisoned = _sticky(results)
+        if poisoned:
+            results = [Measurement(m.point, "crashed", f"CUDA context lost: {poisoned}",
+                                   m.family) for m in results]
+        connection.send(results)
+        if poisoned:
+            return  # the context is unusable: let the pool start a fresh process
+
+
+class WorkerPool:
+    """One worker process at a time, restarted whenever it dies."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self._context = mp.get_context("spawn")
+        self._process = None
+        self._connection = None
+
+    def _start(self) -> None:
+        parent, child = self._context.Pipe()
+        self._process = self._context.Process(target=_worker_main, args=(child, self.seed),
+                                              daemon=True)
+        self._process.start()
+        child.close()
+        self._connection = parent
+
+    def measure(self, group: list[Point]) -> list[Measurement]:
+        if self._process is None or not self._process.is_alive():
+            self._start()
+        try:
+            self._connection.send(group)
+            if not self._connection.poll(GROUP_TIMEOUT_S):
+                self._kill()
+                return _crashed(group, f"no result within {GROUP_TIMEOUT_S:.0f} s: worker killed")
+            return self._connection.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            code = self._process.exitcode if self._process else None
+            self._kill()
+            return _crashed(group, f"worker process died (exit code {code})")
+
+    def _kill(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.join(timeout=10)
+        self._process = None
+
+    def close(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            try:
+                self._connection.send(None)
+                self._process.join(timeout=30)
+            except (BrokenPipeError, OSError):
+                pass
+        self._kill()
+
+
+def _crashed(group: list[Point], reason: str) -> list[Measurement]:
+    return [Measurement(p, "crashed", reason) for p in group]
