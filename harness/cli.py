@@ -98,12 +98,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             interrupted = True
     df = writer.finish()
+    df = _with_roofline(df, env, out)
     _say(f"wrote {len(df)} rows to {out}")
     _print_best(df)
     if interrupted:
         _warn("interrupted: finished rows were kept; rerun with --resume to finish")
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _with_roofline(df, env: dict[str, Any], out: Path):
+    """Add roofline columns to GPU rows when this GPU's peaks were measured (convbench peaks)."""
+    if not env.get("gpu_name"):
+        return df
+    from harness import peaks, store
+    measured = peaks.load_cached(env)
+    if measured is None:
+        _say("note: no measured peaks for this GPU; run `convbench peaks` to get roofline columns")
+        return df
+    df = peaks.annotate(df, measured)
+    store.write(df, out)
+    return df
 
 
 class _progress:
@@ -209,6 +224,23 @@ def cmd_env(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_peaks(args: argparse.Namespace) -> int:
+    from harness import env as envmod
+    from harness import peaks
+    from harness.backends import get
+    reason = get("cudnn").unavailable_reason()
+    if reason and "cudnn" not in reason.lower():
+        raise UserError(f"peaks needs a CUDA GPU with CuPy: {reason}")
+    env = envmod.fingerprint()
+    measured = None if args.refresh else peaks.load_cached(env)
+    if measured is None:
+        _say(f"measuring {env.get('gpu_name')} (cuBLAS GemmEx through CuPy, 1 GiB copy)...")
+        measured = peaks.measure(env)
+    _say(peaks.describe(measured))
+    _say(f"cached at {peaks.cache_path(env)}")
+    return EXIT_OK
+
+
 # ---- parser -------------------------------------------------------------------------------------
 def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", help="comma list of backends (default: the suite's)")
@@ -249,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("env", help="the environment fingerprint stored with every row"
                    ).set_defaults(func=cmd_env)
+    peaks = sub.add_parser("peaks", help="measure this GPU's matrix rates and bandwidth (cached)")
+    peaks.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    peaks.set_defaults(func=cmd_peaks)
     for register in _EXTRA_COMMANDS:
         register(sub)
     return parser

@@ -117,6 +117,24 @@ def _cudnn_version() -> dict[str, Any]:
     return {"cudnn": library_version()}
 
 
+@lru_cache(maxsize=1)
+def _nvml_handle() -> Any:
+    import pynvml
+    pynvml.nvmlInit()
+    return pynvml.nvmlDeviceGetHandleByIndex(_visible_device_index())
+
+
+def sm_clock_mhz() -> tuple[int, int] | None:
+    """(current, max) SM clock through NVML, or None where NVML cannot tell."""
+    try:
+        import pynvml
+        handle = _nvml_handle()
+        return (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001 - no NVML: clocks are simply unknown
+        return None
+
+
 def _visible_device_index() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
     return int(visible) if visible.isdigit() else 0

@@ -55,8 +55,16 @@ def plan(sweep: Sweep) -> Plan:
                                 f"known: {', '.join(known)}")
         kept.append(choice)
     trimmed = replace(sweep, backends=tuple(kept))
-    points = tuple(trimmed.points(lambda name: [a.name for a in backends.get(name).algorithms()]))
+    points = tuple(p for p in trimmed.points(_algorithm_names) if _exists(p))
     return Plan(points, tuple(notes))
+
+
+def _algorithm_names(backend: str) -> list[str]:
+    return [a.name for a in backends.get(backend).algorithms()]
+
+
+def _exists(point: Point) -> bool:
+    return point.direction in backends.get(point.backend).algorithm(point.algorithm).directions
 
 
 # ---- measuring one group of points (same point, different workspace limits) ---------------------
@@ -156,7 +164,9 @@ class PointExecutor:
         flush = self._flusher(prepared.device) if options.mode == "cold" else None
         if prepared.device == "cuda":
             from harness.timer import time_cuda
-            return time_cuda(prepared.launch, prepared.stream, options, flush)
+            timing = time_cuda(prepared.launch, prepared.stream, options, flush)
+            _note_clock(prepared.extras)
+            return timing
         return time_cpu(prepared.launch, options, flush)
 
     def _flusher(self, device: str) -> Callable[[], None]:
@@ -183,6 +193,17 @@ class PointExecutor:
             self._references[key] = reference.reference(point.problem, point.direction, data, xp)
             _trim(self._references, self._cache_size)
         return self._references[key]
+
+
+def _note_clock(extras: dict[str, Any]) -> None:
+    """SM clock read right after the timed batches, while the GPU is still busy-warm; a clock
+    under 90% of its maximum flags the row as throttled (it is kept, never discarded)."""
+    from harness.env import sm_clock_mhz
+    clocks = sm_clock_mhz()
+    if clocks:
+        current, maximum = clocks
+        extras.update(sm_clock_mhz=current, sm_clock_max_mhz=maximum,
+                      throttled=current < 0.9 * maximum)
 
 
 def _run_twice(prepared) -> tuple[float, Any, bool]:

@@ -160,7 +160,8 @@ class ResultWriter:
         if self.results.exists():
             parts.append(read_parquet_or_csv(self.results))
         if self.journal.exists():
-            self._file.flush()
+            if not self._file.closed:
+                self._file.flush()
             parts.append(read_journal(self.journal))
         parts = [p for p in parts if len(p)]
         return pd.concat(parts, ignore_index=True) if parts else frame([])

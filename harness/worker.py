@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 from typing import Any
 
+from harness import backends
 from harness.measurement import Measurement
 from harness.sweep import Point
 
@@ -25,8 +26,11 @@ def _sticky(measurements: list[Measurement]) -> str | None:
     return None
 
 
-def _worker_main(connection: Any, seed: int) -> None:
+def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
+    from harness import backends
     from harness.runner import PointExecutor
+    for name, target in registry.items():
+        backends.register(name, target)
     executor = PointExecutor(seed)
     while True:
         group = connection.recv()
@@ -53,8 +57,8 @@ class WorkerPool:
 
     def _start(self) -> None:
         parent, child = self._context.Pipe()
-        self._process = self._context.Process(target=_worker_main, args=(child, self.seed),
-                                              daemon=True)
+        self._process = self._context.Process(
+            target=_worker_main, args=(child, self.seed, backends.registry()), daemon=True)
         self._process.start()
         child.close()
         self._connection = parent
@@ -67,11 +71,14 @@ class WorkerPool:
             if not self._connection.poll(GROUP_TIMEOUT_S):
                 self._kill()
                 return _crashed(group, f"no result within {GROUP_TIMEOUT_S:.0f} s: worker killed")
-            return self._connection.recv()
+            results = self._connection.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = self._process.exitcode if self._process else None
             self._kill()
             return _crashed(group, f"worker process died (exit code {code})")
+        if any(m.status == "crashed" for m in results):
+            self._kill()  # it is exiting on its own; do not hand it the next group
+        return results
 
     def _kill(self) -> None:
         if self._process is not None:

@@ -17,6 +17,17 @@ _REGISTRY = {
 _instances: dict[str, Backend] = {}
 
 
+def register(name: str, target: str) -> None:
+    """Add a backend given as "module:Class" (tests plant faulty GPU backends this way)."""
+    _REGISTRY[name] = target
+    _instances.pop(name, None)
+
+
+def registry() -> dict[str, str]:
+    """The current name -> "module:Class" map, handed to worker processes."""
+    return dict(_REGISTRY)
+
+
 def names() -> list[str]:
     return list(_REGISTRY)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from harness.sweep import Point
+from harness.sweep import DIRECTIONS, Point
 
 
 class Unsupported(Exception):
@@ -67,6 +67,9 @@ class Algorithm:
     backend: ClassVar[str]
     name: ClassVar[str]
     family: ClassVar[str]          # direct, gemm, implicit_gemm, fft, winograd, library, ...
+    # Directions the algorithm exists for; a sweep makes no rows for the others (cuDNN's backward
+    # filter has no "gemm", say), unlike `supports`, whose refusals are rows with a reason.
+    directions: ClassVar[tuple[str, ...]] = DIRECTIONS
     # Multiplies the precision's tolerance. 1 for algorithms that round like a plain dot product;
     # fast algorithms whose transforms amplify rounding set a larger value and say why.
     error_factor: ClassVar[float] = 1.0

@@ -86,6 +86,12 @@ def varying(df: pd.DataFrame, keys: Iterable[str]) -> list[str]:
     return [k for k in keys if df[k].nunique(dropna=False) > 1]
 
 
+def reference_limit(df: pd.DataFrame) -> int:
+    """The limit whose rows show every algorithm at its best: unlimited, else the largest."""
+    limits = set(df["workspace_limit"])
+    return UNLIMITED_BYTES if UNLIMITED_BYTES in limits else max(limits)
+
+
 def layer_multiplicity(df: pd.DataFrame) -> pd.Series:
     return df.groupby("layer_label", sort=False)["multiplicity"].max()
 

@@ -1,0 +1,340 @@
+"""Every legacy cuDNN convolution algorithm (forward 8, backward data 6, backward filter 7) in
+fp32 (FMA math: true fp32), tf32 (default math), fp16 and bf16 (float compute, tensor-op math) and
+fp64, NCHW and NHWC, through ctypes (cudnn_lib) with CuPy for memory and streams.
+
+cuDNN statuses become data: NOT_SUPPORTED from the workspace query is `unsupported` with the
+status name and cuDNN's own last-error text; any failing call is `failed` with the same. For each
+problem the backend also asks cuDNN what it would choose (the `_v7` heuristic list and a
+`cudnnFind*Ex` run), so reports can say how often cuDNN's own pick is the fastest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from harness.backends import cudnn_lib as lib
+from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
+                                   WorkspaceExceeded)
+from harness.sweep import Point
+
+# precision -> (cuDNN data type, compute type, math type)
+PRECISION_CONFIG = {
+    "fp32": (lib.FLOAT, lib.FLOAT, lib.FMA_MATH),       # FMA math forbids TF32 tensor cores
+    "tf32": (lib.FLOAT, lib.FLOAT, lib.DEFAULT_MATH),   # default math allows them
+    "fp16": (lib.HALF, lib.FLOAT, lib.TENSOR_OP_MATH),  # PSEUDO_HALF_CONFIG
+    "bf16": (lib.BFLOAT16, lib.FLOAT, lib.TENSOR_OP_MATH),  # PSEUDO_BFLOAT16_CONFIG
+    "fp64": (lib.DOUBLE, lib.DOUBLE, lib.DEFAULT_MATH),
+}
+# Unlimited workspace for Find is capped so one huge FFT cannot take the whole card.
+FIND_WORKSPACE_CAP = 4 << 30
+
+FAMILIES = {"implicit_gemm": "implicit_gemm", "implicit_precomp_gemm": "implicit_gemm",
+            "gemm": "gemm", "direct": "direct", "fft": "fft", "fft_tiling": "fft",
+            "winograd": "winograd", "winograd_nonfused": "winograd", "algo_0": "implicit_gemm",
+            "algo_1": "implicit_gemm", "algo_3": "implicit_gemm"}
+
+
+class CudnnAlgorithm(Algorithm):
+    backend: ClassVar[str] = "cudnn"
+
+    def __init__(self, name: str, owner: "CudnnBackend"):
+        self.name = name
+        self.family = FAMILIES[name]
+        self.directions = tuple(d for d, algos in lib.ALGOS.items() if name in algos)
+        # Transform-based algorithms round in a transformed domain; measured on an H200 in fp32
+        # Winograd (non-fused) errs ~5x and FFT ~1x a plain dot product, so 4x the dot-product
+        # tolerance keeps them in while errors of an indexing bug (1e-1) stay far out.
+        self.error_factor = 4.0 if self.family in ("fft", "winograd") else 1.0
+        self._owner = owner
+
+    def supports(self, point: Point) -> str | None:
+        if point.direction not in self.directions:
+            return f"cuDNN has no {point.direction} algorithm named {self.name}"
+        if not point.problem.symmetric_padding:
+            return ("cuDNN's legacy API cannot express asymmetric padding "
+                    f"(top {point.problem.pad_top} / bottom {point.problem.pad_bottom}, "
+                    f"left {point.problem.pad_left} / right {point.problem.pad_right})")
+        return None
+
+    def prepare(self, point: Point, data: ProblemData) -> "CudnnPrepared":
+        return self._owner.prepare(self, point, data)
+
+
+@dataclass
+class CudnnPrepared:
+    launch_args: tuple
+    function: Any
+    output_buffer: Any
+    output_view: Any                   # callable: buffer -> float64 logical cupy array
+    poison_value: Any
+    stream: Any
+    workspace_bytes: int
+    choices: "CudnnChoices"
+    algo_enum: int
+    keepalive: list = field(default_factory=list)
+    device: str = "cuda"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def launch(self) -> None:
+        code = self.function(*self.launch_args)
+        if code != 0:
+            raise AlgorithmFailed(f"{lib.status_name(code)} ({code}) from the convolution call: "
+                                  f"{lib.last_error()}")
+
+    def poison(self) -> None:
+        with self.stream:
+            self.output_buffer.fill(self.poison_value)
+
+    def output(self) -> Any:
+        with self.stream:
+            result = self.output_view(self.output_buffer)
+        self.stream.synchronize()
+        return result
+
+    def release(self) -> None:
+        self.keepalive.clear()
+
+    def extras_for_limit(self, limit: int | None) -> dict[str, Any]:
+        return {"heuristic_pick": self.choices.heuristic_pick(limit) == self.algo_enum,
+                "find_pick": self.choices.find_pick(limit) == self.algo_enum}
+
+
+@dataclass
+class CudnnChoices:
+    """What cuDNN itself would choose for one problem: the _v7 heuristic list (in its order) and
+    the Find results (sorted by cuDNN's own measured time). Under a workspace limit, the pick is
+    the first successful entry that fits, as frameworks (CuPy, PyTorch) apply it."""
+    heuristic: list[tuple[int, int, int]]        # (algo, status, memory)
+    found: list[tuple[int, int, int, float]]     # (algo, status, memory, time_ms)
+
+    def heuristic_pick(self, limit: int | None) -> int | None:
+        return _first_fitting(self.heuristic, limit)
+
+    def find_pick(self, limit: int | None) -> int | None:
+        return _first_fitting(self.found, limit)
+
+    def heuristic_rank(self, algo: int) -> int | None:
+        ranked = [a for a, status, _ in self.heuristic if status == 0]
+        return ranked.index(algo) if algo in ranked else None
+
+    def find_ms(self, algo: int) -> float | None:
+        times = [t for a, status, _, t in self.found if a == algo and status == 0]
+        return times[0] if times else None
+
+
+def _first_fitting(entries, limit: int | None) -> int | None:
+    for algo, status, memory, *_ in entries:
+        if status == 0 and (limit is None or memory <= limit):
+            return algo
+    return None
+
+
+class CudnnBackend(Backend):
+    name = "cudnn"
+    device = "cuda"
+    description = "cuDNN 9 legacy convolution algorithms (ctypes)"
+
+    def __init__(self) -> None:
+        self._algorithms = [CudnnAlgorithm(name, self) for name in FAMILIES]
+        self._session: _Session | None = None
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import cupy
+        except ImportError:
+            return "cupy is not installed (pip install 'convbench[gpu]')"
+        try:
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                return "no CUDA GPU is visible"
+        except Exception as err:  # noqa: BLE001 - any CUDA runtime failure means "no GPU here"
+            return f"no usable CUDA GPU ({type(err).__name__}: {err})"
+        try:
+            lib.library()
+        except lib.CudnnUnavailable as err:
+            return str(err)
+        return None
+
+    def algorithms(self) -> list[Algorithm]:
+        return list(self._algorithms)
+
+    def prepare(self, algo: CudnnAlgorithm, point: Point, data: ProblemData) -> CudnnPrepared:
+        if self._session is None:
+            self._session = _Session()
+        return self._session.prepare(algo, point, data)
+
+
+class _Session:
+    """One stream, one handle, and device copies of the current problem's tensors, reused by
+    every algorithm of that problem (uploading per algorithm would dominate a sweep)."""
+
+    def __init__(self) -> None:
+        import cupy
+        self.cupy = cupy
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.handle = lib.Handle(self.stream.ptr)
+        self._tensors_key = None
+        self._tensors: dict[str, Any] = {}
+        self._choices: dict[tuple, CudnnChoices] = {}
+
+    def prepare(self, algo: CudnnAlgorithm, point: Point, data: ProblemData) -> CudnnPrepared:
+        tensors = self._device_tensors(point, data)
+        descs = _Descriptors(point)
+        algo_enum = lib.ALGOS[point.direction][algo.name]
+        in_a, in_b, out = descs.in_order(point.direction)
+        try:
+            needed = lib.workspace_size(point.direction, self.handle, in_a, in_b, descs.conv,
+                                        out, algo_enum)
+        except lib.CudnnError as err:
+            if lib.is_not_supported(err.code):
+                raise Unsupported(str(err)) from None
+            raise AlgorithmFailed(str(err)) from None
+        if point.workspace_limit is not None and needed > point.workspace_limit:
+            raise WorkspaceExceeded(needed, point.workspace_limit)
+        choices = self._cached_choices(point, descs, tensors)
+        return self._bind(point, algo_enum, descs, tensors, needed, choices)
+
+    def _bind(self, point, algo_enum, descs, tensors, needed, choices) -> CudnnPrepared:
+        cp = self.cupy
+        workspace = cp.empty(max(needed, 1), dtype=cp.uint8)
+        dtype = PRECISION_CONFIG[point.precision][0]
+        alpha, beta = _scalars(dtype)
+        a_ptr, b_ptr, out_buffer = _operands(point.direction, tensors)
+        in_a, in_b, out = descs.in_order(point.direction)
+        args = (self.handle.ptr, alpha, in_a.ptr, a_ptr, in_b.ptr, b_ptr, descs.conv.ptr,
+                algo_enum, lib.c_void_p(workspace.data.ptr), needed, beta, out.ptr,
+                lib.c_void_p(out_buffer.data.ptr))
+        extras = {"math_type": lib.MATH_NAMES[PRECISION_CONFIG[point.precision][2]],
+                  "heuristic_rank": choices.heuristic_rank(algo_enum),
+                  "find_ms": choices.find_ms(algo_enum)}
+        return CudnnPrepared(
+            launch_args=args, function=lib.run_function(point.direction),
+            output_buffer=out_buffer, output_view=_logical_view(point, out_buffer),
+            poison_value=_poison_value(point.precision), stream=self.stream,
+            workspace_bytes=needed, choices=choices, algo_enum=algo_enum,
+            keepalive=[workspace, descs, alpha, beta], extras=extras)
+
+    def _device_tensors(self, point: Point, data: ProblemData) -> dict[str, Any]:
+        key = (point.problem, point.precision, point.layout, id(data))
+        if key != self._tensors_key:
+            self._tensors = {}                     # free the previous problem's memory first
+            self._tensors = {name: _upload(self.cupy, getattr(data, name), point)
+                             for name in ("x", "w", "dy")}
+            shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
+                      "dw": point.problem.weight_shape}
+            for name, shape in shapes.items():
+                self._tensors[name] = self.cupy.empty(_physical_shape(shape, point.layout),
+                                                      dtype=_storage_dtype(point.precision))
+            self._tensors_key = key
+        return self._tensors
+
+    def _cached_choices(self, point: Point, descs: "_Descriptors", tensors) -> CudnnChoices:
+        key = (point.problem, point.direction, point.precision, point.layout)
+        if key not in self._choices:
+            self._choices[key] = self._ask_cudnn(point, descs, tensors)
+        return self._choices[key]
+
+    def _ask_cudnn(self, point: Point, descs: "_Descriptors", tensors) -> CudnnChoices:
+        in_a, in_b, out = descs.in_order(point.direction)
+        heuristic = [(p.algo, p.status, p.memory)
+                     for p in lib.heuristic(point.direction, self.handle, in_a, in_b, descs.conv,
+                                            out)]
+        fitting = [m for _, status, m in heuristic if status == 0] or [0]
+        size = min(max(fitting), FIND_WORKSPACE_CAP)
+        workspace = self.cupy.empty(max(size, 1), dtype=self.cupy.uint8)
+        a_ptr, b_ptr, out_buffer = _operands(point.direction, tensors)
+        try:
+            found = [(p.algo, p.status, p.memory, p.time)
+                     for p in lib.find(point.direction, self.handle, in_a, a_ptr, in_b, b_ptr,
+                                       descs.conv, out, out_buffer.data.ptr,
+                                       workspace.data.ptr, size)]
+        except lib.CudnnError:
+            found = []   # Find itself failing leaves "no Find pick", which reports show as such
+        self.stream.synchronize()
+        return CudnnChoices(heuristic, found)
+
+
+class _Descriptors:
+    """Tensor, filter and convolution descriptors of one point, in cuDNN's terms."""
+
+    def __init__(self, point: Point):
+        p = point.problem
+        dtype, compute, math = PRECISION_CONFIG[point.precision]
+        fmt = lib.NCHW if point.layout == "NCHW" else lib.NHWC
+        self.x = lib.TensorDesc(fmt, dtype, *p.input_shape)
+        self.y = lib.TensorDesc(fmt, dtype, *p.output_shape)
+        self.w = lib.FilterDesc(dtype, fmt, *p.weight_shape)
+        self.conv = lib.ConvDesc((p.pad_top, p.pad_left), (p.stride_h, p.stride_w),
+                                 (p.dilation_h, p.dilation_w), compute, p.groups, math)
+
+    def in_order(self, direction: str) -> tuple:
+        """(first input, second input, output) as the direction's C functions order them."""
+        return {"fwd": (self.x, self.w, self.y), "bwd_data": (self.w, self.y, self.x),
+                "bwd_filter": (self.x, self.y, self.w)}[direction]
+
+    def __del__(self) -> None:  # descriptors live as long as the Prepared that keeps them
+        for desc in (self.x, self.y, self.w, self.conv):
+            try:
+                desc.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown may have unloaded the library
+                pass
+
+
+def _operands(direction: str, tensors: dict[str, Any]) -> tuple[int, int, Any]:
+    if direction == "fwd":
+        return tensors["x"].data.ptr, tensors["w"].data.ptr, tensors["y"]
+    if direction == "bwd_data":
+        return tensors["w"].data.ptr, tensors["dy"].data.ptr, tensors["dx"]
+    return tensors["x"].data.ptr, tensors["dy"].data.ptr, tensors["dw"]
+
+
+def _scalars(dtype: int) -> tuple[Any, Any]:
+    """alpha = 1, beta = 0 as host pointers: double for DOUBLE data, float otherwise."""
+    import ctypes
+    kind = ctypes.c_double if dtype == lib.DOUBLE else ctypes.c_float
+    alpha, beta = kind(1.0), kind(0.0)
+    return ctypes.cast(ctypes.pointer(alpha), ctypes.c_void_p), ctypes.cast(
+        ctypes.pointer(beta), ctypes.c_void_p)
+
+
+def _storage_dtype(precision: str) -> Any:
+    # bf16 travels as raw uint16 bits: CuPy has no bfloat16 dtype.
+    return {"fp32": np.float32, "tf32": np.float32, "fp16": np.float16, "bf16": np.uint16,
+            "fp64": np.float64}[precision]
+
+
+def _physical_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    n, c, h, w = shape
+    return (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
+
+
+def _to_storage(values: np.ndarray, precision: str) -> np.ndarray:
+    if precision == "bf16":
+        # The data is already bf16-exact, so dropping the low 16 bits of float32 is lossless.
+        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return values.astype(_storage_dtype(precision))
+
+
+def _upload(cupy, values: np.ndarray, point: Point) -> Any:
+    physical = values if point.layout == "NCHW" else values.transpose(0, 2, 3, 1)
+    return cupy.asarray(np.ascontiguousarray(_to_storage(physical, point.precision)))
+
+
+def _poison_value(precision: str) -> Any:
+    return 0x7FC0 if precision == "bf16" else float("nan")
+
+
+def _logical_view(point: Point, buffer: Any):
+    """A function turning the output buffer into float64 in logical NCHW / KCRS order."""
+    import cupy
+
+    def view(buf: Any) -> Any:
+        values = buf
+        if point.precision == "bf16":
+            values = (buf.astype(cupy.uint32) << 16).view(cupy.float32)
+        values = values.astype(cupy.float64)
+        if point.layout == "NHWC":
+            values = values.transpose(0, 3, 1, 2)
+        return cupy.ascontiguousarray(values)
+    return view

@@ -1,0 +1,546 @@
+"""Baseline vs candidate: one noise-aware verdict per point (shared/design/measurement.md).
+
+Rows are matched by `point_id`. Only rows with status "ok" carry timings.
+
+Verdicts, with r = median(new) / median(base), effect = r - 1, t the row's practical threshold
+(`CompareOptions.threshold`, or `layer_thresholds[layer]`):
+
+  SLOWER     effect > +t  and the one-sided Mann-Whitney U test "new is slower" is significant
+             (p after Holm/BH correction across all matched rows <= alpha).
+  FASTER     effect < -t  and the one-sided test "new is faster" is significant likewise.
+  AMBIGUOUS  |effect| > t  but the test in that direction is not significant: the samples are too
+             few or too noisy to call it; rerun with more samples (or `--confirm`).
+  SAME       |effect| <= t, significant or not. A significant effect below the threshold is real
+             but too small to matter; with enough samples every run-to-run drift is significant,
+             so significance alone must never produce a verdict.
+  MISSING    ok in the baseline, but absent from the candidate or not ok there (reason: its status).
+  NEW        ok in the candidate only.
+
+Why two one-sided families: "new is slower" is tested for every matched row and the correction
+is applied to that family, so in an A/A comparison (no real change anywhere) the chance of any
+false SLOWER is at most alpha, with Holm and with Benjamini-Hochberg alike. The "faster" family is
+corrected separately and never changes a SLOWER verdict.
+
+Why Benjamini-Hochberg by default: a real regression usually slows many rows at once (a library
+update, one algorithm family); BH accepts the k-th smallest p-value at k*alpha/m where Holm needs
+alpha/(m-k+1). Holm ("holm") bounds the chance of any false SLOWER even when other
+rows really changed; use it when a single false alarm is expensive.
+
+p-values are exact when the samples have no ties and at most 50 x 50 of them (the usual case), else
+from the normal approximation with tie and continuity corrections. Either way, the smallest p a
+row can reach depends on its sample counts: 5.4e-6 with 10 samples a side (exact), which just
+passes alpha/m for m = 200 rows; with 5 samples a side it is 0.004, never significant. Rows with
+few samples therefore come out AMBIGUOUS, not SLOWER: regression runs need 15-30 samples a point.
+
+Pure logic: nothing here prints or decides exit codes (harness/cli.py does).
+"""
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from harness.env import COMPARABILITY_FIELDS
+
+DEFAULT_ALPHA = 0.002          # asv's default significance level
+DEFAULT_THRESHOLD = 0.05       # 5% change before anyone should care
+CORRECTIONS = ("bh", "holm", "none")
+
+
+class Verdict(StrEnum):
+    SAME = "SAME"
+    FASTER = "FASTER"
+    SLOWER = "SLOWER"
+    AMBIGUOUS = "AMBIGUOUS"
+    MISSING = "MISSING"
+    NEW = "NEW"
+
+
+# What a summary lists; NEW rows are counted but not listed (nothing to compare them with).
+CHANGED = (Verdict.SLOWER, Verdict.FASTER, Verdict.AMBIGUOUS, Verdict.MISSING)
+MATCHED = (Verdict.SAME, Verdict.FASTER, Verdict.SLOWER, Verdict.AMBIGUOUS)
+
+DEFAULT_REPRODUCE = ("convbench run {suite} --backend {backend} --algorithm {algorithm} "
+                     "--direction {direction} --precision {precision} --layout {layout} "
+                     "--batch {batch} --layer {layer}")
+
+
+# ---- options and results ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompareOptions:
+    alpha: float = DEFAULT_ALPHA
+    threshold: float = DEFAULT_THRESHOLD               # fraction: 0.05 = 5%; the suite's value
+    layer_thresholds: Mapping[str, float] = field(default_factory=dict)   # {layer name: fraction}
+    correction: str = "bh"                             # "bh" (FDR), "holm" (FWER) or "none"
+    allow_env_mismatch: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha={self.alpha!r} must lie strictly between 0 and 1")
+        if self.correction not in CORRECTIONS:
+            raise ValueError(f"correction={self.correction!r} must be one of {', '.join(CORRECTIONS)}")
+        for name, value in [("threshold", self.threshold), *self.layer_thresholds.items()]:
+            if not (isinstance(value, (int, float)) and 0 <= value < 10):
+                raise ValueError(f"threshold for {name!r} is {value!r}: give a fraction such as "
+                                 f"0.05 for 5%")
+
+    def threshold_for(self, layer: str | None) -> float:
+        return float(self.layer_thresholds.get(layer or "", self.threshold))
+
+
+@dataclass(frozen=True)
+class RowResult:
+    point_id: str
+    verdict: Verdict
+    reason: str
+    suite: str | None = None
+    layer: str | None = None
+    batch: int | None = None
+    direction: str | None = None
+    precision: str | None = None
+    layout: str | None = None
+    backend: str | None = None
+    algorithm: str | None = None
+    base_median_ms: float | None = None
+    new_median_ms: float | None = None
+    ratio: float | None = None          # new / base medians
+    p_value: float | None = None        # one-sided, in the direction of the ratio
+    adjusted_p: float | None = None     # the same after the multiple-comparison correction
+    threshold: float | None = None
+    n_base: int = 0
+    n_new: int = 0
+
+    @property
+    def effect(self) -> float | None:
+        return None if self.ratio is None else self.ratio - 1.0
+
+
+@dataclass(frozen=True)
+class EnvMismatch:
+    field: str
+    base: tuple[str, ...]       # distinct non-null values of env_<field> in the baseline
+    new: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.field}: base {_values_text(self.base)} vs new {_values_text(self.new)}"
+
+
+class EnvironmentMismatch(ValueError):
+    """The two runs come from machines or libraries whose timings must not be compared."""
+
+    def __init__(self, mismatches: Sequence[EnvMismatch]):
+        self.mismatches = tuple(mismatches)
+        lines = "\n".join(f"  {m.describe()}" for m in self.mismatches)
+        super().__init__(
+            "refusing to compare results from different environments:\n" + lines + "\n"
+            "Measure the baseline on this machine, or pass --allow-env-mismatch "
+            "(CompareOptions.allow_env_mismatch) to compare anyway; the report is then marked.")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    rows: tuple[RowResult, ...]
+    options: CompareOptions
+    env_mismatches: tuple[EnvMismatch, ...] = ()
+    confirmation_rounds: int = 0       # how many times flagged rows were re-measured
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {v.value: 0 for v in Verdict}
+        for row in self.rows:
+            counts[row.verdict.value] += 1
+        return counts
+
+    @property
+    def geomean_ratio(self) -> float | None:
+        """Geometric mean of new/base medians over the matched rows; None when there are none."""
+        ratios = [r.ratio for r in self.rows
+                  if r.verdict in MATCHED and r.ratio is not None and r.ratio > 0]
+        return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+
+    @property
+    def has_regression(self) -> bool:
+        return any(r.verdict is Verdict.SLOWER for r in self.rows)
+
+    def of(self, verdict: Verdict) -> list[RowResult]:
+        return [r for r in self.rows if r.verdict is verdict]
+
+    def to_frame(self) -> pd.DataFrame:
+        records = [{**asdict(r), "verdict": r.verdict.value} for r in self.rows]
+        return pd.DataFrame(records, columns=[f for f in RowResult.__dataclass_fields__])
+
+
+# ---- the comparison ------------------------------------------------------------------------------
+def compare(base: pd.DataFrame, new: pd.DataFrame,
+            options: CompareOptions | None = None) -> Comparison:
+    """Judge every point of `base` and `new` (frames of store.COLUMNS); see the module docstring.
+
+    Raises EnvironmentMismatch when the COMPARABILITY_FIELDS differ, unless allowed."""
+    options = options or CompareOptions()
+    mismatches = environment_mismatches(base, new)
+    if mismatches and not options.allow_env_mismatch:
+        raise EnvironmentMismatch(mismatches)
+    base_pts, new_pts = _points(base), _points(new)
+    matched = [pid for pid, p in base_pts.items() if p.samples.size and _has_samples(new_pts, pid)]
+    rows = dict(zip(matched, _judge_matched(matched, base_pts, new_pts, options)))
+    for pid, point in base_pts.items():
+        if point.samples.size and pid not in rows:
+            rows[pid] = _missing(point, new_pts.get(pid))
+    for pid, point in new_pts.items():
+        if point.samples.size and pid not in rows:
+            rows[pid] = _new(point, base_pts.get(pid))
+    return Comparison(tuple(rows.values()), options, tuple(mismatches))
+
+
+def flagged_point_ids(comparison: Comparison) -> list[str]:
+    """The points a `--confirm` round must re-measure: every SLOWER row."""
+    return [r.point_id for r in comparison.rows if r.verdict is Verdict.SLOWER]
+
+
+def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame,
+            options: CompareOptions | None = None) -> Comparison:
+    """Merge a confirmation round: a flagged row stays SLOWER only if the rerun flags it again.
+
+    The rerun is judged on its own samples (never pooled with the first run's, which were selected
+    for looking slow) and its correction family is just the flagged rows. Unflagged rows keep
+    their first verdict."""
+    options = options or first.options
+    flagged = flagged_point_ids(first)
+    rerun = compare(_only(rerun_base, flagged), _only(rerun_new, flagged), options)
+    again = {r.point_id: r for r in rerun.rows}
+    rows = tuple(_confirmed(r, again.get(r.point_id)) if r.verdict is Verdict.SLOWER else r
+                 for r in first.rows)
+    mismatches = tuple(dict.fromkeys(first.env_mismatches + rerun.env_mismatches))
+    return Comparison(rows, first.options, mismatches, first.confirmation_rounds + 1)
+
+
+def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMismatch]:
+    """The COMPARABILITY_FIELDS whose recorded values differ between the two frames."""
+    found = []
+    for name in COMPARABILITY_FIELDS:
+        b, n = _distinct(base, f"env_{name}"), _distinct(new, f"env_{name}")
+        if b != n:
+            found.append(EnvMismatch(name, b, n))
+    return found
+
+
+# ---- statistics ----------------------------------------------------------------------------------
+def mann_whitney_u(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
+    """(U of x, p for "x tends to be larger than y", p for "x tends to be smaller").
+
+    Exact when there are no ties and at most EXACT_MAX_PAIRS pairs (scipy's method="exact"),
+    else the normal approximation with tie and continuity corrections (method="asymptotic").
+    The exact test matters here: at 10 samples a side it reaches p = 5e-6 where the normal
+    approximation stops at 9e-5, the difference between passing a Holm correction over 200 rows
+    or not."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n1, n2 = x.size, y.size
+    if n1 == 0 or n2 == 0:
+        return math.nan, 1.0, 1.0
+    ranks, tie_counts = _average_ranks(np.concatenate([x, y]))
+    u = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2
+    if tie_counts.max() == 1 and n1 * n2 <= EXACT_MAX_PAIRS:
+        cdf = _u_cdf(min(n1, n2), max(n1, n2))
+        return u, float(cdf[n1 * n2 - int(u)]), float(cdf[int(u)])
+    n = n1 + n2
+    ties = float((tie_counts.astype(float) ** 3 - tie_counts).sum())
+    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if variance <= 0:        # every value equal: no evidence either way
+        return u, 1.0, 1.0
+    mean, sd = n1 * n2 / 2, math.sqrt(variance)
+    return u, _normal_sf((u - mean - 0.5) / sd), _normal_sf((mean - u - 0.5) / sd)
+
+
+EXACT_MAX_PAIRS = 2500      # up to 50 x 50 samples: the exact distribution costs well under 1 ms
+
+
+@lru_cache(maxsize=1024)
+def _u_cdf(n1: int, n2: int) -> np.ndarray:
+    """P(U <= u) for u = 0..n1*n2 under the null hypothesis, without ties.
+
+    The number of arrangements with U = u is the coefficient of q^u in the Gaussian binomial
+    prod_{i=1..n1} (1 - q^(n2+i)) / (1 - q^i). Each coefficient depends only on lower ones, so
+    the small left-tail counts stay exact in float64; callers read only the left tail (the right
+    one by symmetry, P(U >= u) = P(U <= n1*n2 - u))."""
+    size = n1 * n2 + 1
+    counts = np.zeros(size)
+    counts[0] = 1.0
+    for i in range(1, n1 + 1):
+        shift = n2 + i
+        if shift < size:                                  # times (1 - q^shift)
+            counts[shift:] = counts[shift:] - counts[:-shift].copy()
+        pad = (-size) % i                                 # divided by (1 - q^i): running sums
+        strided = np.concatenate([counts, np.zeros(pad)]).reshape(-1, i)
+        counts = strided.cumsum(axis=0).ravel()[:size]
+    return np.minimum(np.cumsum(counts) / math.comb(n1 + n2, n1), 1.0)
+
+
+def adjust_p_values(p: Sequence[float], method: str) -> np.ndarray:
+    """Holm step-down (family-wise error) or Benjamini-Hochberg step-up (false discovery rate)."""
+    p = np.asarray(p, dtype=float)
+    m = p.size
+    if m == 0 or method == "none":
+        return p.copy()
+    if method == "holm":
+        order = np.argsort(p, kind="stable")
+        steps = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    elif method == "bh":
+        order = np.argsort(p, kind="stable")[::-1]
+        steps = np.minimum.accumulate(p[order] * m / np.arange(m, 0, -1))
+    else:
+        raise ValueError(f"unknown correction {method!r}; use one of {', '.join(CORRECTIONS)}")
+    adjusted = np.empty(m)
+    adjusted[order] = np.minimum(steps, 1.0)
+    return adjusted
+
+
+def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """1-based ranks with ties sharing their average rank, and the size of every tie group."""
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    group = np.cumsum(np.r_[True, ordered[1:] != ordered[:-1]]) - 1
+    counts = np.bincount(group)
+    average = np.cumsum(counts) - (counts - 1) / 2
+    ranks = np.empty(values.size)
+    ranks[order] = average[group]
+    return ranks, counts
+
+
+def _normal_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+# ---- judging rows --------------------------------------------------------------------------------
+@dataclass
+class _Point:
+    """One point of one frame: its description, ok samples pooled, and its last non-ok status."""
+    pid: str
+    meta: dict[str, Any]
+    samples: np.ndarray
+    status: str = "ok"
+    reason: str = ""
+
+
+def _points(df: pd.DataFrame) -> dict[str, _Point]:
+    """point_id -> _Point. A point measured in several runs (a folder of results) is judged on
+    all its ok samples together."""
+    points: dict[str, _Point] = {}
+    for rec in df.to_dict("records"):
+        pid = str(rec["point_id"])
+        point = points.setdefault(pid, _Point(pid, _meta(rec), np.empty(0)))
+        status = _text(rec.get("status")) or "unknown"
+        samples = np.asarray(_samples(rec), dtype=float) if status == "ok" else np.empty(0)
+        if samples.size:
+            point.samples = np.concatenate([point.samples, samples])
+        else:
+            point.status = status
+            point.reason = "no samples stored" if status == "ok" else _text(rec.get("reason")) or ""
+    return points
+
+
+def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Point],
+                   options: CompareOptions) -> list[RowResult]:
+    tests = [mann_whitney_u(new[pid].samples, base[pid].samples) for pid in ids]
+    slower_adj = adjust_p_values([t[1] for t in tests], options.correction)
+    faster_adj = adjust_p_values([t[2] for t in tests], options.correction)
+    rows = []
+    for i, pid in enumerate(ids):
+        b, n = base[pid], new[pid]
+        base_med, new_med = float(np.median(b.samples)), float(np.median(n.samples))
+        ratio = new_med / base_med if base_med > 0 else math.inf
+        slower = ratio >= 1.0
+        p, adj = (tests[i][1], slower_adj[i]) if slower else (tests[i][2], faster_adj[i])
+        threshold = options.threshold_for(b.meta.get("layer"))
+        verdict, reason = _verdict(ratio, slower_adj[i], faster_adj[i], threshold, options.alpha,
+                                   (b.samples.size, n.samples.size))
+        rows.append(RowResult(pid, verdict, reason, **b.meta, base_median_ms=base_med,
+                              new_median_ms=new_med, ratio=ratio, p_value=float(p),
+                              adjusted_p=float(adj), threshold=threshold,
+                              n_base=b.samples.size, n_new=n.samples.size))
+    return rows
+
+
+def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, alpha: float,
+             sizes: tuple[int, int]) -> tuple[Verdict, str]:
+    """The rules of the module docstring, with a reason a person can act on."""
+    effect = ratio - 1.0
+    if abs(effect) <= threshold:
+        return Verdict.SAME, f"{effect:+.1%} within ±{threshold:.1%}"
+    slower = effect > 0
+    p, p_other = (p_slower, p_faster) if slower else (p_faster, p_slower)
+    if p <= alpha:
+        return (Verdict.SLOWER if slower else Verdict.FASTER,
+                f"{effect:+.1%} beyond ±{threshold:.1%}, adjusted p {p:.2g} <= {alpha:g}")
+    if p_other <= alpha:    # medians and ranks point opposite ways: odd, multi-modal samples
+        return Verdict.AMBIGUOUS, (f"median {effect:+.1%} but the rank test says the other way "
+                                   f"(adjusted p {p_other:.2g}): look at the samples")
+    return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} but not significant "
+                               f"(adjusted p {p:.2g} > {alpha:g}, {sizes[0]}/{sizes[1]} "
+                               f"samples): re-measure with more samples")
+
+
+def _missing(point: _Point, new: _Point | None) -> RowResult:
+    if new is None:
+        reason = "not in the new results"
+    else:
+        reason = f"new status {new.status}" + (f": {new.reason}" if new.reason else "")
+    return RowResult(point.pid, Verdict.MISSING, reason, **point.meta,
+                     base_median_ms=float(np.median(point.samples)), n_base=point.samples.size)
+
+
+def _new(point: _Point, base: _Point | None) -> RowResult:
+    if base is None:
+        reason = "not in the baseline"
+    else:
+        reason = f"baseline status {base.status}" + (f": {base.reason}" if base.reason else "")
+    return RowResult(point.pid, Verdict.NEW, reason, **point.meta,
+                     new_median_ms=float(np.median(point.samples)), n_new=point.samples.size)
+
+
+def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
+    before = f"first run {first.effect:+.1%}, adjusted p {first.adjusted_p:.2g}"
+    if again is None:
+        return replace(first, verdict=Verdict.AMBIGUOUS,
+                       reason=f"flagged SLOWER ({before}) but the confirmation run has no timing")
+    if again.verdict is Verdict.SLOWER:
+        return replace(again, reason=f"confirmed: {again.reason} ({before})")
+    return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
+
+
+# ---- the Markdown summary ------------------------------------------------------------------------
+def markdown_summary(comparison: Comparison,
+                     reproduce_command: str | Callable[[RowResult], str] = DEFAULT_REPRODUCE,
+                     title: str = "convbench comparison") -> str:
+    """Counts, geometric-mean ratio and one line per changed row with the command that reproduces
+    it. `reproduce_command` is a template over RowResult fields (values are shell-quoted) or a
+    callable taking the row."""
+    lines = [f"## {title}", ""]
+    if comparison.env_mismatches:
+        lines += ["> **Environment mismatch: compared anyway (--allow-env-mismatch); timings may "
+                  "differ for reasons other than the change.**"]
+        lines += [f"> - {m.describe()}" for m in comparison.env_mismatches] + [""]
+    lines += [_counts_line(comparison), "", _geomean_line(comparison), ""]
+    if comparison.confirmation_rounds:
+        lines += [f"SLOWER rows were re-measured {comparison.confirmation_rounds} time(s); only "
+                  "rows flagged every time stay SLOWER.", ""]
+    changed = sorted((r for r in comparison.rows if r.verdict in CHANGED),
+                     key=lambda r: (CHANGED.index(r.verdict), -(r.ratio or 0.0)))
+    if not changed:
+        return "\n".join(lines + ["No changed rows."]) + "\n"
+    lines += ["| verdict | layer | direction | precision | backend / algorithm | base ms | new ms "
+              "| change | adj. p | reason | reproduce |",
+              "|---|---|---|---|---|---:|---:|---:|---:|---|---|"]
+    lines += [_table_row(r, _command(r, reproduce_command)) for r in changed]
+    return "\n".join(lines) + "\n"
+
+
+def _counts_line(c: Comparison) -> str:
+    counts = c.counts
+    return ", ".join(f"**{counts[v.value]} {v.value}**" if v in CHANGED and counts[v.value]
+                     else f"{counts[v.value]} {v.value}" for v in Verdict)
+
+
+def _geomean_line(c: Comparison) -> str:
+    g = c.geomean_ratio
+    matched = sum(r.verdict in MATCHED for r in c.rows)
+    if g is None:
+        return "Geometric-mean ratio new/base: n/a (no matched rows)"
+    return f"Geometric-mean ratio new/base over {matched} matched rows: {g:.4f} ({g - 1:+.2%})"
+
+
+def _table_row(r: RowResult, command: str) -> str:
+    cells = [r.verdict.value, r.layer or "", r.direction or "", r.precision or "",
+             f"{r.backend} / {r.algorithm}", _num(r.base_median_ms), _num(r.new_median_ms),
+             "" if r.effect is None else f"{r.effect:+.1%}",
+             "" if r.adjusted_p is None else f"{r.adjusted_p:.2g}", r.reason, f"`{command}`"]
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _command(row: RowResult, reproduce: str | Callable[[RowResult], str]) -> str:
+    if callable(reproduce):
+        return reproduce(row)
+    fields = {k: shlex.quote("" if v is None else str(v)) for k, v in asdict(row).items()}
+    return reproduce.format(**fields)
+
+
+# ---- parsing helpers for the CLI -----------------------------------------------------------------
+def parse_threshold(text: str) -> float:
+    """'5%', '2.5%' or '0.05' -> 0.05. A bare number of 1 or more is refused as ambiguous."""
+    value = text.strip()
+    try:
+        if value.endswith("%"):
+            fraction = float(value[:-1]) / 100
+        else:
+            fraction = float(value)
+            if fraction >= 1:
+                raise ValueError(f"threshold {text!r} is ambiguous: write {value}% or a fraction "
+                                 f"such as {float(value) / 100:g}")
+    except ValueError as err:
+        if "ambiguous" in str(err):
+            raise
+        raise ValueError(f"threshold {text!r} is not a number, a fraction or a percentage") from None
+    if fraction < 0:
+        raise ValueError(f"threshold {text!r} must not be negative")
+    return fraction
+
+
+def parse_layer_thresholds(items: Iterable[str]) -> dict[str, float]:
+    """['res2a_branch2b=2%', 'conv1=0.1'] -> {'res2a_branch2b': 0.02, 'conv1': 0.1}."""
+    result = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        if not sep or not name:
+            raise ValueError(f"layer threshold {item!r} must look like LAYER=PERCENT%, e.g. conv1=2%")
+        result[name] = parse_threshold(value)
+    return result
+
+
+# ---- small helpers -------------------------------------------------------------------------------
+_META = ("suite", "layer", "batch", "direction", "precision", "layout", "backend", "algorithm")
+
+
+def _meta(rec: dict[str, Any]) -> dict[str, Any]:
+    meta = {name: _text(rec.get(name)) for name in _META}
+    meta["batch"] = None if meta["batch"] is None else int(float(meta["batch"]))
+    return meta
+
+
+def _has_samples(points: dict[str, _Point], pid: str) -> bool:
+    return pid in points and points[pid].samples.size > 0
+
+
+def _samples(rec: dict[str, Any]) -> list[float]:
+    value = rec.get("samples_ms")
+    if value is None or isinstance(value, str) or not hasattr(value, "__len__"):
+        return []
+    return [float(v) for v in value]
+
+
+def _only(df: pd.DataFrame, point_ids: list[str]) -> pd.DataFrame:
+    return df[df["point_id"].isin(point_ids)] if len(df) else df
+
+
+def _distinct(df: pd.DataFrame, column: str) -> tuple[str, ...]:
+    if column not in df.columns:
+        return ()
+    return tuple(sorted({str(v) for v in df[column] if _text(v) is not None}))
+
+
+def _text(value: Any) -> str | None:
+    if value is None or (not isinstance(value, (list, tuple, np.ndarray)) and pd.isna(value)):
+        return None
+    return str(value)
+
+
+def _values_text(values: tuple[str, ...]) -> str:
+    return " / ".join(repr(v) for v in values) if values else "(not recorded)"
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"

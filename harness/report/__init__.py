@@ -1,0 +1,99 @@
+"""Reports people would rather look at than read: an HTML page and a Markdown page with PNG
+figures, from one or more results frames or files.
+
+    render_report(["results/h200.parquet"], "reports/h200", baseline_policy="heuristic")
+
+writes reports/h200/index.html, reports/h200/index.md and reports/h200/figures/*.png. Nothing is
+fetched from the network; matplotlib is imported only when a report is drawn.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Union
+
+import pandas as pd
+
+from harness.report.analysis import PolicyError
+
+__all__ = ["render_report", "ReportPaths", "PolicyError", "load_frames"]
+
+FrameOrPath = Union[pd.DataFrame, str, Path]
+FIGURES = "figures"
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    out_dir: Path
+    html: Path
+    markdown: Path
+    figures: tuple[Path, ...]
+
+
+def render_report(frames_or_paths: FrameOrPath | Iterable[FrameOrPath], out_dir: str | Path,
+                  baseline_policy: str | None = None, *, peaks: dict[str, float] | None = None,
+                  title: str | None = None, embed_images: bool = False) -> ReportPaths:
+    """Write index.html, index.md and figures/*.png for the given results into `out_dir`.
+
+    baseline_policy: what the best algorithm is compared against: "heuristic" (cuDNN's
+    heuristic pick), "find" (cudnnFind's pick), "torch", a backend ("cpu") or a
+    "backend:algorithm" ("cpu:im2col"). None takes the first of heuristic, find, torch the data
+    has. A policy that matches no row raises PolicyError naming what exists.
+    peaks: measured ceilings {precision: TFLOP/s, "bandwidth_gbps": GB/s} for the roofline.
+    embed_images: put the PNGs inside index.html as data URIs (one mailable file) instead of
+    linking figures/ beside it; the PNG files are written either way for index.md.
+    """
+    from harness.report import analysis, html, markdown, sections
+
+    df = analysis.prepare(load_frames(frames_or_paths))
+    if df.empty:
+        raise ValueError("no result rows to report on")
+    baseline = _resolve_baseline(df, baseline_policy)
+    _check_peaks(peaks)
+    out = Path(out_dir)
+    fig_dir = out / FIGURES
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    for stale in fig_dir.glob("*.png"):   # a figure from an earlier report must not linger
+        stale.unlink()
+    doc = sections.build(df, fig_dir, baseline, peaks, title or _default_title(df))
+    paths = ReportPaths(out, out / "index.html", out / "index.md", tuple(sorted(fig_dir.glob("*.png"))))
+    paths.html.write_text(html.render(doc, out, embed_images), encoding="utf-8")
+    paths.markdown.write_text(markdown.render(doc), encoding="utf-8")
+    return paths
+
+
+def load_frames(frames_or_paths: FrameOrPath | Iterable[FrameOrPath]) -> pd.DataFrame:
+    """One frame from frames and result files/folders (anything harness.store.load reads)."""
+    from harness.store import COLUMNS, load
+    items = [frames_or_paths] if isinstance(frames_or_paths, (pd.DataFrame, str, Path)) \
+        else list(frames_or_paths)
+    if not items:
+        raise ValueError("no results given")
+    parts = [item if isinstance(item, pd.DataFrame) else load(item) for item in items]
+    df = pd.concat(parts, ignore_index=True)
+    # Frames built by hand may lack columns the report reads; they are simply unknown.
+    missing = {name: None for name in COLUMNS if name not in df.columns}
+    return df.assign(**missing) if missing else df
+
+
+def _resolve_baseline(df: pd.DataFrame, policy: str | None) -> str | None:
+    from harness.report import analysis
+    if policy is None:
+        return analysis.default_baseline(df)
+    analysis.check_policy(df, policy)
+    return None if policy == analysis.ORACLE else policy
+
+
+def _check_peaks(peaks: dict[str, float] | None) -> None:
+    for name, value in (peaks or {}).items():
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"peaks[{name!r}]={value!r} must be a positive number "
+                             "(TFLOP/s per precision, GB/s for bandwidth_gbps)")
+
+
+def _default_title(df: pd.DataFrame) -> str:
+    machine = next((v for col in ("env_gpu_name", "env_cpu_model")
+                    for v in df[col].dropna().astype(str) if v), "unknown machine")
+    suites = ", ".join(str(s) for s in dict.fromkeys(df["suite"].dropna())) or "results"
+    return f"convbench: {suites} on {machine}"

@@ -1,0 +1,182 @@
+"""The report's sections, in the order a reader asks their questions: which algorithm, how much it
+matters, what it costs in workspace and accuracy, how close to the hardware, on what machine."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.report import analysis, figures, tables
+from harness.report.document import Block, Document, Fold, Image, Section, Text
+
+POLICY_MEANING = {
+    "oracle": "the fastest verified algorithm at every point (what an exhaustive search gives)",
+    "heuristic": "the algorithm cuDNN's heuristic (cudnnGet*Algorithm_v7) ranks first",
+    "find": "the algorithm cudnnFind*AlgorithmEx picks by its own timing",
+    "torch": "what PyTorch runs for the same convolution",
+}
+SHOWN_FIGURES = 2      # figures of one kind shown open; the rest are folded
+
+
+def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
+          peaks: dict[str, float] | None, title: str) -> Document:
+    """The whole report for a prepared frame; writes the figures into `fig_dir` on the way."""
+    policies = ["oracle", *analysis.available_policies(df)]
+    if baseline and baseline not in policies:
+        policies.append(baseline)
+    totals = analysis.network_totals(df, policies)
+    rel = fig_dir.name
+    sections = (
+        best_section(df, baseline),
+        heatmap_section(df, fig_dir, rel),
+        workspace_section(df, totals, fig_dir, rel),
+        accuracy_section(df, fig_dir, rel),
+        roofline_section(df, peaks, fig_dir, rel),
+        network_section(totals, policies, fig_dir, rel),
+        environment_section(df),
+    )
+    return Document(title, tuple(intro(df, baseline)), sections)
+
+
+def intro(df: pd.DataFrame, baseline: str | None) -> list[Block]:
+    counts = {name: df[name].nunique() for name in ("layer_label", "direction", "precision")}
+    blocks: list[Block] = [Text(
+        f"{len(df):,} measurements: {counts['layer_label']} layers, "
+        f"directions {_listed(df, 'direction')}, precisions {_listed(df, 'precision')}, "
+        f"layouts {_listed(df, 'layout')}, backends {_listed(df, 'backend')}, workspace limits "
+        f"{', '.join(tables.fmt_limit(v) for v in dict.fromkeys(df['workspace_limit']))}.")]
+    if baseline:
+        meaning = POLICY_MEANING.get(baseline, f"the rows of {baseline}")
+        blocks.append(Text(f"Baseline policy: {baseline}, {meaning}."))
+    if analysis.machines(df) > 1:
+        blocks.append(Text(f"Warning: these rows come from {analysis.machines(df)} different "
+                           "machines; rankings mix them. Compare machines with `convbench "
+                           "compare` instead."))
+    throttled = int(df["throttled"].sum())
+    if throttled:
+        blocks.append(Text(f"Warning: {throttled} rows were timed with the SM clock under 90% of "
+                           "its maximum (throttled); their times are pessimistic."))
+    return blocks
+
+
+def _listed(df: pd.DataFrame, column: str) -> str:
+    return ", ".join(str(v) for v in dict.fromkeys(df[column]))
+
+
+def _figure_blocks(items: list[tuple[str, Path]], rel: str, caption: str) -> list[Block]:
+    """The first few figures open, the rest folded by their label."""
+    blocks: list[Block] = []
+    for i, (label, path) in enumerate(items):
+        image = Image(f"{rel}/{path.name}", f"{caption}: {label}")
+        blocks.append(image if i < SHOWN_FIGURES else Fold(label, (image,)))
+    return blocks
+
+
+# ---- sections ------------------------------------------------------------------------------------
+def best_section(df: pd.DataFrame, baseline: str | None) -> Section:
+    best = analysis.best_per_point(df, baseline)
+    text = ("Only verified rows (status ok: the output matched the float64 reference within "
+            "tolerance) compete; wrong, failed and unsupported rows never win. Speed-up = the "
+            "other's median time / the best median time. Verified = verified / tried candidates. "
+            "[tf32] after a name: its error shows it computed at that lower precision.")
+    return Section("Best verified algorithm per layer", "best",
+                   (Text(text), *tables.best_tables(best, baseline)))
+
+
+def heatmap_section(df: pd.DataFrame, fig_dir: Path, rel: str) -> Section:
+    reference = analysis.reference_limit(df)
+    items = figures.heatmaps(df, fig_dir)
+    main = [(_label(i), p) for i, p in items if i["workspace_limit"] == reference]
+    other = [(_label(i), p) for i, p in items if i["workspace_limit"] != reference]
+    text = ("Each cell: median time / the best time at that layer (1 = best). Cells without a "
+            "time say why: U unsupported, W workspace limit exceeded, X wrong result, F failed, "
+            "C crashed, – not run.")
+    blocks: list[Block] = [Text(text), *_figure_blocks(main, rel, "Time relative to the best")]
+    if other:
+        images = tuple(Image(f"{rel}/{p.name}", f"Time relative to the best: {label}")
+                       for label, p in other)
+        blocks.append(Fold(f"Other workspace limits ({len(images)} figures)", images))
+    return Section("Time relative to the best, every algorithm", "heatmap", tuple(blocks))
+
+
+def _label(info: dict[str, Any]) -> str:
+    parts = [info.get("precision"), info.get("layout")]
+    if "workspace_limit" in info:
+        parts.append(f"workspace {tables.fmt_limit(info['workspace_limit'])}")
+    parts.append(info.get("timing_mode"))
+    return " · ".join(str(p) for p in parts if p is not None)
+
+
+def workspace_section(df: pd.DataFrame, totals: pd.DataFrame, fig_dir: Path, rel: str) -> Section:
+    blocks: list[Block] = [Text(
+        "How much time a workspace buys. The network total sums, over layers and directions, the "
+        "best verified time x layer multiplicity under each limit; a red ring (and ≥ in the "
+        "table) marks a total missing points that had no verified algorithm under that limit.")]
+    if totals["workspace_limit"].nunique() > 1:
+        path = figures.workspace_totals_figure(totals, fig_dir)
+        blocks.append(Image(f"{rel}/{path.name}", "Network total under each workspace limit"))
+    blocks.append(tables.maybe_fold("Network total under each workspace limit",
+                                    tables.workspace_totals_table(totals)))
+    pareto = [(_label(i), p) for i, p in figures.pareto_figures(df, fig_dir)]
+    blocks += _figure_blocks(pareto, rel, "Workspace vs time per layer, Pareto fronts")
+    fronts = _fronts(df)
+    if len(fronts):
+        blocks.append(Fold("Pareto fronts as a table", (tables.pareto_table(fronts),)))
+    return Section("Workspace vs time", "workspace", tuple(blocks))
+
+
+def _fronts(df: pd.DataFrame) -> pd.DataFrame:
+    keys = ["layer_label", "direction", "precision", "layout", "timing_mode"]
+    parts = [analysis.pareto_front(part) for _, part in df.groupby(keys, sort=False)]
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts) if parts else pd.DataFrame()
+
+
+def accuracy_section(df: pd.DataFrame, fig_dir: Path, rel: str) -> Section:
+    path = figures.accuracy_figure(df, fig_dir)
+    if path is None:
+        return Section("Accuracy vs speed", "accuracy", (Text("No row recorded an error."),))
+    text = ("Relative L2 error against a float64 reference, per precision; colours are algorithm "
+            "families, crosses are results that failed verification, dashed lines the tolerance. "
+            f"Exact results (error 0) are drawn at {figures.ZERO_ERROR:g}.")
+    return Section("Accuracy vs speed", "accuracy",
+                   (Text(text), Image(f"{rel}/{path.name}", "Relative error against time")))
+
+
+def roofline_section(df: pd.DataFrame, peaks: dict[str, float] | None, fig_dir: Path,
+                     rel: str) -> Section:
+    source = "the peaks table given"
+    if not peaks:
+        peaks, source = analysis.implied_ceilings(df), "implied by the roofline_pct column"
+    path = figures.roofline_figure(df, peaks, fig_dir) if peaks else None
+    if path is None:
+        return Section("Roofline", "roofline", (Text(
+            "Skipped: no measured peaks for these precisions (pass a peaks table, e.g. "
+            "{'fp32': 51, 'bandwidth_gbps': 4220}, or record roofline_pct)."),))
+    bandwidth = peaks.get("bandwidth_gbps")
+    ceilings = ", ".join(f"{k} {v:.4g} TFLOP/s" for k, v in peaks.items() if k != "bandwidth_gbps")
+    ceilings += f"; bandwidth {bandwidth:.4g} GB/s" if bandwidth else "; no bandwidth ceiling"
+    return Section("Roofline", "roofline", (
+        Text(f"Achieved rate of verified rows against arithmetic intensity. Ceilings ({source}): "
+             f"{ceilings}."),
+        Image(f"{rel}/{path.name}", "Roofline")))
+
+
+def network_section(totals: pd.DataFrame, policies: list[str], fig_dir: Path,
+                    rel: str) -> Section:
+    meanings = "; ".join(f"{p}: {POLICY_MEANING.get(p, 'the rows of ' + p)}" for p in policies)
+    blocks: list[Block] = [Text(
+        "Sum over layers and directions of each policy's pick x layer multiplicity. " + meanings
+        + ". ≥ marks a total missing points where the policy gave no verified result; ratios "
+          "are shown only where both totals are complete.")]
+    path = figures.network_figure(totals, policies, fig_dir)
+    if path is not None:
+        blocks.append(Image(f"{rel}/{path.name}", "Network totals per selection policy"))
+    blocks.append(tables.maybe_fold("Network totals", tables.network_table(totals, policies)))
+    return Section("Network totals per selection policy", "totals", tuple(blocks))
+
+
+def environment_section(df: pd.DataFrame) -> Section:
+    return Section("Environment and method", "environment", (
+        tables.env_table(df), tables.method_table(df), tables.backend_cost_table(df)))

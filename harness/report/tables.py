@@ -1,0 +1,230 @@
+"""Numbers to text, and analysis frames to report tables. One formatter per kind of number, used by
+every table and by the tests that look for recomputed values in the pages."""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import pandas as pd
+
+from harness.report import analysis
+from harness.report.document import Block, Fold, Table, Text
+from harness.store import UNLIMITED_BYTES
+
+FOLD_ROWS = 25          # longer tables are folded so the page stays scannable
+DASH = "—"
+KEY_HEADERS = {"layer_label": "Layer", "direction": "Direction", "precision": "Precision",
+               "layout": "Layout", "workspace_limit": "Workspace limit", "timing_mode": "Timing"}
+
+
+# ---- formatters ---------------------------------------------------------------------------------
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt_ms(value: Any) -> str:
+    """Milliseconds to four significant digits; thousands grouped instead of an exponent."""
+    if _missing(value):
+        return DASH
+    value = float(value)
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
+
+
+def fmt_ratio(value: Any) -> str:
+    return DASH if _missing(value) else f"{float(value):.2f}×"
+
+
+def fmt_bytes(value: Any) -> str:
+    if _missing(value):
+        return DASH
+    value = float(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def fmt_limit(value: Any) -> str:
+    return "unlimited" if int(value) == UNLIMITED_BYTES else fmt_bytes(value)
+
+
+def fmt_sci(value: Any) -> str:
+    return DASH if _missing(value) else f"{float(value):.2g}"
+
+
+def fmt_pct(value: Any) -> str:
+    return DASH if _missing(value) else f"{100 * float(value):.2g}%"
+
+
+def fmt_total(total: Any, missing: int, points: int) -> str:
+    """A network total, said to be a lower bound where some points had no verified pick."""
+    if missing >= points or _missing(total):
+        return DASH
+    text = fmt_ms(total)
+    return f"≥ {text} ({missing} of {points} points missing)" if missing else text
+
+
+def fmt_key(name: str, value: Any) -> str:
+    return fmt_limit(value) if name == "workspace_limit" else str(value)
+
+
+def fmt_candidate(candidate: Any, effective: Any = None, precision: Any = None) -> str:
+    """backend:algorithm, flagged where its error shows a lower precision than requested."""
+    if _missing(candidate):
+        return DASH
+    if not _missing(effective) and not _missing(precision) and effective != precision:
+        return f"{candidate} [{effective}]"
+    return str(candidate)
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+def maybe_fold(summary: str, table: Table, limit: int = FOLD_ROWS) -> Block:
+    return Fold(f"{summary} ({len(table.rows)} rows)", (table,)) if len(table.rows) > limit else table
+
+
+def _key_cells(row: pd.Series, keys: Iterable[str]) -> list[str]:
+    return [fmt_key(k, row[k]) for k in keys]
+
+
+# ---- 1. best algorithm per point ------------------------------------------------------------------
+def best_tables(best: pd.DataFrame, baseline: str | None) -> list[Block]:
+    """One table per direction x precision, rows sorted in network order, long ones folded."""
+    shown = [k for k in analysis.varying(best, ["layout", "workspace_limit", "timing_mode"])]
+    blocks: list[Block] = []
+    for (direction, precision), part in best.groupby(["direction", "precision"], sort=False):
+        table = _best_table(part, shown, baseline)
+        blocks.append(maybe_fold(f"{direction} · {precision}", table))
+    return blocks
+
+
+def _best_table(part: pd.DataFrame, keys: list[str], baseline: str | None) -> Table:
+    headers = ["Layer", "×", *[KEY_HEADERS[k] for k in keys], "Best verified", "Median ms",
+               "Workspace", "Verified", "Runner-up", "Speed-up vs runner-up"]
+    if baseline:
+        headers += [f"{baseline} pick", f"{baseline} ms", f"Speed-up vs {baseline}"]
+    rows = [tuple(_best_cells(r, keys, baseline)) for _, r in part.iterrows()]
+    numeric = tuple(h.endswith("ms") or h.startswith("Speed-up") or h in ("×", "Workspace")
+                    for h in headers)
+    return Table(tuple(headers), tuple(rows), numeric)
+
+
+def _best_cells(r: pd.Series, keys: list[str], baseline: str | None) -> list[str]:
+    cells = [str(r["layer_label"]), str(r["multiplicity"]), *_key_cells(r, keys),
+             fmt_candidate(r["best_candidate"], r["best_effective_precision"], r["precision"]),
+             fmt_ms(r["best_median_ms"]), fmt_bytes(r["best_workspace_bytes"]),
+             f"{r['n_ok']}/{r['n_tried']}", fmt_candidate(r["runner_candidate"]),
+             fmt_ratio(r["speedup_runner"])]
+    if baseline:
+        status = r["base_status"]
+        pick = fmt_candidate(r["base_candidate"])
+        if not _missing(status) and status != "ok":
+            pick = f"{pick} ({status})"
+        cells += [pick, fmt_ms(r["base_median_ms"]), fmt_ratio(r["speedup_base"])]
+    return cells
+
+
+# ---- 3. workspace ---------------------------------------------------------------------------------
+def workspace_totals_table(totals: pd.DataFrame) -> Table:
+    """Oracle network total (all layers and directions) under each workspace limit."""
+    keys = ["precision", "layout", *analysis.varying(totals, ["timing_mode"])]
+    headers = [KEY_HEADERS[k] for k in keys] + ["Workspace limit", "Network total ms"]
+    rows = [(*_key_cells(r, keys), fmt_limit(r["workspace_limit"]),
+             fmt_total(r["total_oracle"], r["missing_oracle"], r["points"]))
+            for _, r in totals.iterrows()]
+    return Table(tuple(headers), tuple(rows), (False,) * len(keys) + (False, True))
+
+
+def pareto_table(fronts: pd.DataFrame) -> Table:
+    """Per point, the workspace/time trade-offs worth taking, by rising workspace."""
+    keys = ["layer_label", "direction", "precision",
+            *analysis.varying(fronts, ["layout", "timing_mode"])]
+    rows = []
+    for values, part in fronts.groupby(keys, sort=False):
+        steps = "; ".join(f"{fmt_bytes(w)} → {fmt_ms(t)} ms ({c})" for w, t, c in
+                          zip(part["ws"], part["median_ms"], part["candidate"]))
+        rows.append((*[str(v) for v in values], steps))
+    return Table(tuple(KEY_HEADERS[k] for k in keys) + ("Pareto front (workspace → time)",),
+                 tuple(rows))
+
+
+# ---- 6. network totals per policy -----------------------------------------------------------------
+def network_table(totals: pd.DataFrame, policies: list[str]) -> Table:
+    keys = ["precision", *analysis.varying(totals, ["layout", "workspace_limit", "timing_mode"])]
+    headers = [KEY_HEADERS[k] for k in keys] + [f"{p} ms" for p in policies]
+    if "oracle" in policies and len(policies) > 1:
+        headers += [f"{p} / oracle" for p in policies if p != "oracle"]
+    rows = []
+    for _, r in totals.iterrows():
+        cells = _key_cells(r, keys)
+        cells += [fmt_total(r[f"total_{p}"], r[f"missing_{p}"], r["points"]) for p in policies]
+        if "oracle" in policies and len(policies) > 1:
+            cells += [_policy_ratio(r, p) for p in policies if p != "oracle"]
+        rows.append(tuple(cells))
+    numeric = (False,) * len(keys) + (True,) * (len(headers) - len(keys))
+    return Table(tuple(headers), tuple(rows), numeric)
+
+
+def _policy_ratio(r: pd.Series, policy: str) -> str:
+    """Only where both totals cover every point: a partial total would flatter the policy."""
+    if r[f"missing_{policy}"] or r["missing_oracle"]:
+        return DASH
+    return fmt_ratio(r[f"total_{policy}"] / r["total_oracle"])
+
+
+# ---- 7. environment and method --------------------------------------------------------------------
+def env_table(df: pd.DataFrame) -> Table:
+    rows = []
+    for column in [c for c in df.columns if c.startswith("env_")]:
+        values = analysis.distinct_values(df, column)
+        if not values:
+            continue
+        text = values[0][0] if len(values) == 1 else "; ".join(f"{v} ({n} rows)" for v, n in values)
+        rows.append((column.removeprefix("env_"), text))
+    return Table(("Field", "Value"), tuple(rows))
+
+
+def counts_text(values: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{v}: {n}" for v, n in values) if values else DASH
+
+
+def method_table(df: pd.DataFrame) -> Table:
+    """How the numbers were measured: modes, budgets, noise, stop reasons, host and setup cost."""
+    noise = analysis.noise_stats(df)
+    ok = analysis.verified(df)
+    rows = [
+        ("Timing modes", counts_text(analysis.distinct_values(df, "timing_mode"))),
+        ("Budget per point (ms)", counts_text(analysis.distinct_values(df, "budget_ms"))),
+        ("Stop reasons (verified rows)", counts_text(analysis.distinct_values(ok, "stop_reason"))),
+        ("Samples per verified row (median, min)",
+         f"{_median(ok['n_samples']):.0f}, {_min(ok['n_samples']):.0f}" if len(ok) else DASH),
+        ("Relative noise of the median (median, 90th pct)",
+         f"{fmt_pct(noise['median'])}, {fmt_pct(noise['p90'])}" if noise else DASH),
+        ("Throttled rows (SM clock < 90% of max)", str(int(df["throttled"].sum()))),
+        ("Rows by status", counts_text(analysis.distinct_values(df, "status"))),
+    ]
+    return Table(("What", "Value"), tuple(rows))
+
+
+def backend_cost_table(df: pd.DataFrame) -> Table:
+    """Per backend: host cost per call and setup cost (plan building), medians over verified rows."""
+    ok = analysis.verified(df)
+    grouped = ok.groupby("backend")[["host_ms", "setup_ms"]].median()
+    tried = df.groupby("backend").size()
+    rows = tuple((b, str(tried[b]), str(int((ok["backend"] == b).sum())),
+                  fmt_ms(grouped.loc[b, "host_ms"]) if b in grouped.index else DASH,
+                  fmt_ms(grouped.loc[b, "setup_ms"]) if b in grouped.index else DASH)
+                 for b in tried.index)
+    return Table(("Backend", "Rows", "Verified", "Host ms per call", "Setup ms"), rows,
+                 (False, True, True, True, True))
+
+
+def _median(s: pd.Series) -> float:
+    return float(pd.to_numeric(s, errors="coerce").median())
+
+
+def _min(s: pd.Series) -> float:
+    return float(pd.to_numeric(s, errors="coerce").min())
+
+
+def notes(texts: Iterable[str]) -> list[Block]:
+    return [Text(t) for t in texts]

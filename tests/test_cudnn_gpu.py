@@ -1,0 +1,116 @@
+"""cuDNN legacy backend and the GPU timer, on a real GPU (marked `gpu`; skipped elsewhere)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness import backends, runner
+from harness.problem import ConvProblem
+from harness.sweep import (DIRECTIONS, LAYOUTS, PRECISIONS, AlgorithmChoice, Point, Sweep,
+                           TimingOptions)
+
+pytestmark = pytest.mark.gpu
+FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
+SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                    name="small3x3")
+STATUSES = {"ok", "unsupported", "workspace_exceeded", "failed", "wrong", "crashed"}
+
+
+def _sweep(problem, **axes) -> list:
+    sweep = Sweep("gpu-test", (problem,), backends=(AlgorithmChoice("cudnn"),), timing=FAST,
+                  **axes)
+    results = []
+    runner.run_points(runner.plan(sweep).points, results.append)
+    return results
+
+
+def test_every_algorithm_precision_layout_gets_a_row():
+    results = _sweep(SMALL, directions=DIRECTIONS, precisions=PRECISIONS, layouts=LAYOUTS)
+    expected = 2 * 5 * (8 + 6 + 7)
+    assert len(results) == expected
+    assert {m.status for m in results} <= STATUSES
+    for direction in DIRECTIONS:
+        for precision in PRECISIONS:
+            for layout in LAYOUTS:
+                here = [m for m in results if (m.point.direction, m.point.precision,
+                                               m.point.layout) == (direction, precision, layout)]
+                # cuDNN 9.19 on Hopper runs no fp64 NHWC backward algorithm: those rows must
+                # still exist, each with cuDNN's status as the reason (checked below).
+                if (precision, layout) != ("fp64", "NHWC"):
+                    assert any(m.ok for m in here), (direction, precision, layout,
+                                                     [(m.point.algorithm, m.reason) for m in here])
+    for m in results:
+        if m.ok:
+            assert m.rel_error <= m.tolerance and m.median_ms > 0
+        elif m.status == "unsupported":
+            assert m.reason.startswith(("CUDNN_STATUS_", "cuDNN")), m.reason
+    assert not [m for m in results if m.status in ("wrong", "crashed")], \
+        [(m.point.point_id, m.reason) for m in results if m.status in ("wrong", "crashed")]
+
+
+def test_fp32_is_true_fp32_and_fp16_is_not():
+    results = _sweep(SMALL, directions=("fwd",), precisions=("fp32", "fp16"))
+    by = {(m.point.precision, m.point.algorithm): m for m in results}
+    gemm32 = by[("fp32", "implicit_gemm")]
+    assert gemm32.ok and gemm32.rel_error < 1e-6 and gemm32.effective_precision == "fp32"
+    assert by[("fp16", "implicit_precomp_gemm")].rel_error > 1e-5
+
+
+def test_workspace_limit_and_cudnn_choices():
+    results = _sweep(ConvProblem(8, 64, 28, 28, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                                 pad_right=1, name="res3x3"),
+                     directions=("fwd",), workspace_limits=(0, None))
+    zero = [m for m in results if m.point.workspace_limit == 0]
+    free = [m for m in results if m.point.workspace_limit is None]
+    for m in zero:
+        if m.workspace_bytes:
+            assert m.status == "workspace_exceeded", m
+    assert sum(bool(m.extras.get("heuristic_pick")) for m in free) == 1
+    assert sum(bool(m.extras.get("heuristic_pick")) for m in zero if m.ok) == 1
+    assert sum(bool(m.extras.get("find_pick")) for m in free) == 1
+    assert any(m.status == "ok" and m.workspace_bytes > 0 for m in free)
+
+
+def test_asymmetric_padding_is_unsupported_with_reason():
+    problem = ConvProblem(2, 8, 9, 9, 8, 3, 3, pad_top=0, pad_left=1, pad_bottom=2, pad_right=1)
+    results = _sweep(problem)
+    assert {m.status for m in results} == {"unsupported"}
+    assert "asymmetric padding" in results[0].reason
+
+
+def test_timer_keeps_host_overhead_out():
+    """A ~20 us kernel timed with a 1 ms host sleep in the launcher moves by less than 5%."""
+    import cupy
+    from harness.timer import _spin, time_cuda
+    stream = cupy.cuda.Stream(non_blocking=True)
+    options = TimingOptions(budget_ms=50, min_samples=20, max_samples=40, noise_target=0.001)
+
+    def launch():
+        _spin(stream, 0.020)
+
+    def slow_launch():
+        time.sleep(0.001)
+        _spin(stream, 0.020)
+
+    fast = time_cuda(launch, stream, options)
+    slow = time_cuda(slow_launch, stream, options)
+    median = sorted(fast.samples_ms)[len(fast.samples_ms) // 2]
+    slow_median = sorted(slow.samples_ms)[len(slow.samples_ms) // 2]
+    print(f"spin 20 us: {median * 1e3:.2f} us; with 1 ms host sleep: {slow_median * 1e3:.2f} us;"
+          f" host cost {fast.host_ms * 1e3:.1f} / {slow.host_ms * 1e3:.1f} us")
+    assert 0.019 <= median <= 0.026
+    assert abs(slow_median / median - 1) < 0.05
+    assert slow.host_ms > 1.0
+
+
+def test_poisoned_context_becomes_crashed_and_sweep_goes_on():
+    backends.register("gpu_fault", "gpu_fault_backend:GpuFaultBackend")
+    problem = ConvProblem(1, 4, 6, 6, 4, 3, 3)
+    points = [Point(problem, "fwd", "fp32", "NCHW", "gpu_fault", name, None, FAST)
+              for name in ("harmless", "illegal_address", "harmless")]
+    points[2] = Point(problem, "bwd_data", "fp32", "NCHW", "gpu_fault", "harmless", None, FAST)
+    results = []
+    runner.run_points(points, results.append)
+    assert [m.status for m in results] == ["ok", "crashed", "ok"], [m.reason for m in results]
+    assert "illegal" in results[1].reason.lower()
