@@ -6,10 +6,12 @@ set -uo pipefail
 part=$1; out=$2
 export PYTHONUNBUFFERED=1
 sweep() {
-  /usr/bin/time -f "sweep wall time: %e s" python3 -m harness.cli run resnet50 --backend cudnn \
+  local start=$SECONDS
+  python3 -m harness.cli run resnet50 --backend cudnn \
     --precision fp32,tf32,fp16,bf16,fp64 --layout NCHW,NHWC --workspace-limit 0,64MiB,unlimited \
     --budget-ms 15 --out "$1" > "$1.log" 2>&1
-  tail -3 "$1.log"; grep -a "sweep wall time" "$1.log"
+  echo "sweep wall time: $((SECONDS - start)) s" | tee -a "$1.log"
+  grep -a -A3 "^wrote" "$1.log"
 }
 if [ "$part" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
