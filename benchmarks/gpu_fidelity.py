@@ -20,7 +20,7 @@ from harness import backends, reference
 from harness.runner import PointExecutor
 from harness.suite import load_suite
 from harness.sweep import Point, TimingOptions
-from harness.timer import time_cuda
+from harness.timer import _spin, time_cuda
 
 TIMING = TimingOptions(budget_ms=100, min_samples=20, max_samples=200, noise_target=0.002)
 CANDIDATES = [  # (layer, direction, precision, layout, algorithm)
@@ -53,17 +53,22 @@ CANDIDATES = [  # (layer, direction, precision, layout, algorithm)
 ]
 
 
-def _profiled_ms(prepared, calls: int = 20) -> float:
-    """Summed GPU activity per call as CUPTI records it."""
+def _profiled_ms(prepared, calls: int = 20) -> tuple[float, float]:
+    """Per call, as CUPTI records it with the calls queued back to back (stream held):
+    (summed durations of the GPU activities, first start to last end divided by calls)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     prepared.stream.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _spin(prepared.stream, 1.5 * calls * 0.5 + 1.0)
         for _ in range(calls):
             prepared.launch()
         prepared.stream.synchronize()
-    device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return sum(e.time_range.elapsed_us() for e in device) / calls / 1e3
+    device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+              and "spin_ns" not in e.name]
+    total = sum(e.time_range.elapsed_us() for e in device)
+    span = max(e.time_range.end for e in device) - min(e.time_range.start for e in device)
+    return total / calls / 1e3, span / calls / 1e3
 
 
 def _naive_ms(prepared, calls: int = 30) -> float:
@@ -108,7 +113,7 @@ def main() -> None:
         data = reference.make_data(point.problem, point.precision)
         prepared = cudnn.algorithm(point.algorithm).prepare(point, data)
         prepared.launch()
-        profiled = _profiled_ms(prepared)
+        profiled, span = _profiled_ms(prepared)
         naive = _naive_ms(prepared)
         sleepy = time_cuda(_sleepy(prepared.launch), prepared.stream, TIMING)
         sleepy_ms = sorted(sleepy.samples_ms)[len(sleepy.samples_ms) // 2]
@@ -116,10 +121,12 @@ def main() -> None:
         rows.append({"point": point.point_id.split("|", 2)[0] + " " + " ".join(
                          (point.direction, point.precision, point.layout, point.algorithm)),
                      "harness_ms": harness_m.median_ms, "profiler_ms": profiled,
+                     "profiler_span_ms": span,
                      "naive_ms": naive, "host_ms": harness_m.host_ms,
                      "with_1ms_sleep_ms": sleepy_ms})
     df = pd.DataFrame(rows)
     df["harness/profiler"] = df["harness_ms"] / df["profiler_ms"]
+    df["harness/span"] = df["harness_ms"] / df["profiler_span_ms"]
     df["naive/profiler"] = df["naive_ms"] / df["profiler_ms"]
     df["sleep/harness"] = df["with_1ms_sleep_ms"] / df["harness_ms"]
     df.to_csv(args.out, index=False)
@@ -131,6 +138,9 @@ def main() -> None:
           f"worst ratio {df['harness/profiler'].max():.3f} / {df['harness/profiler'].min():.3f}")
     print(f"kernels under 50 us: {small.sum()}, within 5%: "
           f"{((df['harness/profiler'] - 1).abs()[small] <= 0.05).sum()}")
+    span_ok = (df["harness/span"] - 1).abs() <= 0.03
+    print(f"against the profiler's back-to-back span per call: {span_ok.sum()} of {len(df)} "
+          f"within 3%; ratios {df['harness/span'].min():.3f} to {df['harness/span'].max():.3f}")
     print(f"naive timing / profiler: median {df['naive/profiler'].median():.2f}x, "
           f"max {df['naive/profiler'].max():.2f}x")
     print(f"1 ms host sleep in the launcher moved the harness time by at most "

@@ -114,7 +114,7 @@ def _machine_info(df: pd.DataFrame) -> dict[str, Any]:
         "python_implementation_version": env["python"], "python_version": env["python"],
         "python_build": None, "release": release or None, "system": system or None,
         "cpu": {"brand_raw": env["cpu_model"], "count": _int_or_none(env["cpu_cores"])},
-        "convbench_env": env,      # the full fingerprint: GPU, clocks, driver, CUDA, cuDNN, BLAS
+        "convbench": env,          # the full fingerprint: GPU, clocks, driver, CUDA, cuDNN, BLAS
     }
 
 

@@ -7,7 +7,9 @@ dilation is converted where descriptors are parsed and printed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+import math
+import numbers
+from dataclasses import dataclass, field, fields, replace
 from typing import Sequence
 
 
@@ -40,6 +42,7 @@ class ConvProblem:
         label = f"problem {self.name!r}" if self.name else "problem"
         positive = ("batch", "in_channels", "in_h", "in_w", "out_channels", "kernel_h", "kernel_w",
                     "stride_h", "stride_w", "dilation_h", "dilation_w", "groups", "multiplicity")
+        _coerce_integers(self)
         for attr in positive:
             value = getattr(self, attr)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -143,9 +146,10 @@ class ConvProblem:
         if direction == "fwd":
             return self.channels_per_group * self.kernel_h * self.kernel_w
         if direction == "bwd_data":
-            # Each input element receives at most ceil(k/s) taps per axis from every filter.
-            taps_h = -(-self.kernel_h // self.stride_h)
-            taps_w = -(-self.kernel_w // self.stride_w)
+            # Tap r reaches a given input element when r*d lands on the stride grid: that
+            # happens for at most ceil(k * gcd(s, d) / s) of the k taps per axis.
+            taps_h = _taps_per_element(self.kernel_h, self.stride_h, self.dilation_h)
+            taps_w = _taps_per_element(self.kernel_w, self.stride_w, self.dilation_w)
             return self.filters_per_group * taps_h * taps_w
         if direction == "bwd_filter":
             return self.batch * self.out_h * self.out_w
@@ -171,6 +175,18 @@ class ConvProblem:
         return (f"{self.in_channels}x{self.in_h}x{self.in_w}->{self.out_channels} "
                 f"k{self.kernel_h}x{self.kernel_w} s{self.stride_h}"
                 + (f" g{self.groups}" if self.groups > 1 else ""))
+
+
+def _taps_per_element(kernel: int, stride: int, dilation: int) -> int:
+    return min(kernel, -(-kernel * math.gcd(stride, dilation) // stride))
+
+
+def _coerce_integers(problem: "ConvProblem") -> None:
+    """Accept NumPy integers (problems rebuilt from a results frame carry them) as plain ints."""
+    for f in fields(problem):
+        value = getattr(problem, f.name)
+        if isinstance(value, numbers.Integral) and not isinstance(value, (int, bool)):
+            object.__setattr__(problem, f.name, int(value))
 
 
 def output_size(size: int, kernel: int, stride: int, dilation: int, pad_begin: int,

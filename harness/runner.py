@@ -55,8 +55,16 @@ def plan(sweep: Sweep) -> Plan:
                                 f"known: {', '.join(known)}")
         kept.append(choice)
     trimmed = replace(sweep, backends=tuple(kept))
-    points = tuple(p for p in trimmed.points(_algorithm_names) if _exists(p))
-    return Plan(points, tuple(notes))
+    points = [p for p in trimmed.points(_algorithm_names) if _exists(p)]
+    return Plan(tuple(sorted(points, key=_locality(sweep))), tuple(notes))
+
+
+def _locality(sweep: Sweep) -> Callable[[Point], tuple]:
+    """Order points so that those sharing test data, references and device buffers run one after
+    another (problem, then precision and layout, then direction), whatever the backend; the sort
+    is stable, so points differing only in workspace limit stay adjacent."""
+    problem_index = {p: i for i, p in enumerate(sweep.problems)}
+    return lambda p: (problem_index[p.problem], p.precision, p.layout, p.direction)
 
 
 def _algorithm_names(backend: str) -> list[str]:

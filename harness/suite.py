@@ -26,6 +26,7 @@ The format (suites/quick.toml shows every key):
     name = "cpu"
     algorithms = ["direct", "im2col"]    # optional; left out = all of the backend's algorithms
     optional = false                     # optional = true: skipped (with a note) where unavailable
+    # (shorthand: sweep.backends = ["cpu", "cudnn"] for backends with every algorithm, required)
 
     [timing]                             # every key optional; defaults are TimingOptions'
     mode = "warm"                        # "warm" or "cold" (L2 flushed before each sample)
@@ -51,13 +52,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import harness
 from harness.problem import ConvProblem, ProblemError, parse_benchdnn, parse_deepbench
 from harness.sweep import (DIRECTIONS, LAYOUTS, PRECISIONS, TIMING_MODES, AlgorithmChoice, Sweep,
                            TimingOptions)
 
 SUITE_SUFFIX = ".toml"
-REPO_SUITES = Path(harness.__file__).resolve().parent.parent / "suites"
+# This module's own path, not harness.__file__: a stale editable install can load `harness` as a
+# namespace package, whose __file__ is None.
+REPO_SUITES = Path(__file__).resolve().parent.parent / "suites"
 
 # The command-line flag behind each `sweep_with_overrides` argument, for error messages.
 OVERRIDE_FLAGS = {
@@ -97,7 +99,6 @@ class _Invalid(Exception):
     def __init__(self, where: str, message: str):
         super().__init__(f"{where}: {message}")
         self.where = where
-        self.message = message
 
 
 # ---- finding suites ---------------------------------------------------------------------------

@@ -147,10 +147,12 @@ def test_defaults_when_only_layers_are_given(tmp_path):
 
 
 def test_every_key(tmp_path):
+    table = ("{ batch = 1, in_channels = 2, in_h = 9, in_w = 7, out_channels = 2, kernel_h = 3, "
+             "kernel_w = 1, pad_top = 1, groups = 2, name = \"b\" }")
     text = """
 name = "all"
 description = "every key"
-layers = ['ic3ih8oc4kh3n"a"', { batch = 1, in_channels = 2, in_h = 9, in_w = 7, out_channels = 2, kernel_h = 3, kernel_w = 1, pad_top = 1, groups = 2, name = "b" }]
+layers = ['ic3ih8oc4kh3n"a"', TABLE]
 [sweep]
 directions = ["bwd_filter", "fwd"]
 precisions = ["fp16", "bf16"]
@@ -172,7 +174,7 @@ noise_target = 0.05
 warmup = 0
 [compare]
 threshold = 0.02
-"""
+""".replace("TABLE", table)
     sweep = load_suite(write(tmp_path, text))
     assert sweep.name == "all"
     assert [p.batch for p in sweep.problems] == [4, 4]

@@ -7,6 +7,7 @@ Each public function takes a prepared frame (analysis.prepare) and returns the f
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,56 @@ def family_colours(families: list[str]) -> dict[str, Any]:
     return {f: cmap(i % 10) for i, f in enumerate(sorted(set(families)))}
 
 
-def _grid(fig: Any, count: int, ncols: int) -> list[Any]:
+def _grid(fig: Any, count: int, ncols: int, share: bool = False) -> list[Any]:
     nrows = math.ceil(count / ncols)
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=share, sharey=share).ravel()
     for ax in axes[count:]:
         ax.set_visible(False)
     return list(axes[:count])
+
+
+# ---- text drawn as paths -------------------------------------------------------------------------
+def _labels(ax: Any, texts: list[str], xy: np.ndarray, colours: list[Any], size: float = 7,
+            bold: bool = False) -> None:
+    """Many short labels as one collection of glyph outlines, centred on data points.
+
+    Thousands of Text artists made a 12,000-row report take minutes; one PathCollection with a
+    path per distinct string draws in milliseconds and looks the same.
+    """
+    from matplotlib.collections import PathCollection
+    from matplotlib.transforms import Affine2D
+    if not texts:
+        return
+    paths = [_glyphs(t, size, bold) for t in texts]
+    points_to_pixels = Affine2D().scale(ax.figure.dpi / 72.0)
+    ax.add_collection(PathCollection(paths, offsets=xy,
+                                     offset_transform=ax.transData, transform=points_to_pixels,
+                                     facecolors=colours, edgecolors="none", zorder=4),
+                      autolim=False)
+
+
+@lru_cache(maxsize=4096)
+def _glyphs(text: str, size: float, bold: bool) -> Any:
+    """The outline of `text` in points, centred on the origin (cached: labels repeat a lot)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+    from matplotlib.transforms import Affine2D
+    path = TextPath((0, 0), text, prop=FontProperties(size=size, weight="bold" if bold else "normal"))
+    box = path.get_extents()
+    return path.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
+
+
+def _log_axes(ax: Any, x: str = "log", y: str = "log") -> None:
+    """Log scales without minor ticks: each tick is four artists, and a page of small panels
+    spent most of its drawing time on minor ticks nobody reads."""
+    from matplotlib.ticker import NullLocator
+    if x == "symlog":
+        ax.set_xscale("symlog", linthresh=1.0)
+    else:
+        ax.set_xscale(x)
+    ax.set_yscale(y)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_locator(NullLocator())
 
 
 # ---- 2. heatmap -------------------------------------------------------------------------------------
@@ -79,83 +124,106 @@ def heatmaps(df: pd.DataFrame, out: Path) -> list[tuple[dict[str, Any], Path]]:
 
 
 def _heatmap_figure(part: pd.DataFrame) -> Any:
-    directions = list(dict.fromkeys(part["direction"]))
-    candidates = sorted(set(part["candidate"]))
+    ratio, status = analysis.relative_matrix(part, ["direction", "layer_label"])
+    directions = list(dict.fromkeys(ratio.index.get_level_values(0)))
+    candidates = list(ratio.columns)
     names = short_names(candidates)
-    n_layers = part["layer_label"].nunique()
-    longest = max(len(str(x)) for x in part["layer_label"].unique())
-    width = 1.2 + 0.09 * longest + len(directions) * (0.5 * len(candidates) + 0.4)
-    fig = _figure(min(max(width, 7.0), 22.0), 2.6 + 0.27 * n_layers)
+    layers = list(dict.fromkeys(ratio.index.get_level_values(1)))
+    longest = max(len(x) for x in layers)
+    width = 1.0 + 0.075 * longest + len(directions) * (0.48 * len(candidates) + 0.3)
+    fig = _figure(min(max(width, 8.0), 24.0), 2.4 + 0.26 * len(layers))
     axes = fig.subplots(1, len(directions), sharey=True, squeeze=False)[0]
     image = None
     for ax, direction in zip(axes, directions):
-        ratio, status = analysis.relative_matrix(part[part["direction"] == direction])
-        ratio, status = ratio.reindex(columns=candidates), status.reindex(columns=candidates)
-        image = _draw_heatmap(ax, ratio, status.fillna(""))
-        ax.set_title(direction, fontsize=10)
+        r = ratio.loc[direction].reindex(layers)
+        st = status.loc[direction].reindex(layers).fillna("")
+        image = _draw_heatmap(ax, r, st)
+        ax.text(0.5, 1.01, direction, transform=ax.transAxes, ha="center", va="bottom",
+                fontsize=10, fontweight="bold")
         ax.set_xticks(range(len(candidates)), [names[c] for c in candidates], rotation=50,
                       ha="right", rotation_mode="anchor", fontsize=8)
-    axes[0].set_yticks(range(n_layers), list(ratio.index), fontsize=8)
-    _heatmap_legend(fig, image)
-    fig.subplots_adjust(left=(0.2 + 0.075 * longest) / fig.get_figwidth(), right=0.99,
-                        top=1 - 0.45 / fig.get_figheight(), wspace=0.05,
-                        bottom=(0.9 + 0.055 * max(len(n) for n in names.values()) + 0.5)
-                        / fig.get_figheight())
+    axes[0].set_yticks(range(len(layers)), layers, fontsize=8)
+    longest_name = max(len(n) for n in names.values())
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=(0.25 + 0.068 * longest) / fig.get_figwidth(), right=0.99,
+                        top=1 - 0.35 / height, wspace=0.04,
+                        bottom=(0.75 + 0.062 * longest_name) / height)
+    _heatmap_legend(fig, image, 0.12 / height)
     return fig
 
 
 def _draw_heatmap(ax: Any, ratio: pd.DataFrame, status: pd.DataFrame) -> Any:
-    from matplotlib.patches import Rectangle
-    values = np.log2(np.clip(ratio.to_numpy(dtype=float), 1.0, RATIO_CAP))
-    image = ax.imshow(np.ma.masked_invalid(values), cmap="YlOrRd", vmin=0,
-                      vmax=math.log2(RATIO_CAP), aspect="auto", interpolation="nearest")
-    for (i, j), r in np.ndenumerate(ratio.to_numpy(dtype=float)):
-        if not math.isnan(r):
-            dark = math.log2(min(r, RATIO_CAP)) > 1.6
-            ax.text(j, i, _ratio_label(r), ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black", fontweight="bold" if r == 1.0 else None)
-            continue
-        letter, colour, hatch = STATUS_MARKS.get(status.iat[i, j], ("?", "#ffffff", ""))
-        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=colour, hatch=hatch,
-                               edgecolor="#777777", linewidth=0))
-        ax.text(j, i, letter, ha="center", va="center", fontsize=7, fontweight="bold",
-                color="white" if status.iat[i, j] in ("crashed", "wrong") else "black",
-                bbox={"facecolor": colour, "edgecolor": "none", "pad": 0.5})
-    ax.set_xlim(-0.5, ratio.shape[1] - 0.5)
-    ax.set_ylim(ratio.shape[0] - 0.5, -0.5)
+    values = ratio.to_numpy(dtype=float)
+    image = ax.imshow(np.ma.masked_invalid(np.log2(np.clip(values, 1.0, RATIO_CAP))),
+                      cmap="YlOrRd", vmin=0, vmax=math.log2(RATIO_CAP), aspect="auto",
+                      interpolation="nearest")
+    timed = ~np.isnan(values)
+    _status_cells(ax, status.to_numpy(dtype=object), timed)
+    texts, xy, colours = [], [], []
+    for (i, j), r in np.ndenumerate(values):
+        if timed[i, j]:
+            texts.append(_ratio_label(r))
+            colours.append("white" if math.log2(min(r, RATIO_CAP)) > 1.6 else "black")
+        else:
+            state = status.iat[i, j]
+            texts.append(STATUS_MARKS.get(state, ("?",))[0])
+            colours.append("white" if state in ("crashed", "wrong") else "black")
+        xy.append((j, i))
+    _labels(ax, texts, np.array(xy, dtype=float), colours)
+    ax.set_xlim(-0.5, values.shape[1] - 0.5)
+    ax.set_ylim(values.shape[0] - 0.5, -0.5)
     ax.tick_params(length=0)
     return image
+
+
+def _status_cells(ax: Any, status: np.ndarray, timed: np.ndarray) -> None:
+    """Colour and hatch each untimed cell by why it has no time: one collection per status."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+    for state, (_, colour, hatch) in STATUS_MARKS.items():
+        cells = np.argwhere((status == state) & ~timed)
+        if len(cells) == 0:
+            continue
+        boxes = [Rectangle((j - 0.5, i - 0.5), 1, 1) for i, j in cells]
+        ax.add_collection(PatchCollection(boxes, facecolor=colour, hatch=hatch,
+                                          edgecolor="#9a9a9a", linewidth=0, zorder=2))
 
 
 def _ratio_label(r: float) -> str:
     return "1" if r == 1.0 else (f"{r:.1f}" if r < 9.95 else f"{r:.0f}")
 
 
-def _heatmap_legend(fig: Any, image: Any) -> None:
+def _heatmap_legend(fig: Any, image: Any, bottom: float) -> None:
     from matplotlib.patches import Patch
-    handles = [Patch(facecolor=c, hatch=h, edgecolor="#777777",
+    handles = [Patch(facecolor=c, hatch=h, edgecolor="#9a9a9a",
                      label=f"{letter} {STATUS_LABELS.get(s, s.replace('_', ' '))}")
                for s, (letter, c, h) in STATUS_MARKS.items()]
     fig.legend(handles=handles, loc="lower left", ncol=len(handles), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.0, 0.0))
-    bar_ax = fig.add_axes((0.72, 0.012, 0.26, 0.018))
+               bbox_to_anchor=(0.0, 0.0), handlelength=1.6, columnspacing=1.0)
+    bar_ax = fig.add_axes((0.74, bottom + 0.01, 0.24, 0.16 / fig.get_figheight()))
     bar = fig.colorbar(image, cax=bar_ax, orientation="horizontal")
     ticks = [0, 1, 2, math.log2(RATIO_CAP)]
     bar.set_ticks(ticks, labels=["best", "2×", "4×", f"≥{RATIO_CAP:g}×"], fontsize=7)
+    bar.ax.tick_params(length=2)
 
 
 # ---- 3. workspace ---------------------------------------------------------------------------------
+PARETO_KEYS = ["layer_label", "direction", "precision", "layout", "timing_mode"]
+
+
 def pareto_figures(df: pd.DataFrame, out: Path) -> list[tuple[dict[str, Any], Path]]:
     """Per precision x layout x mode: a small panel per layer, time against workspace, with the
     front of each direction drawn as a staircase."""
     written = []
     keys = ["precision", "layout", "timing_mode"]
     colours = _direction_colours(df)
-    for values, part in df.groupby(keys, sort=False):
-        if analysis.verified(part).empty:
-            continue
+    ok = analysis.verified(df)
+    fronts = analysis.pareto_fronts(df, PARETO_KEYS)
+    front_parts = dict(iter(fronts.groupby(keys, sort=False)))
+    for values, part in ok.groupby(keys, sort=False):
         path = out / f"pareto_{slug(*values)}.png"
-        written.append((dict(zip(keys, values)), _save(_pareto_figure(part, colours), path)))
+        figure = _pareto_figure(part, front_parts[values], colours)
+        written.append((dict(zip(keys, values)), _save(figure, path)))
     return written
 
 
@@ -165,34 +233,49 @@ def _direction_colours(df: pd.DataFrame) -> dict[str, Any]:
     return {d: cmap(i) for i, d in enumerate(dict.fromkeys(df["direction"]))}
 
 
-def _pareto_figure(part: pd.DataFrame, colours: dict[str, Any]) -> Any:
-    layers = list(dict.fromkeys(part["layer_label"]))
+def _pareto_figure(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, Any]) -> Any:
+    """Shared axes: the panels compare across layers, and only the outer ones carry tick labels
+    (per-panel tick labels were most of the drawing time)."""
+    layers = list(dict.fromkeys(ok["layer_label"]))
     ncols = min(5, len(layers))
-    fig = _figure(2.8 * ncols, 0.6 + 2.3 * math.ceil(len(layers) / ncols))
-    for ax, layer in zip(_grid(fig, len(layers), ncols), layers):
-        at_layer = part[part["layer_label"] == layer]
-        for direction, rows in at_layer.groupby("direction", sort=False):
-            _pareto_axis(ax, rows, colours[direction])
-        ax.set_title(layer, fontsize=8)
-        ax.set_xscale("symlog", linthresh=1.0)
-        ax.set_yscale("log")
+    fig = _figure(2.7 * ncols + 0.6, 0.7 + 1.9 * math.ceil(len(layers) / ncols))
+    axes = _grid(fig, len(layers), ncols, share=True)
+    by_layer = dict(iter(ok.groupby("layer_label", sort=False)))
+    fronts_by_layer = dict(iter(fronts.groupby("layer_label", sort=False)))
+    _log_axes(axes[0], x="symlog")
+    # Fixed limits: autoscaling twenty shared axes re-walks every sibling and was slow.
+    mib = ok["workspace_bytes"].astype(float).fillna(0.0) / (1 << 20)
+    axes[0].set_xlim(-0.3, max(float(mib.max()), 1.0) * 2.5)
+    axes[0].set_ylim(float(ok["median_ms"].min()) / 1.6, float(ok["median_ms"].max()) * 1.6)
+    axes[0].set_autoscale_on(False)
+    for ax, layer in zip(axes, layers):
+        ax.set_autoscale_on(False)
+        _pareto_axis(ax, by_layer[layer], fronts_by_layer.get(layer), colours)
+        ax.text(0.03, 0.95, layer, transform=ax.transAxes, fontsize=8, va="top")
+    for ax in axes:
         ax.tick_params(labelsize=7)
         ax.grid(True, which="major", alpha=0.3)
+        ax.label_outer()
     _legend_lines(fig, colours)
     fig.supxlabel("workspace (MiB, symlog)", fontsize=9)
     fig.supylabel("median time (ms)", fontsize=9)
-    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.6 / fig.get_figheight(),
-                        bottom=0.5 / fig.get_figheight() + 0.03, hspace=0.45, wspace=0.3)
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.6 / fig.get_figwidth() + 0.03, right=0.99, top=1 - 0.45 / height,
+                        bottom=0.55 / height, hspace=0.08, wspace=0.06)
     return fig
 
 
-def _pareto_axis(ax: Any, rows: pd.DataFrame, colour: Any) -> None:
-    ok = analysis.verified(rows)
-    mib = ok["workspace_bytes"].fillna(0).astype(float) / (1 << 20)
-    ax.scatter(mib, ok["median_ms"], s=9, color=colour, alpha=0.35, linewidths=0)
-    front = analysis.pareto_front(rows)
-    ax.step(front["ws"] / (1 << 20), front["median_ms"], where="post", color=colour,
-            marker="o", markersize=3, linewidth=1.2)
+def _pareto_axis(ax: Any, ok: pd.DataFrame, fronts: pd.DataFrame | None,
+                 colours: dict[str, Any]) -> None:
+    for direction, rows in ok.groupby("direction", sort=False):
+        ax.plot(rows["workspace_bytes"].astype(float).fillna(0.0) / (1 << 20), rows["median_ms"],
+                linestyle="none", marker="o", markersize=2.5, alpha=0.3, markeredgewidth=0,
+                color=colours[direction])
+    if fronts is None:
+        return
+    for direction, front in fronts.groupby("direction", sort=False):
+        ax.step(front["ws"] / (1 << 20), front["median_ms"], where="post",
+                color=colours[direction], marker="o", markersize=2.5, linewidth=1.1)
 
 
 def _legend_lines(fig: Any, colours: dict[str, Any]) -> None:
@@ -259,8 +342,7 @@ def _accuracy_axis(ax: Any, rows: pd.DataFrame, colours: dict[str, Any]) -> None
         ax.axhline(tol, color="black", linestyle="--", linewidth=0.9)
         ax.annotate(f"tolerance {tol:.0e}", (0.01, tol), xycoords=("axes fraction", "data"),
                     fontsize=7, va="bottom")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    _log_axes(ax)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
 
@@ -309,8 +391,7 @@ def _roofline_axis(ax: Any, rows: pd.DataFrame, peak: float, bandwidth_gbps: flo
     if bandwidth_gbps:
         ceiling = np.minimum(ceiling, x * bandwidth_gbps / 1000.0)
     ax.plot(x, ceiling, color="black", linewidth=1.2)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    _log_axes(ax)
     ax.tick_params(labelsize=7)
     ax.grid(True, which="major", alpha=0.3)
 

@@ -120,17 +120,10 @@ def workspace_section(df: pd.DataFrame, totals: pd.DataFrame, fig_dir: Path, rel
                                     tables.workspace_totals_table(totals)))
     pareto = [(_label(i), p) for i, p in figures.pareto_figures(df, fig_dir)]
     blocks += _figure_blocks(pareto, rel, "Workspace vs time per layer, Pareto fronts")
-    fronts = _fronts(df)
+    fronts = analysis.pareto_fronts(df, figures.PARETO_KEYS)
     if len(fronts):
         blocks.append(Fold("Pareto fronts as a table", (tables.pareto_table(fronts),)))
     return Section("Workspace vs time", "workspace", tuple(blocks))
-
-
-def _fronts(df: pd.DataFrame) -> pd.DataFrame:
-    keys = ["layer_label", "direction", "precision", "layout", "timing_mode"]
-    parts = [analysis.pareto_front(part) for _, part in df.groupby(keys, sort=False)]
-    parts = [p for p in parts if len(p)]
-    return pd.concat(parts) if parts else pd.DataFrame()
 
 
 def accuracy_section(df: pd.DataFrame, fig_dir: Path, rel: str) -> Section:

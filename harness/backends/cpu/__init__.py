@@ -1,0 +1,22 @@
+"""The NumPy CPU backend: direct, im2col+GEMM, FFT and Winograd convolution in fp32 and fp64.
+
+Adding an algorithm is one class (a CpuAlgorithm subclass in its own module) and one entry in
+`ALGORITHMS`.
+"""
+from __future__ import annotations
+
+from harness.backends.base import Algorithm, Backend
+from harness.backends.cpu.direct import Direct
+from harness.backends.cpu.fft import Fft
+from harness.backends.cpu.im2col import Im2col
+
+ALGORITHMS: tuple[type[Algorithm], ...] = (Direct, Im2col, Fft)
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    device = "cpu"
+    description = "NumPy algorithms (BLAS GEMMs, pocketfft FFTs) on the host CPU"
+
+    def algorithms(self) -> list[Algorithm]:
+        return [cls() for cls in ALGORITHMS]

@@ -1,0 +1,128 @@
+"""What every NumPy algorithm shares: precision and layout rules, scratch allocation under the
+point's workspace limit, the padded-input buffer, tap windows, and the `Prepared` object.
+
+Internal layout: the algorithms work on "CNHW" (channels outermost, images inside) so that a
+grouped GEMM sees every image of a group as one long matrix instead of one small GEMM per image.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.backends.base import Algorithm, ProblemData, Unsupported, WorkspaceExceeded
+from harness.problem import ConvProblem
+from harness.sweep import Point
+
+COMPUTE_DTYPES = {"fp32": np.float32, "fp64": np.float64}
+_PRECISION_REASONS = {
+    "fp16": "NumPy has no fp16 arithmetic (it would compute in float32)",
+    "bf16": "NumPy has no bfloat16 type",
+    "tf32": "NumPy has no TF32 arithmetic (its float32 GEMM rounds like fp32)",
+}
+
+
+def common_reason(point: Point) -> str | None:
+    """The reason no NumPy algorithm runs this point, or None."""
+    if point.precision not in COMPUTE_DTYPES:
+        return _PRECISION_REASONS.get(point.precision, f"precision {point.precision} unsupported")
+    if point.layout != "NCHW":
+        # A NumPy NHWC path would time a transpose around the same NCHW kernels, which says
+        # nothing about the algorithm; the torch_cpu backend measures NHWC for real.
+        return "the NumPy algorithms compute in NCHW only; NHWC would only time a transpose"
+    return None
+
+
+def compute_dtype(point: Point) -> type:
+    return COMPUTE_DTYPES[point.precision]
+
+
+def allocate(point: Point, dtype: Any, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Zeroed scratch buffers, refused with WorkspaceExceeded when they exceed the point's limit.
+
+    Zeroed because several buffers keep zero borders (padding) that launch() never rewrites."""
+    itemsize = np.dtype(dtype).itemsize
+    needed = sum(math.prod(shape) * itemsize for shape in shapes.values())
+    if point.workspace_limit is not None and needed > point.workspace_limit:
+        raise WorkspaceExceeded(needed, point.workspace_limit)
+    return {name: np.zeros(shape, dtype) for name, shape in shapes.items()}
+
+
+def workspace_of(buffers: dict[str, np.ndarray], extra_bytes: int = 0) -> int:
+    """Bytes of scratch memory: preallocated buffers plus temporaries NumPy allocates per launch."""
+    return sum(a.nbytes for a in buffers.values()) + extra_bytes
+
+
+def tap_window(p: ConvProblem, r: int, s: int) -> tuple[slice, slice]:
+    """Rows and columns of the padded input that kernel tap (r, s) reads for all outputs."""
+    top, left = r * p.dilation_h, s * p.dilation_w
+    return (slice(top, top + (p.out_h - 1) * p.stride_h + 1, p.stride_h),
+            slice(left, left + (p.out_w - 1) * p.stride_w + 1, p.stride_w))
+
+
+def interior(p: ConvProblem) -> tuple[slice, slice]:
+    """Where the unpadded input sits inside the padded plane."""
+    return slice(p.pad_top, p.pad_top + p.in_h), slice(p.pad_left, p.pad_left + p.in_w)
+
+
+def nchw_to_cnhw(array: np.ndarray) -> np.ndarray:
+    """A view with channels outermost; writing through it transposes."""
+    return array.transpose(1, 0, 2, 3)
+
+
+def tap_major_weights(p: ConvProblem, w: np.ndarray) -> np.ndarray:
+    """(K, Cg, R, S) -> view (R, S, G, Kg, Cg): one GEMM operand per tap."""
+    g = p.groups
+    return w.reshape(g, p.filters_per_group, p.channels_per_group, p.kernel_h,
+                     p.kernel_w).transpose(3, 4, 0, 1, 2)
+
+
+class CpuPrepared:
+    """One algorithm bound to one point: operands in the compute dtype, output and scratch
+    preallocated. `kernel` computes into `result` (logical NCHW/KCRS, compute dtype)."""
+    device = "cpu"
+    stream = None
+
+    def __init__(self, result: np.ndarray, kernel: Callable[[], None], workspace_bytes: int):
+        self.result = result
+        self._kernel = kernel  # a closure over the operands and scratch; release() drops it
+        self.workspace_bytes = workspace_bytes
+        self.extras: dict[str, Any] = {}
+
+    def launch(self) -> None:
+        self._kernel()
+
+    def poison(self) -> None:
+        self.result.fill(np.nan)
+
+    def output(self) -> np.ndarray:
+        return self.result.astype(np.float64)
+
+    def release(self) -> None:
+        self._kernel = _released
+        self.result = np.empty(0)
+
+
+def _released() -> None:
+    raise RuntimeError("launch() after release()")
+
+
+class CpuAlgorithm(Algorithm):
+    """Base of the NumPy algorithms: subclasses add `shape_reason` and one builder per direction
+    (`fwd`, `bwd_data`, `bwd_filter`), each returning a CpuPrepared."""
+    backend = "cpu"
+
+    def supports(self, point: Point) -> str | None:
+        return common_reason(point) or self.shape_reason(point.problem, point.direction)
+
+    def shape_reason(self, problem: ConvProblem, direction: str) -> str | None:
+        return None
+
+    def prepare(self, point: Point, data: ProblemData) -> CpuPrepared:
+        reason = self.supports(point)
+        if reason:
+            raise Unsupported(reason)
+        dtype = compute_dtype(point)
+        build: Callable[..., CpuPrepared] = getattr(self, point.direction)
+        return build(point, data, dtype)
