@@ -43,6 +43,9 @@ def _machine_label(env: dict[str, Any]) -> str:
 
 
 def _default_out(suite: str, env: dict[str, Any]) -> Path:
+    if not env.get("gpu_name"):
+        from harness import env as envmod
+        env = envmod.fingerprint()
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     return Path("results") / f"{suite}-{_machine_label(env)}-{stamp}.parquet"
 
@@ -71,21 +74,17 @@ def _load_sweep(args: argparse.Namespace):
     return sweep
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _measure(sweep, points, out: Path, resume: bool, seed: int) -> tuple[Any, bool]:
+    """Run `points`, appending rows to `out` as they finish; (results frame, interrupted)."""
     from harness import env as envmod
     from harness import runner, store
-    sweep = _load_sweep(args)
-    planned = runner.plan(sweep)
-    for note in planned.notes:
-        _say(f"note: {note}")
     env = envmod.fingerprint()
-    out = Path(args.out) if args.out else _default_out(sweep.name, env)
-    writer = store.ResultWriter(out, resume=args.resume)
-    done = writer.finished_point_ids() if args.resume else set()
-    todo = [p for p in planned.points if p.point_id not in done]
+    writer = store.ResultWriter(out, resume=resume)
+    done = writer.finished_point_ids() if resume else set()
+    todo = [p for p in points if p.point_id not in done]
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    _say(f"suite {sweep.name}: {len(planned.points)} points"
-         + (f", {len(planned.points) - len(todo)} already done" if done else "")
+    _say(f"suite {sweep.name}: {len(points)} points"
+         + (f", {len(points) - len(todo)} already done" if done else "")
          + f"; machine: {env.get('gpu_name') or env.get('cpu_model')}")
     interrupted = False
     with _progress(len(todo)) as advance:
@@ -94,12 +93,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             writer.append(store.to_row(m, run_id, sweep.name, env, stamp))
             advance(m)
         try:
-            runner.run_points(todo, on_result, seed=args.seed)
+            runner.run_points(todo, on_result, seed=seed)
         except KeyboardInterrupt:
             interrupted = True
-    df = writer.finish()
-    df = _with_roofline(df, env, out)
+    df = _with_roofline(writer.finish(), env, out)
     _say(f"wrote {len(df)} rows to {out}")
+    return df, interrupted
+
+
+def _planned(sweep):
+    from harness import runner
+    planned = runner.plan(sweep)
+    for note in planned.notes:
+        _say(f"note: {note}")
+    return planned.points
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness import env as envmod
+    sweep = _load_sweep(args)
+    points = _planned(sweep)
+    out = Path(args.out) if args.out else _default_out(sweep.name, envmod.fingerprint(False))
+    df, interrupted = _measure(sweep, points, out, args.resume, args.seed)
     _print_best(df)
     if interrupted:
         _warn("interrupted: finished rows were kept; rerun with --resume to finish")
@@ -241,6 +256,108 @@ def cmd_peaks(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- regression checks --------------------------------------------------------------------------
+def _compare_options(args: argparse.Namespace, suite_threshold: float | None = None):
+    from harness import compare
+    try:
+        threshold = (compare.parse_threshold(args.threshold) if args.threshold is not None
+                     else suite_threshold if suite_threshold is not None
+                     else compare.DEFAULT_THRESHOLD)
+        return compare.CompareOptions(
+            alpha=args.alpha, threshold=threshold,
+            layer_thresholds=compare.parse_layer_thresholds(args.layer_threshold or []),
+            correction=args.correction, allow_env_mismatch=args.allow_env_mismatch)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def _judge(base, new, options):
+    from harness import compare
+    try:
+        return compare.compare(base, new, options)
+    except compare.EnvironmentMismatch as err:
+        raise UserError(f"{err} (pass --allow-env-mismatch to compare anyway)") from None
+
+
+def _verdict_exit(comparison, args: argparse.Namespace) -> int:
+    from harness import compare
+    summary = compare.markdown_summary(comparison)
+    _say(summary)
+    if args.report:
+        Path(args.report).write_text(summary)
+    if args.verdicts:
+        comparison.to_frame().to_csv(args.verdicts, index=False)
+    return EXIT_REGRESSION if comparison.has_regression else EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness import store
+    base, new = store.load(args.baseline), store.load(args.candidate)
+    return _verdict_exit(_judge(base, new, _compare_options(args)), args)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run the suite, compare with the baseline, re-measure flagged rows up to --confirm times,
+    and fail only for regressions that every round confirms."""
+    from harness import compare, store
+    sweep = _load_sweep(args)
+    timing = replace(sweep.timing, min_samples=max(sweep.timing.min_samples, args.min_samples),
+                     max_samples=max(sweep.timing.max_samples, args.min_samples))
+    sweep = replace(sweep, timing=timing)
+    options = _compare_options(args, sweep.regression_threshold)
+    base = store.load(args.baseline)
+    points = _planned(sweep)
+    out = Path(args.out) if args.out else Path("results") / f"{sweep.name}-check.parquet"
+    new, interrupted = _measure(sweep, points, out, resume=False, seed=args.seed)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    wanted = {p.point_id for p in points}
+    base = base[base["point_id"].isin(wanted)]
+    comparison = _judge(base, new, options)
+    for round_number in range(1, args.confirm + 1):
+        flagged = set(compare.flagged_point_ids(comparison))
+        if not flagged:
+            break
+        _say(f"confirmation round {round_number}: re-measuring {len(flagged)} flagged points")
+        again = [p for p in points if p.point_id in flagged]
+        rerun_out = out.with_name(f"{out.stem}-confirm{round_number}{out.suffix}")
+        rerun, interrupted = _measure(sweep, again, rerun_out, resume=False, seed=args.seed)
+        if interrupted:
+            return EXIT_INTERRUPTED
+        comparison = compare.confirm(comparison, base, rerun, options)
+    return _verdict_exit(comparison, args)
+
+
+def _add_compare_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threshold", help="practical slowdown threshold, e.g. 5%% or 0.05 "
+                                       "(default: the suite's, else 5%%)")
+    p.add_argument("--layer-threshold", action="append", metavar="LAYER=PCT",
+                   help="a threshold for one layer (repeatable)")
+    p.add_argument("--alpha", type=float, default=0.002, help="significance level (0.002)")
+    p.add_argument("--correction", default="bh", choices=["bh", "holm", "none"],
+                   help="multiple-comparison control across rows (default bh)")
+    p.add_argument("--allow-env-mismatch", action="store_true",
+                   help="compare runs from different GPUs/drivers/libraries; marked in the report")
+    p.add_argument("--report", help="also write the Markdown summary here")
+    p.add_argument("--verdicts", help="write every row's verdict as CSV here")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness import report
+    out = Path(args.out) if args.out else Path("reports") / Path(args.results[0]).stem
+    peaks = None
+    if args.peaks:
+        import json
+        peaks = json.loads(Path(args.peaks).read_text())
+    try:
+        paths = report.render_report(args.results, out, baseline_policy=args.baseline_policy,
+                                     peaks=peaks, embed_images=args.embed_images)
+    except (report.PolicyError, ValueError) as err:
+        raise UserError(str(err)) from None
+    _say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
+    return EXIT_OK
+
+
 # ---- parser -------------------------------------------------------------------------------------
 def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", help="comma list of backends (default: the suite's)")
@@ -284,13 +401,39 @@ def build_parser() -> argparse.ArgumentParser:
     peaks = sub.add_parser("peaks", help="measure this GPU's matrix rates and bandwidth (cached)")
     peaks.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     peaks.set_defaults(func=cmd_peaks)
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    _add_regression_parsers(sub)
+    report = sub.add_parser("report", help="HTML and Markdown report with figures")
+    report.add_argument("results", nargs="+", help="results files or folders")
+    report.add_argument("--out", help="output folder (default reports/<first results name>)")
+    report.add_argument("--baseline-policy", help="heuristic, find, torch, a backend or "
+                                                  "backend:algorithm to compare the best with")
+    report.add_argument("--peaks", help="peaks JSON (convbench peaks) for the roofline figure")
+    report.add_argument("--embed-images", action="store_true",
+                        help="put the figures inside index.html (one self-contained file)")
+    report.set_defaults(func=cmd_report)
     return parser
 
 
-# Subcommands defined further down (report, compare, check, peaks) register themselves here.
-_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+def _add_regression_parsers(sub) -> None:
+    compare = sub.add_parser("compare", help="regression verdicts between two results; "
+                                             "exit 1 on a confirmed slowdown")
+    compare.add_argument("baseline")
+    compare.add_argument("candidate")
+    _add_compare_flags(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    check = sub.add_parser("check", help="run a suite and compare it with a baseline, "
+                                         "confirming flagged rows before failing")
+    check.add_argument("suite")
+    check.add_argument("--baseline", required=True)
+    check.add_argument("--confirm", type=int, default=1, help="confirmation rounds (default 1)")
+    check.add_argument("--min-samples", type=int, default=20,
+                       help="samples per point (fewer can never reach significance)")
+    check.add_argument("--out", help="results of this run (default results/<suite>-check.parquet)")
+    check.add_argument("--seed", type=int, default=0)
+    _add_sweep_flags(check)
+    _add_compare_flags(check)
+    check.set_defaults(func=cmd_check)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -298,9 +441,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from harness.backends.base import BackendUnavailable
     from harness.problem import ProblemError
     from harness.runner import PlanError
+    from harness.store import ResultsError
     from harness.suite import SuiteError
-    return (UserError, SuiteError, PlanError, ProblemError, BackendUnavailable, FileNotFoundError,
-            IsADirectoryError)
+    return (UserError, SuiteError, PlanError, ProblemError, BackendUnavailable, ResultsError,
+            FileNotFoundError, IsADirectoryError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -86,9 +86,10 @@ class CompareOptions:
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha={self.alpha!r} must lie strictly between 0 and 1")
         if self.correction not in CORRECTIONS:
-            raise ValueError(f"correction={self.correction!r} must be one of {', '.join(CORRECTIONS)}")
+            raise ValueError(f"correction={self.correction!r} must be one of "
+                             f"{', '.join(CORRECTIONS)}")
         for name, value in [("threshold", self.threshold), *self.layer_thresholds.items()]:
-            if not (isinstance(value, (int, float)) and 0 <= value < 10):
+            if not (isinstance(value, (int, float)) and 0 <= value <= 1):
                 raise ValueError(f"threshold for {name!r} is {value!r}: give a fraction such as "
                                  f"0.05 for 5%")
 
@@ -165,12 +166,21 @@ class Comparison:
     def geomean_ratio(self) -> float | None:
         """Geometric mean of new/base medians over the matched rows; None when there are none."""
         ratios = [r.ratio for r in self.rows
-                  if r.verdict in MATCHED and r.ratio is not None and r.ratio > 0]
+                  if r.verdict in MATCHED and r.ratio is not None and 0 < r.ratio < math.inf]
         return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
 
     @property
     def has_regression(self) -> bool:
         return any(r.verdict is Verdict.SLOWER for r in self.rows)
+
+    @property
+    def underpowered(self) -> list[RowResult]:
+        """Matched rows whose sample counts cannot reach p <= alpha/m even when every new sample
+        is slower than every old one, so a regression there alone could never be SLOWER. A gate
+        that cannot fire must say so (e.g. 5 samples a side: the smallest p is 0.004)."""
+        matched = [r for r in self.rows if r.verdict in MATCHED]
+        needed = self.options.alpha / max(len(matched), 1)
+        return [r for r in matched if smallest_p(r.n_base, r.n_new) > needed]
 
     def of(self, verdict: Verdict) -> list[RowResult]:
         return [r for r in self.rows if r.verdict is verdict]
@@ -285,6 +295,11 @@ def _u_cdf(n1: int, n2: int) -> np.ndarray:
     return np.minimum(np.cumsum(counts) / math.comb(n1 + n2, n1), 1.0)
 
 
+def smallest_p(n1: int, n2: int) -> float:
+    """The smallest one-sided p-value n1 vs n2 samples can give: complete separation, no ties."""
+    return 1.0 / math.comb(n1 + n2, n1) if n1 and n2 else 1.0
+
+
 def adjust_p_values(p: Sequence[float], method: str) -> np.ndarray:
     """Holm step-down (family-wise error) or Benjamini-Hochberg step-up (false discovery rate)."""
     p = np.asarray(p, dtype=float)
@@ -335,7 +350,8 @@ def _points(df: pd.DataFrame) -> dict[str, _Point]:
     """point_id -> _Point. A point measured in several runs (a folder of results) is judged on
     all its ok samples together."""
     points: dict[str, _Point] = {}
-    for rec in df.to_dict("records"):
+    wanted = [c for c in ("point_id", "status", "reason", "samples_ms", *_META) if c in df.columns]
+    for rec in df[wanted].to_dict("records"):     # only what is read: result files are wide
         pid = str(rec["point_id"])
         point = points.setdefault(pid, _Point(pid, _meta(rec), np.empty(0)))
         status = _text(rec.get("status")) or "unknown"
@@ -441,6 +457,12 @@ def markdown_summary(comparison: Comparison,
                   "differ for reasons other than the change.**"]
         lines += [f"> - {m.describe()}" for m in comparison.env_mismatches] + [""]
     lines += [_counts_line(comparison), "", _geomean_line(comparison), ""]
+    weak = comparison.underpowered
+    if weak:
+        lines += [f"**{len(weak)} of {sum(r.verdict in MATCHED for r in comparison.rows)} matched "
+                  f"rows have too few samples to be called SLOWER on their own** (as few as "
+                  f"{min(min(r.n_base, r.n_new) for r in weak)} a side): collect more samples "
+                  "per point (`[timing] min_samples`, 20 or more for regression runs).", ""]
     if comparison.confirmation_rounds:
         lines += [f"SLOWER rows were re-measured {comparison.confirmation_rounds} time(s); only "
                   "rows flagged every time stay SLOWER.", ""]
@@ -490,20 +512,18 @@ def _fill(template: str, row: RowResult) -> str:
 def parse_threshold(text: str) -> float:
     """'5%', '2.5%' or '0.05' -> 0.05. A bare number of 1 or more is refused as ambiguous."""
     value = text.strip()
+    percent = value.endswith("%")
     try:
-        if value.endswith("%"):
-            fraction = float(value[:-1]) / 100
-        else:
-            fraction = float(value)
-            if fraction >= 1:
-                raise ValueError(f"threshold {text!r} is ambiguous: write {value}% or a fraction "
-                                 f"such as {float(value) / 100:g}")
-    except ValueError as err:
-        if "ambiguous" in str(err):
-            raise
-        raise ValueError(f"threshold {text!r} is not a number, a fraction or a percentage") from None
-    if fraction < 0:
-        raise ValueError(f"threshold {text!r} must not be negative")
+        number = float(value[:-1] if percent else value)
+    except ValueError:
+        raise ValueError(f"threshold {text!r} is not a number, a fraction or a "
+                         "percentage") from None
+    if not percent and number >= 1:
+        raise ValueError(f"threshold {text!r} is ambiguous: write {value}% or a fraction such as "
+                         f"{number / 100:g}")
+    fraction = number / 100 if percent else number
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"threshold {text!r} must lie between 0% and 100%")
     return fraction
 
 
@@ -513,7 +533,8 @@ def parse_layer_thresholds(items: Iterable[str]) -> dict[str, float]:
     for item in items:
         name, sep, value = item.rpartition("=")
         if not sep or not name:
-            raise ValueError(f"layer threshold {item!r} must look like LAYER=PERCENT%, e.g. conv1=2%")
+            raise ValueError(f"layer threshold {item!r} must look like LAYER=PERCENT%, "
+                             "e.g. conv1=2%")
         result[name] = parse_threshold(value)
     return result
 
@@ -556,7 +577,7 @@ def _distinct(df: pd.DataFrame, column: str) -> tuple[str, ...]:
 
 
 def _text(value: Any) -> str | None:
-    if value is None or (not isinstance(value, (list, tuple, np.ndarray)) and pd.isna(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     return str(value)
 

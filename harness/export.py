@@ -97,7 +97,7 @@ def _pytest_benchmark_entry(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _extra_info(r: dict[str, Any]) -> dict[str, Any]:
-    """What pytest-benchmark has no field for: how the time was taken and how good the result was."""
+    """What pytest-benchmark has no field for: how the time was taken, how good the result was."""
     names = ("suite", "run_id", "point_id", "status", "family", "gflops", "noise", "stop_reason",
              "n_samples", "workspace_bytes", "setup_ms", "host_ms", "rel_error", "max_abs_error",
              "tolerance", "effective_precision", "deterministic", "sm_clock_mhz", "throttled",

@@ -1,6 +1,6 @@
-"""pytest plugin `convbench` (entry point in pyproject.toml): convolution timings as pytest-benchmark
-benchmarks, so --benchmark-autosave, --benchmark-compare and --benchmark-compare-fail=median:5%
-work on them.
+"""pytest plugin `convbench` (entry point in pyproject.toml): convolution timings as
+pytest-benchmark benchmarks, so --benchmark-autosave, --benchmark-compare and
+--benchmark-compare-fail=median:5% work on them.
 
     def test_res2a_fwd(convbench):
         convbench('mb32ic64ih56oc64oh56kh3ph1n"resnet_50:res2a_branch2b"',

@@ -203,7 +203,28 @@ def load(path: str | Path) -> pd.DataFrame:
     return read_parquet_or_csv(path)
 
 
+class ResultsError(ValueError):
+    """A file that is not a convbench results file; the message names it."""
+
+
 def read_parquet_or_csv(path: Path) -> pd.DataFrame:
+    try:
+        df = _read_table(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise ResultsError(f"{path} is not a readable convbench results file "
+                           f"({type(err).__name__}: {str(err)[:200]})") from None
+    missing = {"schema_version", "point_id", "status", "samples_ms"} - set(df.columns)
+    if missing:
+        raise ResultsError(f"{path} is not a convbench results file: no column "
+                           f"{', '.join(sorted(missing))}")
+    version = int(df["schema_version"].iloc[0]) if len(df) else SCHEMA_VERSION
+    if version > SCHEMA_VERSION:
+        raise ResultsError(f"{path} has schema version {version}; this convbench reads up to "
+                           f"{SCHEMA_VERSION}: upgrade convbench")
+    return frame(df.to_dict("records"))
+
+
+def _read_table(path: Path) -> pd.DataFrame:
     if path.suffix == ".csv":
         df = pd.read_csv(path)
         df["samples_ms"] = df["samples_ms"].map(
@@ -211,11 +232,7 @@ def read_parquet_or_csv(path: Path) -> pd.DataFrame:
     else:
         df = pd.read_parquet(path)
         df["samples_ms"] = df["samples_ms"].map(lambda s: list(s) if _is_list(s) else [])
-    version = int(df["schema_version"].iloc[0]) if len(df) else SCHEMA_VERSION
-    if version > SCHEMA_VERSION:
-        raise ValueError(f"{path} has schema version {version}; this convbench reads up to "
-                         f"{SCHEMA_VERSION}: upgrade convbench")
-    return frame(df.to_dict("records"))
+    return df
 
 
 def read_journal(path: Path) -> pd.DataFrame:

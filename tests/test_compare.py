@@ -18,7 +18,8 @@ from harness import store
 from harness.compare import (Comparison, CompareOptions, EnvironmentMismatch, RowResult, Verdict,
                              adjust_p_values, compare, confirm, environment_mismatches,
                              flagged_point_ids, mann_whitney_u, markdown_summary,
-                             parse_layer_thresholds, parse_threshold, reproduce_command)
+                             parse_layer_thresholds, parse_threshold, reproduce_command,
+                             smallest_p)
 from harness.env import COMPARABILITY_FIELDS
 
 SEEDS = range(20)
@@ -213,8 +214,9 @@ def test_faster_is_symmetric():
 
 
 def test_per_layer_threshold_overrides_the_suite_threshold():
-    base, new = _frames([_row("conv1", _steady(1.0, seed=1)), _row("conv2", _steady(1.0, seed=3))],
-                        [_row("conv1", _steady(1.08, seed=2)), _row("conv2", _steady(1.03, seed=4))])
+    base, new = _frames(
+        [_row("conv1", _steady(1.0, seed=1)), _row("conv2", _steady(1.0, seed=3))],
+        [_row("conv1", _steady(1.08, seed=2)), _row("conv2", _steady(1.03, seed=4))])
     default = {r.layer: r.verdict for r in compare(base, new).rows}
     assert default == {"conv1": Verdict.SLOWER, "conv2": Verdict.SAME}
     options = CompareOptions(threshold=0.05, layer_thresholds={"conv1": 0.10, "conv2": 0.015})
@@ -364,6 +366,15 @@ def test_reproduce_command_quotes_and_adds_non_default_point_fields():
     assert "`custom`" in markdown_summary(c, reproduce_command=lambda r: "custom")
 
 
+def test_rows_with_too_few_samples_are_reported_as_underpowered():
+    base, new = _frames([_row("few", [1.0, 1.01, 0.99, 1.02, 0.98]), _row("many", _steady(1.0))],
+                        [_row("few", [1.0, 1.01, 0.99, 1.02, 0.98]), _row("many", _steady(1.0))])
+    c = compare(base, new)
+    assert [r.point_id for r in c.underpowered] == ["few"]      # 1/C(10,5) = 0.004 > 0.002/2
+    assert "1 of 2 matched rows have too few samples" in markdown_summary(c)
+    assert smallest_p(10, 10) == pytest.approx(5.4e-6, rel=0.01)
+
+
 def test_markdown_with_nothing_changed():
     base, new, _ = synthetic_pair(0, rows=10)
     text = markdown_summary(compare(base, new))
@@ -390,7 +401,8 @@ def test_compare_reads_frames_written_and_loaded_by_the_store(tmp_path):
 
     c = compare(results(tmp_path / "a.parquet", 1.0, 1), results(tmp_path / "b.parquet", 1.3, 2))
     (r,) = c.rows
-    assert r.verdict is Verdict.SLOWER and (r.layer, r.batch, r.workspace_limit) == ("t:conv", 2, -1)
+    assert r.verdict is Verdict.SLOWER
+    assert (r.layer, r.batch, r.workspace_limit) == ("t:conv", 2, -1)
     assert "--layer t:conv" in markdown_summary(c)
     assert set(c.to_frame()["verdict"]) == {"SLOWER"}
 

@@ -19,6 +19,7 @@ class Table:
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     numeric: tuple[bool, ...] = ()      # right-align these columns
+    title: str = ""
 
     def __post_init__(self) -> None:
         width = len(self.headers)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report import analysis
+from harness.report import tables
 from harness.report.tables import fmt_limit
 
 DPI = 100
@@ -59,12 +60,24 @@ def family_colours(families: list[str]) -> dict[str, Any]:
     return {f: cmap(i % 10) for i, f in enumerate(sorted(set(families)))}
 
 
-def _grid(fig: Any, count: int, ncols: int, share: bool = False) -> list[Any]:
+def _panels(count: int, ncols: int, panel: tuple[float, float], labels: tuple[str, str],
+            share: bool = False, gap: tuple[float, float] = (0.55, 0.6)) -> tuple[Any, list[Any]]:
+    """A figure of `count` panels of `panel` inches, margins fixed in inches (not fractions) so
+    one panel or twenty get the same room for the legend on top and the axis labels."""
     nrows = math.ceil(count / ncols)
+    left, right, top, bottom = 0.95, 0.15, 0.6, 0.6
+    width = max(left + right + ncols * panel[0] + (ncols - 1) * gap[0], 7.0)
+    height = top + bottom + nrows * panel[1] + (nrows - 1) * gap[1]
+    fig = _figure(width, height)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=share, sharey=share).ravel()
     for ax in axes[count:]:
         ax.set_visible(False)
-    return list(axes[:count])
+    panel_w = (width - left - right - (ncols - 1) * gap[0]) / ncols
+    fig.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height,
+                        bottom=bottom / height, wspace=gap[0] / panel_w, hspace=gap[1] / panel[1])
+    fig.supxlabel(labels[0], fontsize=9, y=0.06 / height)
+    fig.supylabel(labels[1], fontsize=9, x=0.06 / width)
+    return fig, list(axes[:count])
 
 
 # ---- text drawn as paths -------------------------------------------------------------------------
@@ -83,7 +96,8 @@ def _labels(ax: Any, texts: list[str], xy: np.ndarray, colours: list[Any], size:
     points_to_pixels = Affine2D().scale(ax.figure.dpi / 72.0)
     ax.add_collection(PathCollection(paths, offsets=xy,
                                      offset_transform=ax.transData, transform=points_to_pixels,
-                                     facecolors=colours, edgecolors="none", zorder=4),
+                                     facecolors=colours, edgecolors="none", zorder=4,
+                                     snap=False),   # snapping erased the bars of an "F"
                       autolim=False)
 
 
@@ -99,16 +113,24 @@ def _glyphs(text: str, size: float, bold: bool) -> Any:
 
 
 def _log_axes(ax: Any, x: str = "log", y: str = "log") -> None:
-    """Log scales without minor ticks: each tick is four artists, and a page of small panels
-    spent most of its drawing time on minor ticks nobody reads."""
-    from matplotlib.ticker import NullLocator
     if x == "symlog":
         ax.set_xscale("symlog", linthresh=1.0)
     else:
         ax.set_xscale(x)
     ax.set_yscale(y)
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_minor_locator(NullLocator())
+
+
+def _tidy_ticks(ax: Any) -> None:
+    """After the data is in: no minor ticks (each tick is four artists, and pages of small
+    panels spent most of their drawing time on minor ticks nobody reads), and 1-2-5 labelled
+    steps on log axes spanning under two decades, which would otherwise show one label or none."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+    for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        axis.set_minor_locator(NullLocator())
+        low, high = sorted(limits)
+        if axis.get_scale() == "log" and low > 0 and high / low < 100:
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 # ---- 2. heatmap -------------------------------------------------------------------------------------
@@ -144,11 +166,12 @@ def _heatmap_figure(part: pd.DataFrame) -> Any:
                       ha="right", rotation_mode="anchor", fontsize=8)
     axes[0].set_yticks(range(len(layers)), layers, fontsize=8)
     longest_name = max(len(n) for n in names.values())
-    height = fig.get_figheight()
-    fig.subplots_adjust(left=(0.25 + 0.068 * longest) / fig.get_figwidth(), right=0.99,
+    width, height = fig.get_figwidth(), fig.get_figheight()
+    right = 1 - 0.75 / width                      # room for the colour bar
+    fig.subplots_adjust(left=(0.25 + 0.068 * longest) / width, right=right,
                         top=1 - 0.35 / height, wspace=0.04,
-                        bottom=(0.75 + 0.062 * longest_name) / height)
-    _heatmap_legend(fig, image, 0.12 / height)
+                        bottom=(0.5 + 0.058 * longest_name) / height)
+    _heatmap_legend(fig, image, right)
     return fig
 
 
@@ -159,17 +182,15 @@ def _draw_heatmap(ax: Any, ratio: pd.DataFrame, status: pd.DataFrame) -> Any:
                       interpolation="nearest")
     timed = ~np.isnan(values)
     _status_cells(ax, status.to_numpy(dtype=object), timed)
-    texts, xy, colours = [], [], []
-    for (i, j), r in np.ndenumerate(values):
-        if timed[i, j]:
-            texts.append(_ratio_label(r))
-            colours.append("white" if math.log2(min(r, RATIO_CAP)) > 1.6 else "black")
-        else:
-            state = status.iat[i, j]
-            texts.append(STATUS_MARKS.get(state, ("?",))[0])
-            colours.append("white" if state in ("crashed", "wrong") else "black")
-        xy.append((j, i))
-    _labels(ax, texts, np.array(xy, dtype=float), colours)
+    ratios = [(_ratio_label(r), "white" if math.log2(min(r, RATIO_CAP)) > 1.6 else "black", (j, i))
+              for (i, j), r in np.ndenumerate(values) if timed[i, j]]
+    letters = [(STATUS_MARKS.get(state, ("?",))[0],
+                "white" if state in ("crashed", "wrong") else "black", (j, i))
+               for (i, j), state in np.ndenumerate(status.to_numpy(dtype=object)) if not timed[i, j]]
+    for labels, bold in ((ratios, False), (letters, True)):
+        if labels:
+            texts, colours, xy = zip(*labels)
+            _labels(ax, list(texts), np.array(xy, dtype=float), list(colours), bold=bold)
     ax.set_xlim(-0.5, values.shape[1] - 0.5)
     ax.set_ylim(values.shape[0] - 0.5, -0.5)
     ax.tick_params(length=0)
@@ -187,21 +208,28 @@ def _status_cells(ax: Any, status: np.ndarray, timed: np.ndarray) -> None:
         boxes = [Rectangle((j - 0.5, i - 0.5), 1, 1) for i, j in cells]
         ax.add_collection(PatchCollection(boxes, facecolor=colour, hatch=hatch,
                                           edgecolor="#9a9a9a", linewidth=0, zorder=2))
+        # A plain patch under the letter so the hatch never crosses it.
+        ax.scatter(cells[:, 1], cells[:, 0], marker="s", s=85, color=colour, linewidths=0,
+                   zorder=3)
 
 
 def _ratio_label(r: float) -> str:
     return "1" if r == 1.0 else (f"{r:.1f}" if r < 9.95 else f"{r:.0f}")
 
 
-def _heatmap_legend(fig: Any, image: Any, bottom: float) -> None:
+def _heatmap_legend(fig: Any, image: Any, right: float) -> None:
+    """Status swatches along the bottom, the colour scale upright at the right."""
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=c, hatch=h, edgecolor="#9a9a9a",
                      label=f"{letter} {STATUS_LABELS.get(s, s.replace('_', ' '))}")
                for s, (letter, c, h) in STATUS_MARKS.items()]
-    fig.legend(handles=handles, loc="lower left", ncol=len(handles), fontsize=8, frameon=False,
+    ncol = len(handles) if fig.get_figwidth() >= 8.5 else 3
+    fig.legend(handles=handles, loc="lower left", ncol=ncol, fontsize=8, frameon=False,
                bbox_to_anchor=(0.0, 0.0), handlelength=1.6, columnspacing=1.0)
-    bar_ax = fig.add_axes((0.74, bottom + 0.01, 0.24, 0.16 / fig.get_figheight()))
-    bar = fig.colorbar(image, cax=bar_ax, orientation="horizontal")
+    box = fig.axes[0].get_position()
+    bar_ax = fig.add_axes((right + 0.12 / fig.get_figwidth(), box.y0,
+                           0.14 / fig.get_figwidth(), box.height))
+    bar = fig.colorbar(image, cax=bar_ax)
     ticks = [0, 1, 2, math.log2(RATIO_CAP)]
     bar.set_ticks(ticks, labels=["best", "2×", "4×", f"≥{RATIO_CAP:g}×"], fontsize=7)
     bar.ax.tick_params(length=2)
@@ -237,9 +265,9 @@ def _pareto_figure(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, An
     """Shared axes: the panels compare across layers, and only the outer ones carry tick labels
     (per-panel tick labels were most of the drawing time)."""
     layers = list(dict.fromkeys(ok["layer_label"]))
-    ncols = min(5, len(layers))
-    fig = _figure(2.7 * ncols + 0.6, 0.7 + 1.9 * math.ceil(len(layers) / ncols))
-    axes = _grid(fig, len(layers), ncols, share=True)
+    fig, axes = _panels(len(layers), min(5, len(layers)), (2.55, 1.75),
+                        ("workspace (MiB, symlog)", "median time (ms)"), share=True,
+                        gap=(0.08, 0.1))
     by_layer = dict(iter(ok.groupby("layer_label", sort=False)))
     fronts_by_layer = dict(iter(fronts.groupby("layer_label", sort=False)))
     _log_axes(axes[0], x="symlog")
@@ -252,16 +280,12 @@ def _pareto_figure(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, An
         ax.set_autoscale_on(False)
         _pareto_axis(ax, by_layer[layer], fronts_by_layer.get(layer), colours)
         ax.text(0.03, 0.95, layer, transform=ax.transAxes, fontsize=8, va="top")
+    _tidy_ticks(axes[0])     # shared axes share their tickers
     for ax in axes:
         ax.tick_params(labelsize=7)
         ax.grid(True, which="major", alpha=0.3)
         ax.label_outer()
     _legend_lines(fig, colours)
-    fig.supxlabel("workspace (MiB, symlog)", fontsize=9)
-    fig.supylabel("median time (ms)", fontsize=9)
-    height = fig.get_figheight()
-    fig.subplots_adjust(left=0.6 / fig.get_figwidth() + 0.03, right=0.99, top=1 - 0.45 / height,
-                        bottom=0.55 / height, hspace=0.08, wspace=0.06)
     return fig
 
 
@@ -288,25 +312,29 @@ def _legend_lines(fig: Any, colours: dict[str, Any]) -> None:
 def workspace_totals_figure(totals: pd.DataFrame, out: Path) -> Path:
     """The oracle network total at each workspace limit, one panel per precision."""
     precisions = list(dict.fromkeys(totals["precision"]))
-    ncols = min(5, len(precisions))
-    fig = _figure(max(3.0 * ncols, 6.0), 3.2 * math.ceil(len(precisions) / ncols))
-    for ax, precision in zip(_grid(fig, len(precisions), ncols), precisions):
+    fig, axes = _panels(len(precisions), min(5, len(precisions)), (2.4, 2.2),
+                        ("workspace limit", "network total (ms, Σ best × multiplicity)"))
+    for ax, precision in zip(axes, precisions):
         part = totals[totals["precision"] == precision]
         limits = list(dict.fromkeys(part["workspace_limit"]))
         for (layout, mode), line in part.groupby(["layout", "timing_mode"], sort=False):
             x = [limits.index(v) for v in line["workspace_limit"]]
             complete = line["missing_oracle"] == 0
             ax.plot(x, line["total_oracle"], marker="o", label=f"{layout} {mode}")
-            ax.scatter(np.array(x)[~complete.to_numpy()], line["total_oracle"][~complete],
-                       s=60, facecolors="none", edgecolors="red", zorder=3)
-        ax.set_xticks(range(len(limits)), [fmt_limit(v) for v in limits], fontsize=7, rotation=20)
+            if not complete.all():
+                ax.scatter(np.array(x)[~complete.to_numpy()], line["total_oracle"][~complete],
+                           s=70, facecolors="none", edgecolors="red", linewidths=1.5, zorder=3,
+                           label="misses points (lower bound)")
+        ax.set_xticks(range(len(limits)), [fmt_limit(v) for v in limits], fontsize=7)
         ax.set_title(precision, fontsize=9)
         ax.tick_params(labelsize=7)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, frameon=False)
-    fig.supylabel("network total (ms, Σ best × multiplicity)", fontsize=9)
-    fig.subplots_adjust(left=0.08, right=0.99, top=0.9, bottom=0.18, wspace=0.3, hspace=0.5)
+    legend = {}
+    for ax in fig.axes:     # one legend for all panels; a label once even if many panels have it
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    fig.legend(list(legend.values()), list(legend), loc="upper center", ncol=len(legend),
+               fontsize=8, frameon=False)
     return _save(fig, out / "workspace_totals.png")
 
 
@@ -317,16 +345,12 @@ def accuracy_figure(df: pd.DataFrame, out: Path) -> Path | None:
         return None
     precisions = list(dict.fromkeys(rows["precision"]))
     colours = family_colours(list(rows["family"]))
-    ncols = min(3, len(precisions))
-    fig = _figure(4.6 * ncols, 0.8 + 3.4 * math.ceil(len(precisions) / ncols))
-    for ax, precision in zip(_grid(fig, len(precisions), ncols), precisions):
+    fig, axes = _panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
+                        ("median time (ms)", "relative L2 error vs float64"))
+    for ax, precision in zip(axes, precisions):
         _accuracy_axis(ax, rows[rows["precision"] == precision], colours)
         ax.set_title(precision, fontsize=9)
     _family_legend(fig, colours, extra_wrong=True)
-    fig.supxlabel("median time (ms)", fontsize=9)
-    fig.supylabel("relative L2 error vs float64", fontsize=9)
-    fig.subplots_adjust(left=0.08, right=0.99, top=1 - 0.6 / fig.get_figheight(),
-                        bottom=0.5 / fig.get_figheight() + 0.04, wspace=0.25, hspace=0.35)
     return _save(fig, out / "accuracy_vs_speed.png")
 
 
@@ -343,6 +367,7 @@ def _accuracy_axis(ax: Any, rows: pd.DataFrame, colours: dict[str, Any]) -> None
         ax.annotate(f"tolerance {tol:.0e}", (0.01, tol), xycoords=("axes fraction", "data"),
                     fontsize=7, va="bottom")
     _log_axes(ax)
+    _tidy_ticks(ax)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
 
@@ -365,17 +390,14 @@ def roofline_figure(df: pd.DataFrame, peaks: dict[str, float], out: Path) -> Pat
         return None
     precisions = list(dict.fromkeys(rows["precision"]))
     colours = family_colours(list(rows["family"]))
-    ncols = min(3, len(precisions))
-    fig = _figure(4.6 * ncols, 0.8 + 3.4 * math.ceil(len(precisions) / ncols))
-    for ax, precision in zip(_grid(fig, len(precisions), ncols), precisions):
+    fig, axes = _panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
+                        ("arithmetic intensity (FLOP / byte of compulsory traffic)",
+                         "achieved TFLOP/s"))
+    for ax, precision in zip(axes, precisions):
         part = rows[rows["precision"] == precision]
         _roofline_axis(ax, part, peaks[precision], peaks.get("bandwidth_gbps"), colours)
         ax.set_title(f"{precision} (peak {peaks[precision]:.4g} TFLOP/s)", fontsize=9)
     _family_legend(fig, colours)
-    fig.supxlabel("arithmetic intensity (FLOP / byte of compulsory traffic)", fontsize=9)
-    fig.supylabel("achieved TFLOP/s", fontsize=9)
-    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.6 / fig.get_figheight(),
-                        bottom=0.5 / fig.get_figheight() + 0.04, wspace=0.25, hspace=0.35)
     return _save(fig, out / "roofline.png")
 
 
@@ -392,41 +414,56 @@ def _roofline_axis(ax: Any, rows: pd.DataFrame, peak: float, bandwidth_gbps: flo
         ceiling = np.minimum(ceiling, x * bandwidth_gbps / 1000.0)
     ax.plot(x, ceiling, color="black", linewidth=1.2)
     _log_axes(ax)
+    _tidy_ticks(ax)
     ax.tick_params(labelsize=7)
     ax.grid(True, which="major", alpha=0.3)
 
 
 # ---- 6. network totals --------------------------------------------------------------------------
 def network_figure(totals: pd.DataFrame, policies: list[str], out: Path) -> Path | None:
-    """Bars per precision and policy at the reference workspace limit; hatched = incomplete."""
-    part = totals[totals["workspace_limit"] == analysis.reference_limit(totals)]
+    """Bars per precision and policy at the reference workspace limit, as multiples of the oracle
+    total (precisions differ 10x in absolute time); hatched = the total misses points."""
+    limit = analysis.reference_limit(totals)
+    part = totals[totals["workspace_limit"] == limit]
     panels = list(part.groupby(["layout", "timing_mode"], sort=False))
     if not panels:
         return None
-    fig = _figure(max(6.0, 4.0 * len(panels)), 3.8)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    relative = len(policies) > 1 and "oracle" in policies
+    fig = _figure(max(6.0, 1.2 + 0.45 * len(policies) * part["precision"].nunique() * len(panels)),
+                  3.8)
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     for ax, ((layout, mode), rows) in zip(axes, panels):
-        _network_axis(ax, rows, policies)
-        ax.set_title(f"{layout} · {mode} · {fmt_limit(analysis.reference_limit(totals))} workspace",
-                     fontsize=9)
-    axes[0].set_ylabel("network total (ms)", fontsize=9)
-    axes[0].legend(fontsize=8, frameon=False)
-    fig.subplots_adjust(left=0.08, right=0.99, top=0.9, bottom=0.12, wspace=0.25)
+        _network_axis(ax, rows, policies, relative)
+        ax.text(0.5, 1.02, f"{layout} · {mode} · {fmt_limit(limit)} workspace",
+                transform=ax.transAxes, ha="center", fontsize=9)
+    axes[0].set_ylabel("network total / oracle total" if relative else "network total (ms)",
+                       fontsize=9)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncol=len(policies),
+               fontsize=8, frameon=False)
+    fig.subplots_adjust(left=0.9 / fig.get_figwidth(), right=0.99, top=0.84, bottom=0.16,
+                        wspace=0.08)
     return _save(fig, out / "network_totals.png")
 
 
-def _network_axis(ax: Any, rows: pd.DataFrame, policies: list[str]) -> None:
+def _network_axis(ax: Any, rows: pd.DataFrame, policies: list[str], relative: bool) -> None:
     width = 0.8 / len(policies)
     x = np.arange(len(rows))
+    oracle = rows["total_oracle"].astype(float).to_numpy() if relative else 1.0
     for i, policy in enumerate(policies):
-        total = rows[f"total_{policy}"].astype(float).fillna(0).to_numpy()
+        total = rows[f"total_{policy}"].astype(float).to_numpy() / oracle
         partial = (rows[f"missing_{policy}"] > 0).to_numpy()
-        bars = ax.bar(x + i * width - 0.4 + width / 2, total, width, label=policy)
+        bars = ax.bar(x + i * width - 0.4 + width / 2, np.nan_to_num(total), width, label=policy)
         for bar, incomplete in zip(bars, partial):
             if incomplete:
                 bar.set_hatch("//")
                 bar.set_alpha(0.5)
-    ax.set_xticks(x, list(rows["precision"]), fontsize=8)
+        if relative and policy != "oracle":
+            ax.bar_label(bars, [f"{v:.2f}" if v == v else "" for v in total], fontsize=6.5,
+                         padding=1)
+    labels = [f"{p}\noracle {tables.fmt_ms(t)} ms" if relative else p
+              for p, t in zip(rows["precision"], rows["total_oracle"])]
+    ax.set_xticks(x, labels, fontsize=8)
+    if relative:
+        ax.axhline(1.0, color="black", linewidth=0.8)
     ax.tick_params(labelsize=7)
     ax.grid(True, axis="y", alpha=0.3)
-

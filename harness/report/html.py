@@ -13,11 +13,14 @@ from harness.report.document import Block, Document, Fold, Image, Section, Table
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1f;
-       margin: 0 auto; padding: 1.5em 2em 4em; max-width: 1500px; }
+       margin: 0 auto; padding: 1.2em 1.5em 4em; max-width: 1500px; }
 h1 { font-size: 1.7em; margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 nav ol { columns: 2; font-size: .95em; }
-table { border-collapse: collapse; margin: .8em 0; font-size: 12.5px; }
-th, td { border: 1px solid #d8d8d8; padding: 3px 7px; text-align: left; vertical-align: top; }
+h3 { font-size: 1.05em; margin: 1.4em 0 .3em; }
+div.scroll { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; margin: .4em 0 .8em; font-size: 12px; }
+th, td { border: 1px solid #d8d8d8; padding: 2px 5px; text-align: left; vertical-align: top; }
+th { font-weight: 600; }
 th { background: #f1f3f5; position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr:nth-child(even) td { background: #fafbfc; }
@@ -76,7 +79,9 @@ def _table(table: Table) -> str:
         "<tr>" + "".join(f'<td class="num">{escape(c)}</td>' if n else f"<td>{escape(c)}</td>"
                          for c, n in zip(row, numeric)) + "</tr>\n"
         for row in table.rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>\n{rows}</tbody></table>\n"
+    title = f"<h3>{escape(table.title)}</h3>\n" if table.title else ""
+    return (f'{title}<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>\n{rows}'
+            f"</tbody></table></div>\n")
 
 
 def _image(image: Image, out_dir: Path, embed: bool) -> str:

@@ -21,7 +21,7 @@ def _section(section: Section) -> str:
 
 def _block(block: Block) -> str:
     if isinstance(block, Text):
-        return block.text + "\n"
+        return _escape(block.text) + "\n"
     if isinstance(block, Table):
         return _table(block)
     if isinstance(block, Image):
@@ -35,7 +35,8 @@ def _block(block: Block) -> str:
 
 def _table(table: Table) -> str:
     numeric = table.numeric or (False,) * len(table.headers)
-    lines = ["| " + " | ".join(_escape(h) for h in table.headers) + " |",
+    title = [f"### {_escape(table.title)}", ""] if table.title else []
+    lines = [*title, "| " + " | ".join(_escape(h) for h in table.headers) + " |",
              "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
     lines += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in table.rows]
     return "\n".join(lines) + "\n"

@@ -27,13 +27,13 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
         policies.append(baseline)
     totals = analysis.network_totals(df, policies)
     rel = fig_dir.name
-    sections = (
+    sections = (     # the headline first: how much the whole network gains
+        network_section(totals, policies, fig_dir, rel),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel),
         workspace_section(df, totals, fig_dir, rel),
         accuracy_section(df, fig_dir, rel),
         roofline_section(df, peaks, fig_dir, rel),
-        network_section(totals, policies, fig_dir, rel),
         environment_section(df),
     )
     return Document(title, tuple(intro(df, baseline)), sections)
@@ -55,8 +55,9 @@ def intro(df: pd.DataFrame, baseline: str | None) -> list[Block]:
                            "compare` instead."))
     throttled = int(df["throttled"].sum())
     if throttled:
-        blocks.append(Text(f"Warning: {throttled} rows were timed with the SM clock under 90% of "
-                           "its maximum (throttled); their times are pessimistic."))
+        rows = "row was" if throttled == 1 else "rows were"
+        blocks.append(Text(f"Warning: {throttled} {rows} timed with the SM clock under 90% of "
+                           "its maximum (throttled); those times are pessimistic."))
     return blocks
 
 
@@ -78,8 +79,10 @@ def best_section(df: pd.DataFrame, baseline: str | None) -> Section:
     best = analysis.best_per_point(df, baseline)
     text = ("Only verified rows (status ok: the output matched the float64 reference within "
             "tolerance) compete; wrong, failed and unsupported rows never win. Speed-up = the "
-            "other's median time / the best median time. Verified = verified / tried candidates. "
-            "[tf32] after a name: its error shows it computed at that lower precision.")
+            "other's median time / the best median time (vs runner-up, vs the baseline); \"same\": "
+            "the baseline picks the best. Mult. = how often the layer occurs in the network. "
+            "Verified = verified / tried candidates. [tf32] after a name: its error shows it "
+            "computed at that lower precision.")
     return Section("Best verified algorithm per layer", "best",
                    (Text(text), *tables.best_tables(best, baseline)))
 
@@ -111,18 +114,21 @@ def _label(info: dict[str, Any]) -> str:
 def workspace_section(df: pd.DataFrame, totals: pd.DataFrame, fig_dir: Path, rel: str) -> Section:
     blocks: list[Block] = [Text(
         "How much time a workspace buys. The network total sums, over layers and directions, the "
-        "best verified time x layer multiplicity under each limit; a red ring (and ≥ in the "
+        "best verified time × layer multiplicity under each limit; a red ring (and ≥ in the "
         "table) marks a total missing points that had no verified algorithm under that limit.")]
     if totals["workspace_limit"].nunique() > 1:
         path = figures.workspace_totals_figure(totals, fig_dir)
         blocks.append(Image(f"{rel}/{path.name}", "Network total under each workspace limit"))
-    blocks.append(tables.maybe_fold("Network total under each workspace limit",
-                                    tables.workspace_totals_table(totals)))
+        blocks.append(tables.maybe_fold("Network total under each workspace limit",
+                                        tables.workspace_totals_table(totals)))
+    if not (df["workspace_bytes"].astype(float) > 0).any():
+        blocks.append(Text("No algorithm reported a workspace (CPU algorithms allocate what they "
+                           "need), so there is no workspace/time trade-off to draw."))
+        return Section("Workspace vs time", "workspace", tuple(blocks))
     pareto = [(_label(i), p) for i, p in figures.pareto_figures(df, fig_dir)]
     blocks += _figure_blocks(pareto, rel, "Workspace vs time per layer, Pareto fronts")
     fronts = analysis.pareto_fronts(df, figures.PARETO_KEYS)
-    if len(fronts):
-        blocks.append(Fold("Pareto fronts as a table", (tables.pareto_table(fronts),)))
+    blocks.append(Fold("Pareto fronts as a table", (tables.pareto_table(fronts),)))
     return Section("Workspace vs time", "workspace", tuple(blocks))
 
 
@@ -160,16 +166,25 @@ def network_section(totals: pd.DataFrame, policies: list[str], fig_dir: Path,
                     rel: str) -> Section:
     meanings = "; ".join(f"{p}: {POLICY_MEANING.get(p, 'the rows of ' + p)}" for p in policies)
     blocks: list[Block] = [Text(
-        "Sum over layers and directions of each policy's pick x layer multiplicity. " + meanings
+        "Sum over layers and directions of each policy's pick × layer multiplicity. " + meanings
         + ". ≥ marks a total missing points where the policy gave no verified result; ratios "
           "are shown only where both totals are complete.")]
-    path = figures.network_figure(totals, policies, fig_dir)
+    # With the oracle alone a bar chart would only repeat the table.
+    path = figures.network_figure(totals, policies, fig_dir) if len(policies) > 1 else None
     if path is not None:
-        blocks.append(Image(f"{rel}/{path.name}", "Network totals per selection policy"))
-    blocks.append(tables.maybe_fold("Network totals", tables.network_table(totals, policies)))
+        blocks.append(Image(f"{rel}/{path.name}", "Network totals per selection policy, "
+                            "relative to the oracle" if len(policies) > 1 else "Network totals"))
+    limit = analysis.reference_limit(totals)
+    headline = totals[totals["workspace_limit"] == limit]
+    blocks.append(tables.network_table(headline, policies,
+                                       f"Workspace {tables.fmt_limit(limit)}"))
+    if len(headline) < len(totals):
+        blocks.append(Fold("Every workspace limit",
+                           (tables.network_table(totals, policies, "Every workspace limit"),)))
     return Section("Network totals per selection policy", "totals", tuple(blocks))
 
 
 def environment_section(df: pd.DataFrame) -> Section:
     return Section("Environment and method", "environment", (
         tables.env_table(df), tables.method_table(df), tables.backend_cost_table(df)))
+

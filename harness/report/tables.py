@@ -89,23 +89,30 @@ def _key_cells(row: pd.Series, keys: Iterable[str]) -> list[str]:
 # ---- 1. best algorithm per point ------------------------------------------------------------------
 def best_tables(best: pd.DataFrame, baseline: str | None) -> list[Block]:
     """One table per direction x precision, rows sorted in network order, long ones folded."""
-    shown = [k for k in analysis.varying(best, ["layout", "workspace_limit", "timing_mode"])]
+    shown = analysis.varying(best, ["layout", "workspace_limit", "timing_mode"])
+    with_workspace = best["best_workspace_bytes"].notna().any()
     blocks: list[Block] = []
     for (direction, precision), part in best.groupby(["direction", "precision"], sort=False):
-        table = _best_table(part, shown, baseline)
-        blocks.append(maybe_fold(f"{direction} · {precision}", table))
+        title = f"{direction} · {precision}"
+        table = _best_table(part, shown, baseline, with_workspace, title)
+        blocks.append(maybe_fold(title, table))
     return blocks
 
 
-def _best_table(part: pd.DataFrame, keys: list[str], baseline: str | None) -> Table:
-    headers = ["Layer", "×", *[KEY_HEADERS[k] for k in keys], "Best verified", "Median ms",
-               "Workspace", "Verified", "Runner-up", "Speed-up vs runner-up"]
+def _best_table(part: pd.DataFrame, keys: list[str], baseline: str | None,
+                with_workspace: bool, title: str) -> Table:
+    headers = ["Layer", "Mult.", *[KEY_HEADERS[k] for k in keys], "Best verified", "Median ms",
+               "Workspace", "Verified", "Runner-up", "vs runner-up"]
     if baseline:
-        headers += [f"{baseline} pick", f"{baseline} ms", f"Speed-up vs {baseline}"]
-    rows = [tuple(_best_cells(r, keys, baseline)) for _, r in part.iterrows()]
-    numeric = tuple(h.endswith("ms") or h.startswith("Speed-up") or h in ("×", "Workspace")
+        headers += [f"{baseline} pick", f"{baseline} ms", f"vs {baseline}"]
+    rows = [_best_cells(r, keys, baseline) for _, r in part.iterrows()]
+    if not with_workspace:   # CPU algorithms report none: a column of dashes says nothing
+        drop = headers.index("Workspace")
+        headers.pop(drop)
+        rows = [r[:drop] + r[drop + 1:] for r in rows]
+    numeric = tuple(h.endswith(" ms") or h.startswith("vs ") or h in ("Mult.", "Workspace")
                     for h in headers)
-    return Table(tuple(headers), tuple(rows), numeric)
+    return Table(tuple(headers), tuple(tuple(r) for r in rows), numeric, title)
 
 
 def _best_cells(r: pd.Series, keys: list[str], baseline: str | None) -> list[str]:
@@ -115,12 +122,18 @@ def _best_cells(r: pd.Series, keys: list[str], baseline: str | None) -> list[str
              f"{r['n_ok']}/{r['n_tried']}", fmt_candidate(r["runner_candidate"]),
              fmt_ratio(r["speedup_runner"])]
     if baseline:
-        status = r["base_status"]
-        pick = fmt_candidate(r["base_candidate"])
-        if not _missing(status) and status != "ok":
-            pick = f"{pick} ({status})"
-        cells += [pick, fmt_ms(r["base_median_ms"]), fmt_ratio(r["speedup_base"])]
+        cells += [_baseline_pick(r), fmt_ms(r["base_median_ms"]), fmt_ratio(r["speedup_base"])]
     return cells
+
+
+def _baseline_pick(r: pd.Series) -> str:
+    """"same" where the baseline already picks the best: the eye finds the rows that differ."""
+    status = r["base_status"]
+    if _missing(status):
+        return DASH
+    if status != "ok":
+        return f"{r['base_candidate']} ({status})"
+    return "same" if r["base_candidate"] == r["best_candidate"] else str(r["base_candidate"])
 
 
 # ---- 3. workspace ---------------------------------------------------------------------------------
@@ -148,7 +161,7 @@ def pareto_table(fronts: pd.DataFrame) -> Table:
 
 
 # ---- 6. network totals per policy -----------------------------------------------------------------
-def network_table(totals: pd.DataFrame, policies: list[str]) -> Table:
+def network_table(totals: pd.DataFrame, policies: list[str], title: str = "") -> Table:
     keys = ["precision", *analysis.varying(totals, ["layout", "workspace_limit", "timing_mode"])]
     headers = [KEY_HEADERS[k] for k in keys] + [f"{p} ms" for p in policies]
     if "oracle" in policies and len(policies) > 1:
@@ -161,7 +174,7 @@ def network_table(totals: pd.DataFrame, policies: list[str]) -> Table:
             cells += [_policy_ratio(r, p) for p in policies if p != "oracle"]
         rows.append(tuple(cells))
     numeric = (False,) * len(keys) + (True,) * (len(headers) - len(keys))
-    return Table(tuple(headers), tuple(rows), numeric)
+    return Table(tuple(headers), tuple(rows), numeric, title)
 
 
 def _policy_ratio(r: pd.Series, policy: str) -> str:
@@ -180,7 +193,7 @@ def env_table(df: pd.DataFrame) -> Table:
             continue
         text = values[0][0] if len(values) == 1 else "; ".join(f"{v} ({n} rows)" for v, n in values)
         rows.append((column.removeprefix("env_"), text))
-    return Table(("Field", "Value"), tuple(rows))
+    return Table(("Field", "Value"), tuple(rows), title="Environment")
 
 
 def counts_text(values: list[tuple[str, int]]) -> str:
@@ -202,7 +215,7 @@ def method_table(df: pd.DataFrame) -> Table:
         ("Throttled rows (SM clock < 90% of max)", str(int(df["throttled"].sum()))),
         ("Rows by status", counts_text(analysis.distinct_values(df, "status"))),
     ]
-    return Table(("What", "Value"), tuple(rows))
+    return Table(("What", "Value"), tuple(rows), title="How the numbers were measured")
 
 
 def backend_cost_table(df: pd.DataFrame) -> Table:
@@ -215,7 +228,7 @@ def backend_cost_table(df: pd.DataFrame) -> Table:
                   fmt_ms(grouped.loc[b, "setup_ms"]) if b in grouped.index else DASH)
                  for b in tried.index)
     return Table(("Backend", "Rows", "Verified", "Host ms per call", "Setup ms"), rows,
-                 (False, True, True, True, True))
+                 (False, True, True, True, True), "Cost per backend (medians of verified rows)")
 
 
 def _median(s: pd.Series) -> float:

@@ -9,8 +9,9 @@ from harness.backends.base import Algorithm, Backend
 from harness.backends.cpu.direct import Direct
 from harness.backends.cpu.fft import Fft
 from harness.backends.cpu.im2col import Im2col
+from harness.backends.cpu.winograd import WinogradF2, WinogradF4
 
-ALGORITHMS: tuple[type[Algorithm], ...] = (Direct, Im2col, Fft)
+ALGORITHMS: tuple[type[Algorithm], ...] = (Direct, Im2col, Fft, WinogradF2, WinogradF4)
 
 
 class CpuBackend(Backend):

@@ -82,45 +82,10 @@ def as_array(matrix: Matrix) -> np.ndarray:
     return np.array([[float(v) for v in row] for row in matrix])
 
 
-# ---- applying a small transform along one tile axis ------------------------------------------
-def _is_unit(matrix: np.ndarray) -> bool:
-    """Entries in {-1, 0, 1}: adds and subtracts of whole arrays beat a gather and a GEMM."""
-    return bool(np.all(np.isin(matrix, (-1.0, 0.0, 1.0))))
-
-
-def _signed_sum(row: np.ndarray, views: Sequence[np.ndarray], out: np.ndarray) -> None:
-    """out = sum_j row[j] * views[j] for a row of -1/0/1 entries."""
-    first = True
-    for coefficient, view in zip(row, views):
-        if coefficient == 0:
-            continue
-        if first:
-            (np.copyto(out, view) if coefficient > 0 else np.negative(view, out=out))
-        else:
-            (np.add if coefficient > 0 else np.subtract)(out, view, out=out)
-        first = False
-
-
-def _transform(matrix: np.ndarray, views: Sequence[np.ndarray], out: np.ndarray,
-               gather: np.ndarray | None) -> None:
-    """out[a] = sum_j matrix[a, j] * views[j]; `gather` is scratch (J, *view shape) for
-    matrices that are not unit (then one GEMM over the gathered views does all rows)."""
-    if gather is None:
-        for a, row in enumerate(matrix):
-            _signed_sum(row, views, out[a])
-        return
-    for j, view in enumerate(views):
-        np.copyto(gather[j], view)
-    np.matmul(matrix, gather.reshape(len(views), -1), out=out.reshape(len(matrix), -1))
-
-
-def _strided(a: np.ndarray, axis: int, start: int, step: int, count: int) -> np.ndarray:
-    index = [slice(None)] * a.ndim
-    index[axis] = slice(start, start + (count - 1) * step + 1, step)
-    return a[tuple(index)]
-
-
-# ---- plans -----------------------------------------------------------------------------------
+# ---- the tile engine ---------------------------------------------------------------------------
+# Each 2-D transform X -> L X R^T of a tile is one GEMM with the Kronecker product L (x) R applied
+# to the flattened tiles: all tiles of a block at once, with BLAS's fused multiply-adds, where the
+# separable form would need a second gather and twice the passes over memory.
 @dataclass(frozen=True)
 class _Tiles:
     """A tiling of an output (rows x cols) into m x m tiles of alpha x alpha input windows."""
@@ -141,6 +106,14 @@ class _Tiles:
     def in_cols(self) -> int:
         return self.tw * self.m + self.alpha - self.m
 
+    def gather(self, src: np.ndarray, size: int, out: np.ndarray) -> None:
+        """out[i, j] = src[:, :, i + m*u, j + m*v] for the size x size window of every tile."""
+        m, th, tw = self.m, self.th, self.tw
+        for i in range(size):
+            rows = slice(i, i + (th - 1) * m + 1, m)
+            for j in range(size):
+                np.copyto(out[i, j], src[:, :, rows, j:j + (tw - 1) * m + 1:m])
+
 
 def _image_blocks(batch: int, bytes_per_image: int) -> list[tuple[int, int]]:
     per = max(1, min(batch, BLOCK_BYTES // max(1, bytes_per_image)))
@@ -149,42 +122,21 @@ def _image_blocks(batch: int, bytes_per_image: int) -> list[tuple[int, int]]:
     return [(n0, min(size, batch - n0)) for n0 in range(0, batch, size)]
 
 
-class _InputTransform:
-    """V (alpha, alpha, C, images, th, tw) = B^T d B for every input tile of a block of images,
-    columns first (strided gathers touch the smaller array), then rows (contiguous runs)."""
-
-    def __init__(self, bt: np.ndarray, tiles: _Tiles, channels: int, images: int, dtype: type):
-        self.bt, self.t = bt.astype(dtype), tiles
-        a, t = tiles.alpha, tiles
-        unit = _is_unit(bt)
-        self.shapes = {"z1": (a, channels, images, t.in_rows, t.tw)}
-        if not unit:
-            self.shapes["g1"] = self.shapes["z1"]
-            self.shapes["g2"] = (a, a, channels, images, t.th, t.tw)
-
-    def __call__(self, buf: dict[str, np.ndarray], d: np.ndarray, v: np.ndarray) -> None:
-        """d: (C, n, in_rows, in_cols) block of the zero-padded input; v: (a, a, C, n, th, tw)."""
-        t, a, n = self.t, self.t.alpha, d.shape[1]
-        z1 = _block(buf, "z1", self.shapes, 2, n)
-        g1 = _block(buf, "g1", self.shapes, 2, n)
-        g2 = _block(buf, "g2", self.shapes, 3, n)
-        _transform(self.bt, [_strided(d, 3, j, t.m, t.tw) for j in range(a)], z1, g1)
-        _transform(self.bt, [_strided(z1, 3, i, t.m, t.th) for i in range(a)], v, g2)
-
-
 def _flat(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int]]:
     """Scratch is allocated flat so that a block's view (a prefix) is contiguous."""
     return {name: (int(np.prod(shape)),) for name, shape in shapes.items()}
 
 
 def _block(buf: dict[str, np.ndarray], name: str, shapes: dict[str, tuple[int, ...]],
-           axis: int, images: int) -> np.ndarray | None:
+           axis: int, images: int) -> np.ndarray:
     """Contiguous view of flat scratch `name` with its image axis shortened to `images`."""
-    if name not in shapes:
-        return None
     shape = list(shapes[name])
     shape[axis] = images
     return buf[name][:int(np.prod(shape))].reshape(shape)
+
+
+def _kron(a: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
+    return np.kron(a, b).astype(dtype)
 
 
 def _gemm(u: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
@@ -223,62 +175,178 @@ class _Correlation:
         self.t = t = _Tiles.of(m, a, rows, cols)
         self.groups, self.channels, self.filters, self.rows, self.cols = (groups, channels,
                                                                          filters, rows, cols)
-        self.at, self.g = mats["at"].astype(dtype), mats["g"].astype(dtype)
-        self.unit_out = _is_unit(mats["at"])
+        self.gg = _kron(mats["g"], mats["g"], dtype)      # (a*a, 9)
+        self.bb = _kron(mats["bt"], mats["bt"], dtype)    # (a*a, a*a)
+        self.aa = _kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
         item = np.dtype(dtype).itemsize
         self.blocks = _image_blocks(batch, a * a * channels * t.th * t.tw * item)
         nb = max(n for _, n in self.blocks)
-        self.inputs = _InputTransform(mats["bt"], t, channels, nb, dtype)
         cg, kg = channels // groups, filters // groups
-        tiles = nb * t.th * t.tw
-        self.shapes = dict(self.inputs.shapes, **{
-            "u": (a * a, groups, kg, cg), "w1": (filters, cg, a, 3), "w2": (filters, cg, a, a),
-            "v": (a, a, channels, nb, t.th, t.tw), "m": (a, a, filters, nb, t.th, t.tw),
-            "y1": (m, a, filters, nb, t.th, t.tw), "y": (m, m, filters, nb, t.th, t.tw)})
+        self.shapes = {
+            "u": (a * a, groups, kg, cg), "d": (a, a, channels, nb, t.th, t.tw),
+            "v": (a * a, channels, nb, t.th, t.tw), "m": (a * a, filters, nb, t.th, t.tw),
+            "y": (m, m, filters, nb, t.th, t.tw)}
         self.aligned = rows == t.th * m and cols == t.tw * m
         if not self.aligned:
             self.shapes["tiles"] = (nb, filters, t.th * m, t.tw * m)
-        del tiles
 
     def __call__(self, buf: dict[str, np.ndarray], d: np.ndarray, w: np.ndarray,
                  out: np.ndarray) -> None:
         t, a, m, k = self.t, self.t.alpha, self.t.m, self.filters
         g, cg, kg = self.groups, self.channels // self.groups, self.filters // self.groups
         u = buf["u"].reshape(self.shapes["u"])
-        self._filters(buf, w, u)
+        # U = G w G^T for every (filter, channel) pair: (G (x) G) @ weights as (9, K*C/g).
+        np.matmul(self.gg, w.reshape(-1, 9).T, out=u.reshape(a * a, -1))
         for n0, n in self.blocks:
-            v = _block(buf, "v", self.shapes, 3, n)
-            self.inputs(buf, d[:, n0:n0 + n], v)
-            mm = _block(buf, "m", self.shapes, 3, n)
+            tiles = _block(buf, "d", self.shapes, 3, n)
+            t.gather(d[:, n0:n0 + n], a, tiles)
+            v = _block(buf, "v", self.shapes, 2, n)
+            np.matmul(self.bb, tiles.reshape(a * a, -1), out=v.reshape(a * a, -1))
+            mm = _block(buf, "m", self.shapes, 2, n)
             _gemm(u, v.reshape(a * a, g, cg, -1), mm.reshape(a * a, g, kg, -1))
-            y = self._outputs(buf, mm, n)
+            y = _block(buf, "y", self.shapes, 3, n)
+            np.matmul(self.aa, mm.reshape(a * a, -1), out=y.reshape(m * m, -1))
             target = out[n0:n0 + n] if self.aligned else _block(buf, "tiles", self.shapes, 0, n)
             np.copyto(target.reshape(n, k, t.th, m, t.tw, m), y.transpose(3, 2, 4, 0, 5, 1))
             if not self.aligned:
                 np.copyto(out[n0:n0 + n], target[:, :, :self.rows, :self.cols])
 
-    def _filters(self, buf: dict[str, np.ndarray], w: np.ndarray, u: np.ndarray) -> None:
-        """U = G w G^T, stored (a*a, groups, K/groups, C/groups) for the GEMMs."""
-        a = self.t.alpha
-        w1, w2 = buf["w1"].reshape(self.shapes["w1"]), buf["w2"].reshape(self.shapes["w2"])
-        np.matmul(self.g, w, out=w1)
-        np.matmul(w1, self.g.T, out=w2)
-        kg, cg = self.filters // self.groups, self.channels // self.groups
-        np.copyto(u.reshape(a, a, self.groups, kg, cg),
-                  w2.reshape(self.groups, kg, cg, a, a).transpose(3, 4, 0, 1, 2))
 
-    def _outputs(self, buf: dict[str, np.ndarray], mm: np.ndarray, n: int) -> np.ndarray:
-        """Y = A^T M A: (m, m, K, n, th, tw)."""
-        m, a = self.t.m, self.t.alpha
-        y1 = _block(buf, "y1", self.shapes, 3, n)
-        y = _block(buf, "y", self.shapes, 3, n)
-        if self.unit_out:
-            for i in range(m):
-                _signed_sum(self.at[i], mm, y1[i])
-            for i in range(m):
-                for j in range(m):
-                    _signed_sum(self.at[j], y1[i], y[i, j])
-        else:
-            np.matmul(self.at, mm.reshape(a, -1), out=y1.reshape(m, -1))
-            np.matmul(self.at, y1.reshape(m, a, -1), out=y.reshape(m, m, -1))
-        return y
+class _FilterGradient:
+    """dw (K, C/groups, 3, 3) = F(3x3, mxm) over the m x m tiles of dy: per tile position a GEMM
+    (K x tiles) @ (tiles x C) sums the products of transformed dy and input tiles."""
+
+    def __init__(self, mats: dict[str, np.ndarray], m: int, p: ConvProblem, dtype: type):
+        a = m + 2
+        self.p, self.t = p, (t := _Tiles.of(m, a, p.out_h, p.out_w))
+        self.bb = _kron(mats["bt"], mats["bt"], dtype)      # (a*a, a*a)
+        self.gg = _kron(mats["g_f"], mats["g_f"], dtype)    # (a*a, m*m)
+        self.aa = _kron(mats["at_f"], mats["at_f"], dtype)  # (9, a*a)
+        item = np.dtype(dtype).itemsize
+        self.blocks = _image_blocks(p.batch, a * a * p.in_channels * t.th * t.tw * item)
+        nb = max(n for _, n in self.blocks)
+        g, kg, cg, k = p.groups, p.filters_per_group, p.channels_per_group, p.out_channels
+        self.shapes = {
+            "d": (a, a, p.in_channels, nb, t.th, t.tw), "v": (a * a, p.in_channels, nb, t.th, t.tw),
+            "e": (m, m, k, nb, t.th, t.tw), "dyt": (a * a, k, nb, t.th, t.tw),
+            "acc": (a * a, g, kg, cg), "part": (a * a, g, kg, cg), "dw": (3, 3, k, cg)}
+
+    def __call__(self, buf: dict[str, np.ndarray], xpad: np.ndarray, dypad: np.ndarray,
+                 dw: np.ndarray) -> None:
+        p, t, a, m = self.p, self.t, self.t.alpha, self.t.m
+        g, kg, cg = p.groups, p.filters_per_group, p.channels_per_group
+        acc = buf["acc"].reshape(self.shapes["acc"])
+        part = buf["part"].reshape(self.shapes["part"])
+        for i, (n0, n) in enumerate(self.blocks):
+            tiles = _block(buf, "d", self.shapes, 3, n)
+            t.gather(xpad[:, n0:n0 + n], a, tiles)
+            v = _block(buf, "v", self.shapes, 2, n)
+            np.matmul(self.bb, tiles.reshape(a * a, -1), out=v.reshape(a * a, -1))
+            grads = _block(buf, "e", self.shapes, 3, n)
+            t.gather(dypad[:, n0:n0 + n], m, grads)
+            dyt = _block(buf, "dyt", self.shapes, 2, n)
+            np.matmul(self.gg, grads.reshape(m * m, -1), out=dyt.reshape(a * a, -1))
+            _gemm_nt(dyt.reshape(a * a, g, kg, -1), v.reshape(a * a, g, cg, -1),
+                     acc if i == 0 else part)
+            if i:
+                np.add(acc, part, out=acc)
+        out = buf["dw"].reshape(self.shapes["dw"])
+        np.matmul(self.aa, acc.reshape(a * a, -1), out=out.reshape(9, -1))
+        np.copyto(dw, out.transpose(2, 3, 0, 1))
+
+
+def _placement(size: int, offset: int, room: int) -> tuple[slice, slice]:
+    """(source, destination) slices putting `size` items at `offset` of a `room`-long axis,
+    dropping what falls outside (a negative offset crops the start)."""
+    start = max(0, -offset)
+    stop = min(size, room - offset)
+    return slice(start, stop), slice(start + offset, stop + offset)
+
+
+class _Winograd(CpuAlgorithm):
+    """F(m x m, 3 x 3) for one m; subclasses choose m and the interpolation points."""
+    family = "winograd"
+    m: ClassVar[int]
+    points: ClassVar[tuple[Fraction, ...]]
+
+    def shape_reason(self, problem: ConvProblem, direction: str) -> str | None:
+        p = problem
+        if (p.kernel_h, p.kernel_w) != (3, 3):
+            return f"{self.name} is for 3x3 kernels, not {p.kernel_h}x{p.kernel_w}"
+        if (p.stride_h, p.stride_w) != (1, 1):
+            return (f"{self.name} needs stride 1 (stride {p.stride_h}x{p.stride_w} would compute "
+                    "every output of the tile and keep a fraction)")
+        if (p.dilation_h, p.dilation_w) != (1, 1):
+            return f"{self.name} needs dilation 1, not {p.dilation_h}x{p.dilation_w}"
+        return None
+
+    def _mats(self) -> dict[str, np.ndarray]:
+        return _matrices(self.m, self.points)
+
+    def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        p = point.problem
+        core = _Correlation(self._mats(), self.m, p.groups, p.in_channels, p.out_channels,
+                            p.batch, p.out_h, p.out_w, dtype)
+        buf = allocate(point, dtype, dict(_flat(core.shapes), xpad=(
+            p.in_channels, p.batch, core.t.in_rows, core.t.in_cols)))
+        x, w = data.x.astype(dtype), data.w.astype(dtype)
+        y = np.empty(p.output_shape, dtype)
+        rows, cols = interior(p)
+
+        def kernel() -> None:
+            buf["xpad"][:, :, rows, cols] = x.transpose(1, 0, 2, 3)
+            core(buf, buf["xpad"], w, y)
+
+        return CpuPrepared(y, kernel, workspace_of(buf))
+
+    def bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        p = point.problem
+        g, cg, kg = p.groups, p.channels_per_group, p.filters_per_group
+        core = _Correlation(self._mats(), self.m, g, p.out_channels, p.in_channels, p.batch,
+                            p.in_h, p.in_w, dtype)
+        buf = allocate(point, dtype, dict(_flat(core.shapes), dypad=(
+            p.out_channels, p.batch, core.t.in_rows, core.t.in_cols),
+            wrot=(p.in_channels, kg, 3, 3)))
+        w, dy = data.w.astype(dtype), data.dy.astype(dtype)
+        dx = np.empty(p.input_shape, dtype)
+        # Full convolution needs 2 rows/cols of zeros around dy; the forward padding removes some.
+        src_r, dst_r = _placement(p.out_h, 2 - p.pad_top, core.t.in_rows)
+        src_c, dst_c = _placement(p.out_w, 2 - p.pad_left, core.t.in_cols)
+
+        def kernel() -> None:
+            np.copyto(buf["wrot"].reshape(g, cg, kg, 3, 3),
+                      w.reshape(g, kg, cg, 3, 3)[..., ::-1, ::-1].transpose(0, 2, 1, 3, 4))
+            buf["dypad"][:, :, dst_r, dst_c] = dy.transpose(1, 0, 2, 3)[:, :, src_r, src_c]
+            core(buf, buf["dypad"], buf["wrot"], dx)
+
+        return CpuPrepared(dx, kernel, workspace_of(buf))
+
+    def bwd_filter(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        p = point.problem
+        core = _FilterGradient(self._mats(), self.m, p, dtype)
+        t = core.t
+        buf = allocate(point, dtype, dict(
+            _flat(core.shapes), xpad=(p.in_channels, p.batch, t.in_rows, t.in_cols),
+            dypad=(p.out_channels, p.batch, t.th * t.m, t.tw * t.m)))
+        x, dy = data.x.astype(dtype), data.dy.astype(dtype)
+        dw = np.empty(p.weight_shape, dtype)
+        rows, cols = interior(p)
+
+        def kernel() -> None:
+            buf["xpad"][:, :, rows, cols] = x.transpose(1, 0, 2, 3)
+            buf["dypad"][:, :, :p.out_h, :p.out_w] = dy.transpose(1, 0, 2, 3)
+            core(buf, buf["xpad"], buf["dypad"], dw)
+
+        return CpuPrepared(dw, kernel, workspace_of(buf))
+
+
+class WinogradF2(_Winograd):
+    name = "winograd_f2x2_3x3"
+    m = 2
+    points = (Fraction(0), Fraction(1), Fraction(-1))
+
+
+class WinogradF4(_Winograd):
+    name = "winograd_f4x4_3x3"
+    m = 4
+    points = (Fraction(0), Fraction(1), Fraction(-1), Fraction(1, 2), Fraction(-2))

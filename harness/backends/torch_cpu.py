@@ -1,0 +1,165 @@
+"""PyTorch on the CPU (oneDNN for fp32, its native kernels for fp64): the peer a user would
+otherwise pick. torch is imported lazily, inside prepare, so `import harness` never needs it.
+
+Padding: torch convolutions take one padding per axis for both sides. Symmetric padding is
+passed through; asymmetric padding is applied explicitly with F.pad in prepare (outside the
+timed launch) for fwd and bwd_filter, and for bwd_data the gradient is taken with respect to
+the padded input and its interior copied out inside launch, so the timed work is still exactly
+what a PyTorch user with that padding would run.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.backends.base import Algorithm, Backend, ProblemData, Unsupported
+from harness.problem import ConvProblem
+from harness.sweep import Point
+
+_MISSING = "torch is not installed (pip install 'convbench[torch]')"
+_DTYPES = {"fp32": "float32", "fp64": "float64"}
+_PRECISION_REASONS = {
+    "tf32": "PyTorch has no TF32 arithmetic on the CPU",
+    "fp16": "only fp32 and fp64 are measured on the CPU (torch's fp16 CPU convolution is not "
+            "a path a user would pick)",
+    "bf16": "only fp32 and fp64 are measured on the CPU here",
+}
+
+
+def _torch() -> Any:
+    import torch  # lazy: heavy, optional
+    return torch
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class TorchPrepared:
+    """The library allocates its result on every call (as it does for users); `result` holds
+    the latest one (an empty placeholder before the first launch). poison() NaN-fills it, so a
+    launch that failed to replace it shows."""
+    device = "cpu"
+    stream = None
+
+    def __init__(self, call: Callable[[], Any], result: Any, workspace_bytes: int):
+        self._call = call
+        self.result = result
+        self.workspace_bytes = workspace_bytes
+        self.extras: dict[str, Any] = {}
+
+    def launch(self) -> None:
+        self.result = self._call()
+
+    def poison(self) -> None:
+        self.result.fill_(float("nan"))
+
+    def output(self) -> np.ndarray:
+        return np.array(self.result.detach().numpy(), dtype=np.float64)  # logical NCHW/KCRS
+
+    def release(self) -> None:
+        self._call = None
+        self.result = None
+
+
+class Conv2d(Algorithm):
+    backend = "torch_cpu"
+    name = "conv2d"
+    family = "library"
+
+    def supports(self, point: Point) -> str | None:
+        if point.precision not in _DTYPES:
+            return _PRECISION_REASONS.get(point.precision, f"precision {point.precision} unsupported")
+        if point.layout not in ("NCHW", "NHWC"):
+            return f"layout {point.layout} unsupported"
+        return None
+
+    def prepare(self, point: Point, data: ProblemData) -> TorchPrepared:
+        reason = self.supports(point)
+        if reason:
+            raise Unsupported(reason)
+        torch = _torch()
+        torch.set_num_threads(_cores())  # every core, as a user's default process would
+        dtype = getattr(torch, _DTYPES[point.precision])
+        fmt = torch.channels_last if point.layout == "NHWC" else torch.contiguous_format
+        x, w, dy = (torch.from_numpy(np.ascontiguousarray(a)).to(dtype).contiguous(
+            memory_format=fmt) for a in (data.x, data.w, data.dy))
+        build = {"fwd": _forward, "bwd_data": _backward_data, "bwd_filter": _backward_filter}
+        call, workspace = build[point.direction](torch, point.problem, x, w, dy, fmt)
+        shape = {"fwd": point.problem.output_shape, "bwd_data": point.problem.input_shape,
+                 "bwd_filter": point.problem.weight_shape}[point.direction]
+        placeholder = torch.empty(shape, dtype=dtype).contiguous(memory_format=fmt)
+        return TorchPrepared(call, placeholder, workspace)
+
+
+def _geometry(p: ConvProblem) -> dict[str, Any]:
+    return {"stride": [p.stride_h, p.stride_w], "dilation": [p.dilation_h, p.dilation_w],
+            "groups": p.groups}
+
+
+def _explicit_pad(torch: Any, p: ConvProblem, x: Any, fmt: Any) -> tuple[Any, list[int], int]:
+    """(input, padding for torch, bytes of the padded copy): asymmetric padding done by hand."""
+    if p.symmetric_padding:
+        return x, [p.pad_top, p.pad_left], 0
+    padded = torch.nn.functional.pad(x, (p.pad_left, p.pad_right, p.pad_top, p.pad_bottom))
+    padded = padded.contiguous(memory_format=fmt)
+    return padded, [0, 0], padded.numel() * padded.element_size()
+
+
+def _forward(torch: Any, p: ConvProblem, x: Any, w: Any, dy: Any, fmt: Any):
+    xin, padding, workspace = _explicit_pad(torch, p, x, fmt)
+    conv = torch.nn.functional.conv2d
+    g = _geometry(p)
+
+    def call() -> Any:
+        return conv(xin, w, None, g["stride"], padding, g["dilation"], g["groups"])
+    return call, workspace
+
+
+def _backward(torch: Any, p: ConvProblem, dy: Any, xin: Any, w: Any, padding: list[int],
+              mask: list[bool]) -> Any:
+    g = _geometry(p)
+    return torch.ops.aten.convolution_backward(
+        dy, xin, w, None, g["stride"], padding, g["dilation"], False, [0, 0], g["groups"], mask)
+
+
+def _backward_data(torch: Any, p: ConvProblem, x: Any, w: Any, dy: Any, fmt: Any):
+    if p.symmetric_padding:
+        padding = [p.pad_top, p.pad_left]
+
+        def call() -> Any:
+            return _backward(torch, p, dy, x, w, padding, [True, False, False])[0]
+        return call, 0
+    # The gradient w.r.t. the explicitly padded input, then its interior (a copy, timed).
+    shape = (p.batch, p.in_channels, p.padded_h, p.padded_w)
+    xin = torch.empty(shape, dtype=x.dtype).contiguous(memory_format=fmt)
+    rows = slice(p.pad_top, p.pad_top + p.in_h)
+    cols = slice(p.pad_left, p.pad_left + p.in_w)
+
+    def call_padded() -> Any:
+        dxpad = _backward(torch, p, dy, xin, w, [0, 0], [True, False, False])[0]
+        return dxpad[:, :, rows, cols].contiguous(memory_format=fmt)
+    return call_padded, xin.numel() * xin.element_size()
+
+
+def _backward_filter(torch: Any, p: ConvProblem, x: Any, w: Any, dy: Any, fmt: Any):
+    xin, padding, workspace = _explicit_pad(torch, p, x, fmt)
+
+    def call() -> Any:
+        return _backward(torch, p, dy, xin, w, padding, [False, True, False])[1]
+    return call, workspace
+
+
+class TorchCpuBackend(Backend):
+    name = "torch_cpu"
+    device = "cpu"
+    description = "PyTorch CPU convolution (oneDNN), the library a user would otherwise call"
+
+    def unavailable_reason(self) -> str | None:
+        return None if importlib.util.find_spec("torch") is not None else _MISSING
+
+    def algorithms(self) -> list[Algorithm]:
+        return [Conv2d()]

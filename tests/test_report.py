@@ -1,0 +1,324 @@
+"""The report: renders from GPU-like and CPU-like frames and from files, shows numbers that match
+the data recomputed here independently, loads every image in a real browser, and stays fast on a
+ResNet-50-sized sweep."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import store
+from harness.measurement import STATUSES
+from harness.report import PolicyError, render_report
+from harness.report import analysis, figures
+from harness.report.tables import fmt_bytes, fmt_ms, fmt_ratio
+
+try:  # tests/ is a plain folder on sys.path, or a package when someone adds __init__.py
+    from report_fixtures import H200_PEAKS, MIB, cpu_frame, expected_best, gpu_frame
+except ImportError:
+    from tests.report_fixtures import H200_PEAKS, MIB, cpu_frame, expected_best, gpu_frame
+
+
+@pytest.fixture(scope="module")
+def small() -> pd.DataFrame:
+    return gpu_frame("small")
+
+
+@pytest.fixture(scope="module")
+def gpu_report(small: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory):
+    return render_report(small, tmp_path_factory.mktemp("gpu") / "report")
+
+
+@pytest.fixture(scope="module")
+def cpu_report(tmp_path_factory: pytest.TempPathFactory):
+    return render_report(cpu_frame(), tmp_path_factory.mktemp("cpu") / "report")
+
+
+# ---- reading the pages back -------------------------------------------------------------------
+class _Tables(HTMLParser):
+    """Every <table> as (title of the <h3> before it, rows of cell texts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[tuple[str, list[list[str]]]] = []
+        self._title, self._text, self._row = "", None, None
+        self._in_h3 = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "h3":
+            self._in_h3, self._title = True, ""
+        elif tag == "table":
+            self.tables.append((self._title, []))
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th"):
+            self._text = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "h3":
+            self._in_h3 = False
+        elif tag in ("td", "th") and self._row is not None:
+            self._row.append(self._text.strip())
+            self._text = None
+        elif tag == "tr" and self._row is not None:
+            self.tables[-1][1].append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._title = ""
+
+    def handle_data(self, data: str) -> None:
+        if self._in_h3:
+            self._title += data
+        if self._text is not None:
+            self._text += data
+
+
+def html_tables(path: Path) -> list[tuple[str, list[list[str]]]]:
+    parser = _Tables()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser.tables
+
+
+def markdown_tables(path: Path) -> list[tuple[str, list[list[str]]]]:
+    tables: list[tuple[str, list[list[str]]]] = []
+    title, current = "", None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            title = line[4:].strip()
+        if line.startswith("|"):
+            cells = [c.strip().replace("\\|", "|").replace("\\*", "*")
+                     for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if current is None:
+                current = []
+                tables.append((title, current))
+            if not set("".join(cells)) <= set("-:"):
+                current.append(cells)
+        else:
+            current = None
+    return tables
+
+
+def find_row(tables: list[tuple[str, list[list[str]]]], title: str,
+             cells: list[str]) -> dict[str, str]:
+    """The row of the table titled `title` that starts with `cells`, keyed by header."""
+    for name, rows in tables:
+        if name == title:
+            header = rows[0]
+            for row in rows[1:]:
+                if row[:len(cells)] == cells:
+                    return dict(zip(header, row))
+    raise AssertionError(f"no row starting {cells} in a table titled {title!r}")
+
+
+# ---- rendering ------------------------------------------------------------------------------------
+def test_import_harness_does_not_import_matplotlib() -> None:
+    code = ("import sys, harness, harness.report, harness.report.analysis; "
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_gpu_report_has_every_section_and_figure(gpu_report) -> None:
+    html = gpu_report.html.read_text(encoding="utf-8")
+    for anchor in ("totals", "best", "heatmap", "workspace", "accuracy", "roofline",
+                   "environment"):
+        assert f'id="{anchor}"' in html
+    names = {p.name for p in gpu_report.figures}
+    assert {"network_totals.png", "workspace_totals.png", "accuracy_vs_speed.png",
+            "roofline.png"} <= names
+    assert sum(n.startswith("heatmap_") for n in names) == 6      # 2 precisions x 3 limits
+    assert sum(n.startswith("pareto_") for n in names) == 2
+    assert "NVIDIA H200" in html and "580.159" in html and "91900" in html   # environment
+    assert "noise_target" in html                                          # stop reasons
+
+
+def test_pages_fetch_nothing_and_link_only_existing_figures(gpu_report) -> None:
+    html = gpu_report.html.read_text(encoding="utf-8")
+    markdown = gpu_report.markdown.read_text(encoding="utf-8")
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert "<link" not in html and "<script src" not in html
+    linked = set(re.findall(r'<img src="([^"]+)"', html))
+    assert linked == set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown))
+    assert linked == {f"figures/{p.name}" for p in gpu_report.figures}
+    assert all((gpu_report.out_dir / path).stat().st_size > 1000 for path in linked)
+
+
+def test_cpu_report_skips_what_the_data_cannot_show(cpu_report) -> None:
+    html = cpu_report.html.read_text(encoding="utf-8")
+    assert "Roofline" in html and "Skipped: no measured peaks" in html
+    assert "No algorithm reported a workspace" in html
+    names = {p.name for p in cpu_report.figures}
+    assert names == {"heatmap_fp32_NCHW_unlimited_warm.png", "accuracy_vs_speed.png"}
+    assert "AMD EPYC 7B13" in html and "heuristic pick" not in html   # no baseline in the data
+
+
+def test_renders_from_parquet_and_csv_files(tmp_path: Path) -> None:
+    df = cpu_frame()
+    store.write(df.iloc[:20], tmp_path / "a.parquet")
+    store.write(df.iloc[20:], tmp_path / "b.csv")
+    paths = render_report([tmp_path / "a.parquet", str(tmp_path / "b.csv")], tmp_path / "out",
+                          baseline_policy="cpu:im2col")
+    tables = markdown_tables(paths.markdown)
+    row = find_row(tables, "fwd · fp32", ["conv1"])
+    assert row["cpu:im2col pick"] in ("same", "cpu:im2col")
+
+
+def test_embedded_images_make_one_self_contained_file(tmp_path: Path) -> None:
+    paths = render_report(cpu_frame(), tmp_path, embed_images=True)
+    html = paths.html.read_text(encoding="utf-8")
+    assert html.count('src="data:image/png;base64,') == len(paths.figures) == 2
+    assert 'src="figures/' not in html
+
+
+def test_a_rerender_removes_stale_figures(tmp_path: Path, small: pd.DataFrame) -> None:
+    render_report(small, tmp_path)
+    paths = render_report(cpu_frame(), tmp_path)
+    assert {p.name for p in (tmp_path / "figures").glob("*.png")} == {p.name for p in paths.figures}
+
+
+# ---- numbers recomputed independently ---------------------------------------------------------
+@pytest.mark.parametrize("page", ["html", "markdown"])
+def test_cells_match_numbers_recomputed_from_the_data(gpu_report, small: pd.DataFrame,
+                                                      page: str) -> None:
+    tables = html_tables(gpu_report.html) if page == "html" else markdown_tables(gpu_report.markdown)
+    # The best verified algorithm, its time and the speed-up over the runner-up and the heuristic.
+    # At this point the planted wrong WINOGRAD_NONFUSED result is the fastest row: it must not win.
+    at = small[(small.layer == "res3a_branch2b") & (small.direction == "fwd")
+               & (small.precision == "fp32") & (small.workspace_limit == store.UNLIMITED_BYTES)]
+    wrong = at[at.status == "wrong"]
+    assert len(wrong) and wrong.median_ms.min() < at[at.status == "ok"].median_ms.min()
+    ok = at[at.status == "ok"].sort_values("median_ms")
+    best, runner = ok.iloc[0], ok.iloc[1]
+    heuristic = at[at.heuristic_pick.fillna(False).astype(bool)].iloc[0]
+    row = find_row(tables, "fwd · fp32", ["res3a_branch2b", "4", "unlimited"])
+    assert row["Best verified"] == f"{best.backend}:{best.algorithm}"
+    assert row["Median ms"] == fmt_ms(best.median_ms)
+    assert row["vs runner-up"] == fmt_ratio(runner.median_ms / best.median_ms)
+    assert row["vs heuristic"] == fmt_ratio(heuristic.median_ms / best.median_ms)
+    assert row["Verified"] == f"{len(ok)}/{len(at)}"
+
+    # A workspace-limited point: the best that fits in 64 MiB, and the workspace it used.
+    limited = expected_best(small, "res4a_branch2b", "bwd_data", "fp16", limit=64 * MIB)
+    row = find_row(tables, "bwd_data · fp16", ["res4a_branch2b", "6", "64 MiB"])
+    assert row["Best verified"] == f"{limited.backend}:{limited.algorithm}"
+    assert row["Median ms"] == fmt_ms(limited.median_ms)
+    assert row["Workspace"] == fmt_bytes(limited.workspace_bytes)
+
+    # The network total: sum over layers and directions of the best time x multiplicity.
+    fp32 = small[(small.precision == "fp32") & (small.status == "ok")
+                 & (small.workspace_limit == store.UNLIMITED_BYTES)]
+    fastest = fp32.groupby(["layer", "direction"]).agg(ms=("median_ms", "min"),
+                                                       mult=("multiplicity", "first"))
+    total = float((fastest.ms * fastest.mult).sum())
+    assert find_row(tables, "Workspace unlimited", ["fp32"])["oracle ms"] == fmt_ms(total)
+
+
+# ---- the pieces ---------------------------------------------------------------------------------
+def test_heatmap_cells_carry_every_non_ok_status(small: pd.DataFrame) -> None:
+    df = analysis.prepare(small)
+    seen: set[str] = set()
+    for _, part in df.groupby(["precision", "layout", "workspace_limit", "timing_mode"]):
+        ratio, status = analysis.relative_matrix(part, ["direction", "layer_label"])
+        assert not (ratio.isna() & (status == "ok")).to_numpy().any()
+        seen |= set(status.to_numpy().ravel())
+    assert set(STATUSES) <= seen
+    assert set(STATUSES) - {"ok"} <= set(figures.STATUS_MARKS)
+    letters = [mark[0] for mark in figures.STATUS_MARKS.values()]
+    assert len(set(letters)) == len(letters)
+
+
+def test_pareto_front_keeps_only_undominated_candidates() -> None:
+    rows = [("a", 0, 5.0), ("b", 10, 3.0), ("c", 20, 4.0), ("d", 30, 1.0), ("e", 0, 6.0)]
+    df = pd.DataFrame({"layer": "L", "candidate": [r[0] for r in rows],
+                       "workspace_bytes": [r[1] for r in rows],
+                       "median_ms": [r[2] for r in rows], "status": "ok"})
+    front = analysis.pareto_fronts(df, ["layer"])
+    assert list(front["candidate"]) == ["a", "b", "d"]
+
+
+def test_baseline_policies(small: pd.DataFrame) -> None:
+    df = analysis.prepare(small)
+    assert analysis.available_policies(df) == ["heuristic", "find", "torch"]
+    for policy in ("find", "torch", "cudnn", "cudnn:IMPLICIT_GEMM"):
+        best = analysis.best_per_point(df, policy)
+        assert (best["speedup_base"].dropna() >= 1.0 - 1e-12).all()   # never beats the oracle
+    with pytest.raises(PolicyError, match="did you mean cudnn:IMPLICIT_GEMM"):
+        analysis.check_policy(df, "cudnn:IMPLICIT_GEM")
+
+
+def test_bad_arguments_are_refused_with_the_value(tmp_path: Path, small: pd.DataFrame) -> None:
+    with pytest.raises(PolicyError, match="'torchh'"):
+        render_report(small, tmp_path, baseline_policy="torchh")
+    with pytest.raises(ValueError, match="peaks\\['fp32'\\]=-1"):
+        render_report(small, tmp_path, peaks={"fp32": -1})
+
+
+def test_roofline_uses_a_given_peaks_table(tmp_path: Path) -> None:
+    paths = render_report(cpu_frame(), tmp_path, peaks={"fp32": 0.36, "bandwidth_gbps": 40})
+    assert "roofline.png" in {p.name for p in paths.figures}
+    assert "the peaks table given" in paths.html.read_text(encoding="utf-8")
+
+
+def test_ceilings_are_recovered_from_roofline_pct(small: pd.DataFrame) -> None:
+    peaks = analysis.implied_ceilings(analysis.prepare(small))
+    for precision in ("fp32", "fp16"):
+        assert peaks[precision] == pytest.approx(H200_PEAKS[precision], rel=1e-6)
+    assert peaks["bandwidth_gbps"] == pytest.approx(H200_PEAKS["bandwidth_gbps"], rel=1e-6)
+
+
+def test_formatters() -> None:
+    assert fmt_ms(0.0096) == "0.0096" and fmt_ms(0.13604) == "0.136" and fmt_ms(12345.6) == "12,346"
+    assert fmt_ratio(1.5) == "1.50×" and fmt_ms(None) == "—"
+    assert fmt_bytes(24.6 * MIB) == "24.6 MiB" and fmt_bytes(0) == "0 B"
+
+
+# ---- a real browser ----------------------------------------------------------------------------
+def _chromium() -> str | None:
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def _run_chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--virtual-time-budget=5000"]
+    return subprocess.run([binary, *flags, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_every_image_loads_in_headless_chromium(gpu_report, tmp_path: Path) -> None:
+    binary = _chromium()
+    if binary is None:
+        pytest.skip("chromium not found (apt-get install -y chromium): browser check not run")
+    url = gpu_report.html.resolve().as_uri()
+    dom = _run_chromium(binary, tmp_path / "profile", "--dump-dom", url)
+    check = re.search(r'data-render-check="([^"]*)"', dom.stdout)
+    assert check, f"the page's check script did not run: {dom.stderr[-2000:]}"
+    images = gpu_report.html.read_text(encoding="utf-8").count("<img ")
+    assert check.group(1) == f"OK images={images} broken=0 errors=0"
+    shot = tmp_path / "report.png"
+    _run_chromium(binary, tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1400,2000",
+                  url)
+    assert shot.exists() and shot.stat().st_size > 50_000
+
+
+# ---- a ResNet-50-sized sweep ------------------------------------------------------------------
+@pytest.mark.slow
+def test_resnet50_sized_sweep_renders_within_a_minute(tmp_path: Path) -> None:
+    df = gpu_frame("resnet50")
+    assert len(df) > 10_000
+    start = time.perf_counter()
+    paths = render_report(df, tmp_path)
+    seconds = time.perf_counter() - start
+    print(f"\nrendered {len(df)} rows, {len(paths.figures)} figures in {seconds:.1f} s")
+    assert seconds < 60
+    html = paths.html.read_text(encoding="utf-8")
+    assert html.count("<details>") >= 15      # 15 long best-algorithm tables are folded
