@@ -145,55 +145,78 @@ def heatmaps(df: pd.DataFrame, out: Path) -> list[tuple[dict[str, Any], Path]]:
     return written
 
 
+GAP = "gap"     # the blank column between two directions' blocks
+
+
 def _heatmap_figure(part: pd.DataFrame) -> Any:
+    """The directions' matrices side by side in ONE axes with a blank column between them: a
+    third of the axes (and their tick machinery) that separate panels cost, same picture."""
     ratio, status = analysis.relative_matrix(part, ["direction", "layer_label"])
     directions = list(dict.fromkeys(ratio.index.get_level_values(0)))
     candidates = list(ratio.columns)
     names = short_names(candidates)
     layers = list(dict.fromkeys(ratio.index.get_level_values(1)))
+    values, states = _side_by_side(ratio, status, directions, layers)
     longest = max(len(x) for x in layers)
-    width = 1.0 + 0.075 * longest + len(directions) * (0.48 * len(candidates) + 0.3)
+    width = 1.3 + 0.075 * longest + len(directions) * (0.48 * len(candidates) + 0.3)
     fig = _figure(min(max(width, 8.0), 24.0), 2.4 + 0.26 * len(layers))
-    axes = fig.subplots(1, len(directions), sharey=True, squeeze=False)[0]
-    image = None
-    for ax, direction in zip(axes, directions):
-        r = ratio.loc[direction].reindex(layers)
-        st = status.loc[direction].reindex(layers).fillna("")
-        image = _draw_heatmap(ax, r, st)
-        ax.text(0.5, 1.01, direction, transform=ax.transAxes, ha="center", va="bottom",
+    ax = fig.add_subplot()
+    image = _draw_heatmap(ax, values, states)
+    step = len(candidates) + 1
+    for k, direction in enumerate(directions):
+        ax.text(k * step + (len(candidates) - 1) / 2, -0.7, direction, ha="center", va="bottom",
                 fontsize=10, fontweight="bold")
-        ax.set_xticks(range(len(candidates)), [names[c] for c in candidates], rotation=50,
-                      ha="right", rotation_mode="anchor", fontsize=8)
-    axes[0].set_yticks(range(len(layers)), layers, fontsize=8)
+    columns = [k * step + j for k in range(len(directions)) for j in range(len(candidates))]
+    ax.set_xticks(columns, [names[c] for c in candidates] * len(directions), rotation=50,
+                  ha="right", rotation_mode="anchor", fontsize=8)
+    ax.set_yticks(range(len(layers)), layers, fontsize=8)
     longest_name = max(len(n) for n in names.values())
     width, height = fig.get_figwidth(), fig.get_figheight()
     right = 1 - 0.75 / width                      # room for the colour bar
     fig.subplots_adjust(left=(0.25 + 0.068 * longest) / width, right=right,
-                        top=1 - 0.35 / height, wspace=0.04,
-                        bottom=(0.5 + 0.058 * longest_name) / height)
+                        top=1 - 0.4 / height, bottom=(0.5 + 0.058 * longest_name) / height)
     _heatmap_legend(fig, image, right)
     return fig
 
 
-def _draw_heatmap(ax: Any, ratio: pd.DataFrame, status: pd.DataFrame) -> Any:
-    values = ratio.to_numpy(dtype=float)
+def _side_by_side(ratio: pd.DataFrame, status: pd.DataFrame, directions: list[str],
+                  layers: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    values, states = [], []
+    for k, direction in enumerate(directions):
+        if k:
+            values.append(np.full((len(layers), 1), np.nan))
+            states.append(np.full((len(layers), 1), GAP, dtype=object))
+        values.append(ratio.loc[direction].reindex(layers).to_numpy(dtype=float))
+        states.append(status.loc[direction].reindex(layers).fillna("").to_numpy(dtype=object))
+    return np.hstack(values), np.hstack(states)
+
+
+def _draw_heatmap(ax: Any, values: np.ndarray, status: np.ndarray) -> Any:
+    from matplotlib.patches import Rectangle
     image = ax.imshow(np.ma.masked_invalid(np.log2(np.clip(values, 1.0, RATIO_CAP))),
                       cmap="YlOrRd", vmin=0, vmax=math.log2(RATIO_CAP), aspect="auto",
                       interpolation="nearest")
     timed = ~np.isnan(values)
-    _status_cells(ax, status.to_numpy(dtype=object), timed)
+    _status_cells(ax, status, timed)
     ratios = [(_ratio_label(r), "white" if math.log2(min(r, RATIO_CAP)) > 1.6 else "black", (j, i))
               for (i, j), r in np.ndenumerate(values) if timed[i, j]]
     letters = [(STATUS_MARKS.get(state, ("?",))[0],
                 "white" if state in ("crashed", "wrong") else "black", (j, i))
-               for (i, j), state in np.ndenumerate(status.to_numpy(dtype=object)) if not timed[i, j]]
+               for (i, j), state in np.ndenumerate(status) if not timed[i, j] and state != GAP]
     for labels, bold in ((ratios, False), (letters, True)):
         if labels:
             texts, colours, xy = zip(*labels)
             _labels(ax, list(texts), np.array(xy, dtype=float), list(colours), bold=bold)
-    ax.set_xlim(-0.5, values.shape[1] - 0.5)
-    ax.set_ylim(values.shape[0] - 0.5, -0.5)
+    rows, cols = values.shape
+    gaps = [j for j in range(cols) if (status[:, j] == GAP).all()]
+    for lo, hi in zip([-1, *gaps], [*gaps, cols]):   # a frame around each direction's block
+        ax.add_patch(Rectangle((lo + 0.5, -0.5), hi - lo - 1, rows, fill=False, linewidth=0.8,
+                               edgecolor="black", zorder=5))
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(rows - 0.5, -0.5)
     ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
     return image
 
 

@@ -1,0 +1,24 @@
+"""Backends planted by tests that run convbench in a subprocess: a slow one, so a sweep can be
+killed half-way on purpose."""
+from __future__ import annotations
+
+import time
+
+from harness.backends.fake import FakeBackend, FakeExact
+
+
+class SlowExact(FakeExact):
+    """Correct, and 30 ms to prepare: a 60-point sweep takes seconds, long enough to kill."""
+    backend = "slow"
+    name = "exact"
+
+    def prepare(self, point, data):
+        time.sleep(0.03)
+        return super().prepare(point, data)
+
+
+class SlowBackend(FakeBackend):
+    name = "slow"
+
+    def algorithms(self):
+        return [SlowExact()]

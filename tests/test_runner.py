@@ -1,0 +1,134 @@
+"""The runner on the fake backend: one row per point, planted faults reported and never ranked,
+workspace limits, resume after a kill."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import analysis, env, runner, store
+from harness.problem import ConvProblem
+from harness.sweep import AlgorithmChoice, Point, Sweep, TimingOptions
+
+MiB = 1 << 20
+PROBLEMS = (
+    ConvProblem(2, 8, 10, 10, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                name="s1"),
+    ConvProblem(2, 8, 10, 10, 16, 3, 3, 2, 2, name="s2", multiplicity=3),
+)
+
+
+def _run(sweep: Sweep) -> list:
+    results = []
+    runner.run_points(runner.plan(sweep).points, results.append)
+    return results
+
+
+def _fake_sweep(**axes) -> Sweep:
+    return Sweep("t", PROBLEMS, directions=("fwd", "bwd_data", "bwd_filter"),
+                 backends=(AlgorithmChoice("fake"),), **axes)
+
+
+def test_every_point_gets_exactly_one_row_with_a_status():
+    sweep = _fake_sweep(workspace_limits=(0, 64 * MiB, None))
+    points = runner.plan(sweep).points
+    results = _run(sweep)
+    assert len(results) == len(points) == 2 * 3 * 6 * 3
+    assert sorted(m.point.point_id for m in results) == sorted(p.point_id for p in points)
+    assert all(m.reason for m in results if m.status != "ok")
+
+
+def test_planted_wrong_result_is_wrong_and_never_the_best():
+    results = _run(_fake_sweep())
+    wrong = [m for m in results if m.point.algorithm == "wrong_fast"]
+    assert {m.status for m in wrong} == {"wrong"}
+    assert all(m.rel_error > m.tolerance and not m.samples_ms for m in wrong)
+    rows = [store.to_row(m, "r", "t", env.fingerprint(False), "now") for m in results]
+    best = analysis.best_per_setting(store.frame(rows))
+    assert len(best) == 2 * 3
+    assert "wrong_fast" not in set(best["algorithm"]) and "wrong_fast" not in " ".join(
+        best["runner_up"].dropna())
+
+
+def test_planted_crash_is_failed_and_the_sweep_finishes():
+    results = _run(_fake_sweep())
+    crashed = [m for m in results if m.point.algorithm == "crash"]
+    assert {m.status for m in crashed} == {"failed"}
+    assert "planted crash" in crashed[0].reason
+    assert sum(m.ok for m in results) == 2 * 3 * 3 + 3  # exact, slow, hungry; stride1 on s1
+
+
+def test_unsupported_and_workspace_limits_are_rows_with_reasons():
+    results = _run(_fake_sweep(workspace_limits=(0, None)))
+    stride = [m for m in results if m.point.algorithm == "stride1_only"
+              and m.point.problem.name == "s2"]
+    assert {m.status for m in stride} == {"unsupported"}
+    hungry = {m.point.workspace_limit: m for m in results if m.point.algorithm == "hungry"
+              and m.point.problem.name == "s1" and m.point.direction == "fwd"}
+    assert hungry[0].status == "workspace_exceeded" and "limit is 0" in hungry[0].reason
+    assert hungry[0].workspace_bytes == 64 * MiB
+    assert hungry[None].ok
+
+
+def test_cpu_timer_stops_for_a_stated_reason():
+    from harness.timer import time_cpu
+    timing = time_cpu(lambda: None, TimingOptions(budget_ms=20, min_samples=5, max_samples=50))
+    assert timing.stop_reason in {"noise_target", "budget", "max_samples"}
+    assert 5 <= len(timing.samples_ms) <= 50
+
+
+def test_run_point_measures_one_point():
+    m = runner.run_point(Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "fake", "exact"))
+    assert m.ok and m.rel_error == 0 and m.gflops > 0
+
+
+def _convbench(args: list[str], cwd: Path) -> subprocess.Popen:
+    tests = Path(__file__).parent
+    code = ("import sys; from harness import backends; "
+            "backends.register('slow', 'planted_backends:SlowBackend'); "
+            "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent)])}
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, env=environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _suite(tmp_path: Path) -> Path:
+    layers = ", ".join(f"'mb2ic4ih{6 + i}oc4oh{6 + i}kh3ph1n\"l{i}\"'" for i in range(10))
+    path = tmp_path / "slow.toml"
+    path.write_text(f"layers = [{layers}]\n[sweep]\ndirections = ['fwd', 'bwd_data', "
+                    "'bwd_filter']\nprecisions = ['fp32', 'fp64']\n"
+                    "[[sweep.backends]]\nname = 'slow'\n")
+    return path
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumed_equals_uninterrupted(tmp_path):
+    suite = _suite(tmp_path)
+    full = tmp_path / "full.parquet"
+    assert _convbench(["run", str(suite), "--out", str(full)], tmp_path).wait(120) == 0
+
+    killed = tmp_path / "killed.parquet"
+    process = _convbench(["run", str(suite), "--out", str(killed)], tmp_path)
+    journal = store.journal_path(killed)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not journal.exists() or
+                                      len(journal.read_text().splitlines()) < 15):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait(30)
+    assert not killed.exists(), "the run finished before it could be killed"
+    partial = store.load(killed)            # the journal of the killed run is readable
+    assert 15 <= len(partial) < 60
+
+    resumed = _convbench(["run", str(suite), "--out", str(killed), "--resume"], tmp_path)
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    assert "already done" in out
+    a, b = store.load(full), store.load(killed)
+    assert len(b) == 60 and b["point_id"].is_unique
+    assert set(a["point_id"]) == set(b["point_id"])
