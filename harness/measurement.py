@@ -30,6 +30,7 @@ class Measurement:
     effective_precision: str | None = None  # what the result's accuracy shows it computed at
     deterministic: bool | None = None       # two runs bitwise equal (None: not checked)
     extras: dict[str, Any] = field(default_factory=dict)
+    planned_point_id: str = ""              # set when an expanding algorithm produced this row
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -103,7 +103,29 @@ class PointExecutor:
         reason = algo.supports(point)
         if reason:
             return [Measurement(p, "unsupported", reason, algo.family) for p in group]
+        if algo.expands:
+            return self._measure_variants(group, point, algo)
         return self._measure_supported(group, point, algo)
+
+    def _measure_variants(self, group: list[Point], point: Point,
+                          algo: Algorithm) -> list[Measurement]:
+        """An expanding algorithm (e.g. every graph-API execution plan) names its concrete
+        variants for this problem; each is measured like an algorithm of its own, and every row
+        remembers the planned point it came from (so --resume can skip it)."""
+        try:
+            variants = algo.variants(point, self._cached_data(point))
+        except Unsupported as err:
+            return [Measurement(p, "unsupported", str(err), algo.family) for p in group]
+        except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
+            return [_failed(p, algo, err) for p in group]
+        rows: list[Measurement] = []
+        for variant in variants:
+            members = [replace(p, algorithm=variant) for p in group]
+            measured = self._measure_supported(members, replace(point, algorithm=variant), algo)
+            rows += [replace(m, planned_point_id=planned.point_id)
+                     for m, planned in zip(measured, group)]
+        return rows or [Measurement(p, "unsupported", "the backend offered no variant",
+                                    algo.family) for p in group]
 
     def _measure_supported(self, group: list[Point], point: Point,
                            algo: Algorithm) -> list[Measurement]:

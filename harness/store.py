@@ -24,6 +24,7 @@ UNLIMITED_BYTES = -1   # how an unlimited workspace limit is stored (NaN would v
 # Every column, in order, with its pandas dtype. One definition; everything else refers to it.
 _CORE_COLUMNS: dict[str, str] = {
     "schema_version": "int64", "run_id": "string", "suite": "string", "point_id": "string",
+    "planned_point_id": "string",
     "finished_at": "string",
     # the problem
     "descriptor": "string", "layer": "string", "multiplicity": "int64", "batch": "int64", "in_channels": "int64",
@@ -78,7 +79,8 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
     element_bytes = ELEMENT_BYTES[pt.precision]
     row: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "suite": suite,
-        "point_id": pt.point_id, "finished_at": finished_at,
+        "point_id": pt.point_id, "planned_point_id": m.planned_point_id or pt.point_id,
+        "finished_at": finished_at,
         "descriptor": to_benchdnn(p), "layer": p.name, "multiplicity": p.multiplicity, "batch": p.batch,
         "in_channels": p.in_channels, "in_h": p.in_h, "in_w": p.in_w,
         "out_channels": p.out_channels, "kernel_h": p.kernel_h, "kernel_w": p.kernel_w,
@@ -141,7 +143,9 @@ class ResultWriter:
     def finished_point_ids(self) -> set[str]:
         """Points already measured by an earlier, interrupted or completed, run of this file."""
         existing = self._existing_rows()
-        return set(existing["point_id"]) if len(existing) else set()
+        if not len(existing):
+            return set()
+        return set(existing["point_id"]) | set(existing["planned_point_id"].dropna())
 
     def append(self, row: dict[str, Any]) -> None:
         self._file.write(json.dumps(row, default=_json_default) + "\n")

@@ -22,3 +22,26 @@ class SlowBackend(FakeBackend):
 
     def algorithms(self):
         return [SlowExact()]
+
+
+class Plans(FakeExact):
+    """Expanding: stands for the two 'plans' of every problem, like graph-API engines."""
+    backend = "plans"
+    name = "all_plans"
+    expands = True
+    _speed = {"plan_fast": 300.0, "plan_slow": 30.0}
+
+    def variants(self, point, data):
+        return list(self._speed)
+
+    def prepare(self, point, data):
+        prepared = super().prepare(point, data)
+        prepared.gflops = self._speed[point.algorithm]
+        return prepared
+
+
+class PlansBackend(FakeBackend):
+    name = "plans"
+
+    def algorithms(self):
+        return [Plans()]

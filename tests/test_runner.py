@@ -132,3 +132,22 @@ def test_killed_sweep_resumed_equals_uninterrupted(tmp_path):
     a, b = store.load(full), store.load(killed)
     assert len(b) == 60 and b["point_id"].is_unique
     assert set(a["point_id"]) == set(b["point_id"])
+
+
+def test_expanding_algorithm_yields_a_row_per_variant_and_resumes(tmp_path):
+    from harness import backends
+    backends.register("plans", "planted_backends:PlansBackend")
+    sweep = Sweep("t", PROBLEMS[:1], backends=(AlgorithmChoice("plans"),),
+                  workspace_limits=(0, None))
+    points = runner.plan(sweep).points
+    results = _run(sweep)
+    assert len(points) == 2 and len(results) == 4
+    assert {m.point.algorithm for m in results} == {"plan_fast", "plan_slow"}
+    assert {m.planned_point_id for m in results} == {p.point_id for p in points}
+    writer = store.ResultWriter(tmp_path / "r.parquet")
+    for m in results:
+        writer.append(store.to_row(m, "r", "t", {}, "now"))
+    assert {p.point_id for p in points} <= writer.finished_point_ids()
+    best = analysis.best_per_setting(store.frame(
+        [store.to_row(m, "r", "t", {}, "now") for m in results]))
+    assert set(best["algorithm"]) == {"plan_fast"}

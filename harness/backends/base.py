@@ -73,6 +73,14 @@ class Algorithm:
     # Multiplies the precision's tolerance. 1 for algorithms that round like a plain dot product;
     # fast algorithms whose transforms amplify rounding set a larger value and say why.
     error_factor: ClassVar[float] = 1.0
+    # An expanding algorithm stands for a set of concrete variants known only once the problem is
+    # seen (cuDNN graph-API execution plans): `variants` names them and `prepare` receives points
+    # whose algorithm is one of those names.
+    expands: ClassVar[bool] = False
+
+    def variants(self, point: Point, data: ProblemData) -> list[str]:
+        """Names of the concrete variants for this point (expanding algorithms only)."""
+        raise NotImplementedError
 
     def supports(self, point: Point) -> str | None:
         """None when this algorithm can run the point, else the reason it cannot."""
