@@ -6,6 +6,7 @@ traceback), 130 interrupted (finished rows are kept).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -351,7 +352,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         peaks = json.loads(Path(args.peaks).read_text())
     try:
         paths = report.render_report(args.results, out, baseline_policy=args.baseline_policy,
-                                     peaks=peaks, embed_images=args.embed_images)
+                                     peaks=peaks, embed_images=args.embed_images,
+                                     title=args.title, jobs=args.jobs)
     except (report.PolicyError, ValueError) as err:
         raise UserError(str(err)) from None
     _say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
@@ -410,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--peaks", help="peaks JSON (convbench peaks) for the roofline figure")
     report.add_argument("--embed-images", action="store_true",
                         help="put the figures inside index.html (one self-contained file)")
+    report.add_argument("--title", help="page title (default: from the data)")
+    report.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="processes drawing figures (default: all cores)")
     report.set_defaults(func=cmd_report)
     return parser
 

@@ -62,6 +62,10 @@ EXTRA_COLUMNS: dict[str, str] = {
     "find_ms": "float64",                # the time cudnnFind reported for this algorithm
     "numerical_notes": "string",         # graph-API plan notes (tensor_core, down_convert, ...)
     "engine_id": "Int64",
+    # graph-API plan: behaviour notes (runtime_compilation, ...) and its position in heuristic
+    # mode A's list (0 = the frontend's own pick; empty when only mode B or FALLBACK offered it)
+    "behavior_notes": "string",
+    "graph_heuristic_rank": "Int64",
     "first_call_ms": "float64",          # host wall time of the first launch (cold start)
 }
 

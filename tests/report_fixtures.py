@@ -8,6 +8,7 @@ picks that are not always the best, wrong results that are fast, throttled rows,
 from __future__ import annotations
 
 import zlib
+from itertools import product
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -58,10 +59,11 @@ class Algo:
 
 
 GPU_ALGOS = (
-    Algo("cudnn", "IMPLICIT_GEMM", "gemm", 0.35), Algo("cudnn", "IMPLICIT_PRECOMP_GEMM", "gemm", 0.6),
+    Algo("cudnn", "IMPLICIT_GEMM", "gemm", 0.35),
+    Algo("cudnn", "IMPLICIT_PRECOMP_GEMM", "gemm", 0.6),
     Algo("cudnn", "GEMM", "gemm", 0.3), Algo("cudnn", "FFT", "fft", 0.5),
     Algo("cudnn", "FFT_TILING", "fft", 0.45), Algo("cudnn", "WINOGRAD_NONFUSED", "winograd", 0.9),
-    Algo("torch", "cudnn_benchmark", "auto", 0.62),
+    Algo("torch_gpu", "cudnn_benchmark", "auto", 0.62),
 )
 CPU_ALGOS = (Algo("cpu", "direct", "direct", 0.02), Algo("cpu", "im2col", "gemm", 0.12),
              Algo("cpu", "fft", "fft", 0.08), Algo("cpu", "winograd", "winograd", 0.15))
@@ -120,30 +122,38 @@ def _measure(algo: Algo, point: Point, rng: np.random.Generator, peaks: dict[str
     if plant in ("failed", "crashed"):
         why = "CUDNN_STATUS_EXECUTION_FAILED" if plant == "failed" else "worker died: SIGSEGV"
         return Measurement(point, plant, reason=why, family=algo.family, workspace_bytes=ws)
-    peak = peaks.get(prec, 1.0)
+    return _timed(algo, point, rng, peaks, plant == "wrong", ws)
+
+
+def _timed(algo: Algo, point: Point, rng: np.random.Generator, peaks: dict[str, float],
+           wrong: bool, ws: int) -> Measurement:
+    p, prec = point.problem, point.precision
     stable = _stable_rng(p.name, algo.name, point.direction, prec, point.layout)
-    ms = p.flops / (peak * 1e12 * _speed(algo, p, prec, stable)) * 1e3 + 0.004
-    if plant == "wrong":
-        ms *= 0.3            # a wrong result is often the fastest: it must still never win
+    ms = p.flops / (peaks.get(prec, 1.0) * 1e12 * _speed(algo, p, prec, stable)) * 1e3 + 0.004
+    ms *= 0.3 if wrong else 1.0     # a wrong result is often the fastest: it must never win
     samples = tuple(float(ms * f) for f in rng.lognormal(0.0, 0.01, size=12))
-    error = BASE_ERROR[prec] * (5.0 if algo.family == "winograd" else 1.0) * stable.lognormal(0, 0.3)
-    status = "ok"
-    if plant == "wrong":
-        status, error = "wrong", 0.4
+    winograd = 5.0 if algo.family == "winograd" else 1.0
+    error = 0.4 if wrong else BASE_ERROR[prec] * winograd * stable.lognormal(0, 0.3)
+    return Measurement(
+        point, "wrong" if wrong else "ok", reason="rel error 0.4 > tolerance" if wrong else "",
+        family=algo.family, samples_ms=samples,
+        stop_reason="noise_target" if rng.random() < 0.8 else "budget",
+        workspace_bytes=ws if algo.backend == "cudnn" else None, rel_error=error,
+        max_abs_error=error * 10, tolerance=TOLERANCE[prec], setup_ms=float(rng.uniform(1, 30)),
+        host_ms={"cudnn": 0.077, "torch_gpu": 0.030}.get(algo.backend, 0.001),
+        effective_precision=prec, deterministic=algo.family != "fft",
+        extras={} if algo.backend == "cpu" else _gpu_extras(p, prec, samples, peaks, rng))
+
+
+def _gpu_extras(p: ConvProblem, prec: str, samples: tuple[float, ...], peaks: dict[str, float],
+                rng: np.random.Generator) -> dict[str, Any]:
+    """What the GPU runner adds: achieved rate, roofline share, clocks."""
     tflops = p.flops / (float(np.median(samples)) * 1e-3) / 1e12
-    ceiling = min(peak, p.arithmetic_intensity(ELEMENT_BYTES[prec]) * peaks.get("bandwidth_gbps", 1e9) / 1e3)
-    extras: dict[str, Any] = {"achieved_tflops": tflops, "roofline_pct": 100.0 * tflops / ceiling,
-                              "throttled": bool(rng.random() < 0.01),
-                              "sm_clock_mhz": 1980.0, "sm_clock_max_mhz": 1980.0}
-    if algo.backend == "cpu":
-        extras = {}
-    return Measurement(point, status, reason="rel error 0.4 > tolerance" if status == "wrong" else "",
-                       family=algo.family, samples_ms=samples,
-                       stop_reason="noise_target" if rng.random() < 0.8 else "budget",
-                       workspace_bytes=ws if algo.backend == "cudnn" else None, rel_error=error,
-                       max_abs_error=error * 10, tolerance=TOLERANCE[prec], setup_ms=float(rng.uniform(1, 30)),
-                       host_ms={"cudnn": 0.077, "torch": 0.030}.get(algo.backend, 0.001),
-                       effective_precision=prec, deterministic=algo.family != "fft", extras=extras)
+    bandwidth_bound = p.arithmetic_intensity(ELEMENT_BYTES[prec]) * peaks["bandwidth_gbps"] / 1e3
+    ceiling = min(peaks[prec], bandwidth_bound)
+    return {"achieved_tflops": tflops, "roofline_pct": 100.0 * tflops / ceiling,
+            "throttled": bool(rng.random() < 0.01), "sm_clock_mhz": 1980.0,
+            "sm_clock_max_mhz": 1980.0}
 
 
 def _flag_picks(ms: list[Measurement], rng: np.random.Generator) -> list[Measurement]:
@@ -158,8 +168,9 @@ def _flag_picks(ms: list[Measurement], rng: np.random.Generator) -> list[Measure
     out = []
     for m in ms:
         if m.point.backend == "cudnn":
+            math = "TENSOR_OP_MATH" if m.point.precision != "fp32" else "DEFAULT_MATH"
             extras = {**m.extras, "heuristic_pick": m is heuristic, "find_pick": m is find,
-                      "math_type": "TENSOR_OP_MATH" if m.point.precision != "fp32" else "DEFAULT_MATH"}
+                      "math_type": math}
             m = replace(m, extras=extras)
         out.append(m)
     return out
@@ -175,20 +186,17 @@ def synthetic_rows(probs: list[ConvProblem], algos: tuple[Algo, ...], directions
     peaks = H200_PEAKS if any(a.backend != "cpu" for a in algos) else {"fp32": 0.36, "fp64": 0.17}
     timing = TimingOptions(budget_ms=50.0)
     rows = []
-    for p in probs:
-        for direction in directions:
-            for prec in precisions:
-                for layout in layouts:
-                    for limit in limits:
-                        point_ms = []
-                        for algo in algos:
-                            if algo.backend == "torch" and limit is not None:
-                                continue     # PyTorch manages its own workspace: one row per point
-                            pt = Point(p, direction, prec, layout, algo.backend, algo.name, limit, timing)
-                            plant = (plants or {}).get((p.name, algo.name, prec))
-                            point_ms.append(_measure(algo, pt, rng, peaks, plant))
-                        for m in _flag_picks(point_ms, rng):
-                            rows.append(store.to_row(m, "run-1", "resnet50", env, "2026-11-22T10:00:00"))
+    for p, direction, prec, layout, limit in product(probs, directions, precisions, layouts,
+                                                     limits):
+        at_point = []
+        for algo in algos:
+            if algo.backend == "torch_gpu" and limit is not None:
+                continue     # PyTorch manages its own workspace: one row per point
+            pt = Point(p, direction, prec, layout, algo.backend, algo.name, limit, timing)
+            plant = (plants or {}).get((p.name, algo.name, prec))
+            at_point.append(_measure(algo, pt, rng, peaks, plant))
+        rows += [store.to_row(m, "run-1", "resnet50", env, "2026-11-22T10:00:00")
+                 for m in _flag_picks(at_point, rng)]
     return rows
 
 

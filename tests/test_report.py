@@ -3,6 +3,7 @@ the data recomputed here independently, loads every image in a real browser, and
 ResNet-50-sized sweep."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -170,11 +171,32 @@ def test_renders_from_parquet_and_csv_files(tmp_path: Path) -> None:
     assert row["cpu:im2col pick"] in ("same", "cpu:im2col")
 
 
+def test_a_point_measured_in_two_runs_shows_the_latest(tmp_path: Path) -> None:
+    first = cpu_frame()
+    later = first.assign(run_id="run-2", finished_at="2026-11-23T10:00:00",
+                         median_ms=first.median_ms * 2)
+    paths = render_report([later, first], tmp_path)
+    markdown = paths.markdown.read_text(encoding="utf-8")
+    assert f"{len(first)} repeated measurements" in markdown
+    best = expected_best(later, "conv1", "fwd", "fp32")
+    assert find_row(markdown_tables(paths.markdown), "fwd · fp32",
+                    ["conv1"])["Median ms"] == fmt_ms(best.median_ms)
+
+
 def test_embedded_images_make_one_self_contained_file(tmp_path: Path) -> None:
     paths = render_report(cpu_frame(), tmp_path, embed_images=True)
     html = paths.html.read_text(encoding="utf-8")
     assert html.count('src="data:image/png;base64,') == len(paths.figures) == 2
     assert 'src="figures/' not in html
+
+
+def test_figure_workers_draw_the_same_files(tmp_path: Path, small: pd.DataFrame,
+                                            gpu_report) -> None:
+    paths = render_report(small, tmp_path, jobs=2)
+    assert [p.name for p in paths.figures] == [p.name for p in gpu_report.figures]
+    assert paths.html.read_text(encoding="utf-8") == gpu_report.html.read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="jobs=0"):
+        render_report(small, tmp_path, jobs=0)
 
 
 def test_a_rerender_removes_stale_figures(tmp_path: Path, small: pd.DataFrame) -> None:
@@ -187,7 +209,8 @@ def test_a_rerender_removes_stale_figures(tmp_path: Path, small: pd.DataFrame) -
 @pytest.mark.parametrize("page", ["html", "markdown"])
 def test_cells_match_numbers_recomputed_from_the_data(gpu_report, small: pd.DataFrame,
                                                       page: str) -> None:
-    tables = html_tables(gpu_report.html) if page == "html" else markdown_tables(gpu_report.markdown)
+    tables = (html_tables(gpu_report.html) if page == "html"
+              else markdown_tables(gpu_report.markdown))
     # The best verified algorithm, its time and the speed-up over the runner-up and the heuristic.
     # At this point the planted wrong WINOGRAD_NONFUSED result is the fastest row: it must not win.
     at = small[(small.layer == "res3a_branch2b") & (small.direction == "fwd")
@@ -281,7 +304,8 @@ def test_formatters() -> None:
 
 # ---- a real browser ----------------------------------------------------------------------------
 def _chromium() -> str | None:
-    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"),
+                      shutil.which("chromium-browser")):
         if candidate and Path(candidate).exists():
             return candidate
     return None
@@ -313,12 +337,15 @@ def test_every_image_loads_in_headless_chromium(gpu_report, tmp_path: Path) -> N
 # ---- a ResNet-50-sized sweep ------------------------------------------------------------------
 @pytest.mark.slow
 def test_resnet50_sized_sweep_renders_within_a_minute(tmp_path: Path) -> None:
+    """As the CLI renders it: one figure worker per core (this machine and CI have two)."""
     df = gpu_frame("resnet50")
     assert len(df) > 10_000
+    jobs = max(2, os.cpu_count() or 1)
     start = time.perf_counter()
-    paths = render_report(df, tmp_path)
+    paths = render_report(df, tmp_path, jobs=jobs)
     seconds = time.perf_counter() - start
-    print(f"\nrendered {len(df)} rows, {len(paths.figures)} figures in {seconds:.1f} s")
+    print(f"\nrendered {len(df)} rows, {len(paths.figures)} figures in {seconds:.1f} s "
+          f"with {jobs} figure workers")
     assert seconds < 60
     html = paths.html.read_text(encoding="utf-8")
     assert html.count("<details>") >= 15      # 15 long best-algorithm tables are folded

@@ -11,6 +11,8 @@ _REGISTRY = {
     "cpu": "harness.backends.cpu:CpuBackend",
     "torch_cpu": "harness.backends.torch_cpu:TorchCpuBackend",
     "cudnn": "harness.backends.cudnn:CudnnBackend",
+    "cudnn_graph": "harness.backends.cudnn_graph:CudnnGraphBackend",
+    "torch_gpu": "harness.backends.torch_gpu:TorchGpuBackend",
     "fake": "harness.backends.fake:FakeBackend",
 }
 

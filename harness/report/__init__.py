@@ -33,7 +33,8 @@ class ReportPaths:
 
 def render_report(frames_or_paths: FrameOrPath | Iterable[FrameOrPath], out_dir: str | Path,
                   baseline_policy: str | None = None, *, peaks: dict[str, float] | None = None,
-                  title: str | None = None, embed_images: bool = False) -> ReportPaths:
+                  title: str | None = None, embed_images: bool = False,
+                  jobs: int = 1) -> ReportPaths:
     """Write index.html, index.md and figures/*.png for the given results into `out_dir`.
 
     baseline_policy: what the best algorithm is compared against: "heuristic" (cuDNN's
@@ -43,10 +44,13 @@ def render_report(frames_or_paths: FrameOrPath | Iterable[FrameOrPath], out_dir:
     peaks: measured ceilings {precision: TFLOP/s, "bandwidth_gbps": GB/s} for the roofline.
     embed_images: put the PNGs inside index.html as data URIs (one mailable file) instead of
     linking figures/ beside it; the PNG files are written either way for index.md.
+    jobs: worker processes drawing figures. Workers are spawned and re-import `__main__`, so
+    pass more than 1 only from a guarded entry point (the CLI; `if __name__ == "__main__"`).
     """
-    from harness.report import analysis, html, markdown, sections
+    from harness.report import analysis, figures, html, markdown, sections
 
-    df = analysis.prepare(load_frames(frames_or_paths))
+    raw = load_frames(frames_or_paths)
+    df = analysis.prepare(raw)
     if df.empty:
         raise ValueError("no result rows to report on")
     baseline = _resolve_baseline(df, baseline_policy)
@@ -56,8 +60,13 @@ def render_report(frames_or_paths: FrameOrPath | Iterable[FrameOrPath], out_dir:
     fig_dir.mkdir(parents=True, exist_ok=True)
     for stale in fig_dir.glob("*.png"):   # a figure from an earlier report must not linger
         stale.unlink()
-    doc = sections.build(df, fig_dir, baseline, peaks, title or _default_title(df))
-    paths = ReportPaths(out, out / "index.html", out / "index.md", tuple(sorted(fig_dir.glob("*.png"))))
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} must be a positive integer")
+    with figures.Renderer(jobs) as renderer:
+        doc = sections.build(df, fig_dir, baseline, peaks, title or _default_title(df), renderer,
+                             repeats=len(raw) - len(df))
+    figure_files = tuple(sorted(fig_dir.glob("*.png")))
+    paths = ReportPaths(out, out / "index.html", out / "index.md", figure_files)
     paths.html.write_text(html.render(doc, out, embed_images), encoding="utf-8")
     paths.markdown.write_text(markdown.render(doc), encoding="utf-8")
     return paths

@@ -19,7 +19,7 @@ from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS
 POINT_KEYS = ["layer_label", "direction", "precision", "layout", "workspace_limit", "timing_mode"]
 # What one network total sums over (layers and directions); the rest of the keys split it.
 TOTAL_KEYS = ["precision", "layout", "workspace_limit", "timing_mode"]
-TORCH_BACKENDS = ("torch", "torch_cpu")
+TORCH_PREFIX = "torch"     # backends torch_gpu, torch_cpu: what PyTorch would run
 BUILTIN_POLICIES = ("heuristic", "find", "torch")
 ORACLE = "oracle"
 
@@ -76,10 +76,10 @@ def _layer_labels(df: pd.DataFrame) -> pd.Series:
     return name.where(shapes <= 1, name + " " + batch).astype(str)
 
 
-def sort_points(df: pd.DataFrame, extra: Iterable[str] = ()) -> pd.DataFrame:
+def sort_points(df: pd.DataFrame) -> pd.DataFrame:
     """Rows in reading order: network order of layers, then the sweep's own axis orders."""
     keys = [k for k in ["layer_order", "direction", "precision", "layout", "workspace_limit",
-                        "timing_mode", *extra] if k in df.columns]
+                        "timing_mode"] if k in df.columns]
     return df.sort_values(keys, key=_rank, kind="stable").reset_index(drop=True)
 
 
@@ -102,10 +102,6 @@ def reference_limit(df: pd.DataFrame) -> int:
     """The limit whose rows show every algorithm at its best: unlimited, else the largest."""
     limits = set(df["workspace_limit"])
     return UNLIMITED_BYTES if UNLIMITED_BYTES in limits else max(limits)
-
-
-def layer_multiplicity(df: pd.DataFrame) -> pd.Series:
-    return df.groupby("layer_label", sort=False)["multiplicity"].max()
 
 
 # ---- ranking ---------------------------------------------------------------------------------------
@@ -135,11 +131,6 @@ def best_per_point(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
         base_ok = out["base_status"] == RANKABLE
         out["speedup_base"] = (out["base_median_ms"] / out["best_median_ms"]).where(base_ok)
     return sort_points(out.reset_index())
-
-
-def status_counts(df: pd.DataFrame) -> pd.DataFrame:
-    """Per point, how many candidates ended in each status (why a point has no winner)."""
-    return df.groupby(POINT_KEYS, sort=False)["status"].value_counts().unstack(fill_value=0)
 
 
 # ---- selection policies ---------------------------------------------------------------------------
@@ -172,7 +163,7 @@ def _policy_mask(df: pd.DataFrame, policy: str) -> pd.Series:
     if policy == "find":
         return df["find_pick"]
     if policy == "torch":
-        return df["backend"].isin(TORCH_BACKENDS)
+        return df["backend"].str.startswith(TORCH_PREFIX)
     if ":" in policy:
         return df["candidate"] == policy
     return df["backend"] == policy

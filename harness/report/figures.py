@@ -7,16 +7,15 @@ Each public function takes a prepared frame (analysis.prepare) and returns the f
 from __future__ import annotations
 
 import math
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from harness.report import analysis
-from harness.report import tables
-from harness.report.tables import fmt_limit
+from harness.report import analysis, tables
 
 DPI = 100
 # Cells that hold no time: a letter, a colour and a hatch each, so none is ever blank or confused.
@@ -41,6 +40,53 @@ def _figure(width: float, height: float) -> Any:
 def _save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=DPI, facecolor="white")
     return path
+
+
+class Renderer:
+    """Draws figures in this process, or in `jobs` worker processes.
+
+    Figure functions below decide what to draw and where (so the page can be written around
+    the file names at once) and hand the drawing to `submit`; `close` waits for every file and
+    re-raises the first failure. Workers are spawned, not forked (the parent may hold threads of
+    Arrow); spawned workers re-import `__main__`, so a library caller keeps the serial default
+    and the CLI, whose entry point is guarded, asks for more.
+    """
+
+    def __init__(self, jobs: int = 1) -> None:
+        self._pool: Any = None
+        self._futures: list[Any] = []
+        if jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            context = multiprocessing.get_context("spawn")
+            try:
+                self._pool = ProcessPoolExecutor(jobs, mp_context=context)
+            except (OSError, NotImplementedError):   # no POSIX semaphores here: draw serially
+                self._pool = None
+
+    def submit(self, job: Callable[..., Any], *args: Any) -> None:
+        if self._pool is None:
+            job(*args)
+        else:
+            self._futures.append(self._pool.submit(job, *args))
+
+    def close(self) -> None:
+        try:
+            for future in self._futures:
+                future.result()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(cancel_futures=True)
+            self._pool, self._futures = None, []
+
+    def __enter__(self) -> "Renderer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+SERIAL = Renderer()
 
 
 def slug(*parts: Any) -> str:
@@ -107,7 +153,8 @@ def _glyphs(text: str, size: float, bold: bool) -> Any:
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import TextPath
     from matplotlib.transforms import Affine2D
-    path = TextPath((0, 0), text, prop=FontProperties(size=size, weight="bold" if bold else "normal"))
+    weight = "bold" if bold else "normal"
+    path = TextPath((0, 0), text, prop=FontProperties(size=size, weight=weight))
     box = path.get_extents()
     return path.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
 
@@ -134,15 +181,23 @@ def _tidy_ticks(ax: Any) -> None:
 
 
 # ---- 2. heatmap -------------------------------------------------------------------------------------
-def heatmaps(df: pd.DataFrame, out: Path) -> list[tuple[dict[str, Any], Path]]:
-    """One figure per precision x layout x workspace limit x timing mode; directions side by side."""
+HEATMAP_COLUMNS = ["direction", "layer_label", "layer_order", "candidate", "status", "median_ms"]
+
+
+def heatmaps(df: pd.DataFrame, out: Path,
+             renderer: Renderer = SERIAL) -> list[tuple[dict[str, Any], Path]]:
+    """A figure per precision x layout x workspace limit x timing mode; directions side by side."""
     written = []
     keys = ["precision", "layout", "workspace_limit", "timing_mode"]
     for values, part in df.groupby(keys, sort=False):
-        info = dict(zip(keys, values))
-        path = out / f"heatmap_{slug(*values[:2], fmt_limit(values[2]), values[3])}.png"
-        written.append((info, _save(_heatmap_figure(part), path)))
+        path = out / f"heatmap_{slug(*values[:2], tables.fmt_limit(values[2]), values[3])}.png"
+        renderer.submit(_heatmap_png, part[HEATMAP_COLUMNS], path)
+        written.append((dict(zip(keys, values)), path))
     return written
+
+
+def _heatmap_png(part: pd.DataFrame, path: Path) -> None:
+    _save(_heatmap_figure(part), path)
 
 
 GAP = "gap"     # the blank column between two directions' blocks
@@ -150,27 +205,30 @@ GAP = "gap"     # the blank column between two directions' blocks
 
 def _heatmap_figure(part: pd.DataFrame) -> Any:
     """The directions' matrices side by side in ONE axes with a blank column between them: a
-    third of the axes (and their tick machinery) that separate panels cost, same picture."""
+    third of the axes (and their tick machinery) that separate panels cost, same picture. Each
+    block has only the algorithms run in its direction (cuDNN's differ per direction)."""
     ratio, status = analysis.relative_matrix(part, ["direction", "layer_label"])
     directions = list(dict.fromkeys(ratio.index.get_level_values(0)))
-    candidates = list(ratio.columns)
-    names = short_names(candidates)
     layers = list(dict.fromkeys(ratio.index.get_level_values(1)))
-    values, states = _side_by_side(ratio, status, directions, layers)
-    longest = max(len(x) for x in layers)
-    width = 1.3 + 0.075 * longest + len(directions) * (0.48 * len(candidates) + 0.3)
+    blocks = {d: [c for c in status.columns if (status.loc[d][c] != "").any()]
+              for d in directions}
+    values, states, labels = _side_by_side(ratio, status, blocks, layers)
+    shown = display_names(layers)
+    longest = max(len(shown[x]) for x in layers)
+    width = 1.3 + 0.075 * longest + 0.48 * len(labels)
     fig = _figure(min(max(width, 8.0), 24.0), 2.4 + 0.26 * len(layers))
     ax = fig.add_subplot()
     image = _draw_heatmap(ax, values, states)
-    step = len(candidates) + 1
-    for k, direction in enumerate(directions):
-        ax.text(k * step + (len(candidates) - 1) / 2, -0.7, direction, ha="center", va="bottom",
+    start = 0
+    for direction, columns in blocks.items():
+        ax.text(start + (len(columns) - 1) / 2, -0.7, direction, ha="center", va="bottom",
                 fontsize=10, fontweight="bold")
-    columns = [k * step + j for k in range(len(directions)) for j in range(len(candidates))]
-    ax.set_xticks(columns, [names[c] for c in candidates] * len(directions), rotation=50,
-                  ha="right", rotation_mode="anchor", fontsize=8)
-    ax.set_yticks(range(len(layers)), layers, fontsize=8)
-    longest_name = max(len(n) for n in names.values())
+        start += len(columns) + 1
+    ticks = [j for j, label in enumerate(labels) if label]
+    ax.set_xticks(ticks, [labels[j] for j in ticks], rotation=50, ha="right",
+                  rotation_mode="anchor", fontsize=8)
+    ax.set_yticks(range(len(layers)), [shown[x] for x in layers], fontsize=8)
+    longest_name = max(len(label) for label in labels)
     width, height = fig.get_figwidth(), fig.get_figheight()
     right = 1 - 0.75 / width                      # room for the colour bar
     fig.subplots_adjust(left=(0.25 + 0.068 * longest) / width, right=right,
@@ -179,16 +237,30 @@ def _heatmap_figure(part: pd.DataFrame) -> Any:
     return fig
 
 
-def _side_by_side(ratio: pd.DataFrame, status: pd.DataFrame, directions: list[str],
-                  layers: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    values, states = [], []
-    for k, direction in enumerate(directions):
+def _side_by_side(ratio: pd.DataFrame, status: pd.DataFrame, blocks: dict[str, list[str]],
+                  layers: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """One matrix of every block with a GAP column between blocks, and each column's label."""
+    names = short_names(sorted({c for columns in blocks.values() for c in columns}))
+    values, states, labels = [], [], []
+    for k, (direction, columns) in enumerate(blocks.items()):
         if k:
             values.append(np.full((len(layers), 1), np.nan))
             states.append(np.full((len(layers), 1), GAP, dtype=object))
-        values.append(ratio.loc[direction].reindex(layers).to_numpy(dtype=float))
-        states.append(status.loc[direction].reindex(layers).fillna("").to_numpy(dtype=object))
-    return np.hstack(values), np.hstack(states)
+            labels.append("")
+        values.append(ratio.loc[direction].reindex(index=layers, columns=columns)
+                      .to_numpy(dtype=float))
+        states.append(status.loc[direction].reindex(index=layers, columns=columns).fillna("")
+                      .to_numpy(dtype=object))
+        labels += [names[c] for c in columns]
+    return np.hstack(values), np.hstack(states), labels
+
+
+def display_names(layers: list[str]) -> dict[str, str]:
+    """Layer labels without a prefix all of them share ("resnet_50:"): axis room is scarce and
+    the tables beside the figures keep the full names."""
+    prefix = os.path.commonprefix(layers)
+    prefix = prefix[:prefix.rfind(":") + 1]
+    return {layer: layer[len(prefix):] or layer for layer in layers}
 
 
 def _draw_heatmap(ax: Any, values: np.ndarray, status: np.ndarray) -> Any:
@@ -262,20 +334,28 @@ def _heatmap_legend(fig: Any, image: Any, right: float) -> None:
 PARETO_KEYS = ["layer_label", "direction", "precision", "layout", "timing_mode"]
 
 
-def pareto_figures(df: pd.DataFrame, out: Path) -> list[tuple[dict[str, Any], Path]]:
+def pareto_figures(df: pd.DataFrame, out: Path,
+                   renderer: Renderer = SERIAL) -> list[tuple[dict[str, Any], Path]]:
     """Per precision x layout x mode: a small panel per layer, time against workspace, with the
     front of each direction drawn as a staircase."""
     written = []
     keys = ["precision", "layout", "timing_mode"]
     colours = _direction_colours(df)
+    columns = ["layer_label", "direction", "workspace_bytes", "median_ms"]
     ok = analysis.verified(df)
     fronts = analysis.pareto_fronts(df, PARETO_KEYS)
     front_parts = dict(iter(fronts.groupby(keys, sort=False)))
     for values, part in ok.groupby(keys, sort=False):
         path = out / f"pareto_{slug(*values)}.png"
-        figure = _pareto_figure(part, front_parts[values], colours)
-        written.append((dict(zip(keys, values)), _save(figure, path)))
+        renderer.submit(_pareto_png, part[columns], front_parts[values][columns + ["ws"]],
+                        colours, path)
+        written.append((dict(zip(keys, values)), path))
     return written
+
+
+def _pareto_png(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, Any],
+                path: Path) -> None:
+    _save(_pareto_figure(ok, fronts, colours), path)
 
 
 def _direction_colours(df: pd.DataFrame) -> dict[str, Any]:
@@ -288,9 +368,10 @@ def _pareto_figure(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, An
     """Shared axes: the panels compare across layers, and only the outer ones carry tick labels
     (per-panel tick labels were most of the drawing time)."""
     layers = list(dict.fromkeys(ok["layer_label"]))
+    shown = display_names(layers)
     fig, axes = _panels(len(layers), min(5, len(layers)), (2.55, 1.75),
                         ("workspace (MiB, symlog)", "median time (ms)"), share=True,
-                        gap=(0.08, 0.1))
+                        gap=(0.08, 0.25))
     by_layer = dict(iter(ok.groupby("layer_label", sort=False)))
     fronts_by_layer = dict(iter(fronts.groupby("layer_label", sort=False)))
     _log_axes(axes[0], x="symlog")
@@ -302,7 +383,8 @@ def _pareto_figure(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, An
     for ax, layer in zip(axes, layers):
         ax.set_autoscale_on(False)
         _pareto_axis(ax, by_layer[layer], fronts_by_layer.get(layer), colours)
-        ax.text(0.03, 0.95, layer, transform=ax.transAxes, fontsize=8, va="top")
+        ax.text(0.5, 1.02, shown[layer], transform=ax.transAxes, fontsize=7.5, ha="center",
+                va="bottom")
     _tidy_ticks(axes[0])     # shared axes share their tickers
     for ax in axes:
         ax.tick_params(labelsize=7)
@@ -335,8 +417,15 @@ def _legend_lines(fig: Any, colours: dict[str, Any]) -> None:
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False)
 
 
-def workspace_totals_figure(totals: pd.DataFrame, out: Path) -> Path:
+def workspace_totals_figure(totals: pd.DataFrame, out: Path,
+                            renderer: Renderer = SERIAL) -> Path:
     """The oracle network total at each workspace limit, one panel per precision."""
+    path = out / "workspace_totals.png"
+    renderer.submit(_workspace_totals_png, totals, path)
+    return path
+
+
+def _workspace_totals_png(totals: pd.DataFrame, path: Path) -> None:
     precisions = list(dict.fromkeys(totals["precision"]))
     fig, axes = _panels(len(precisions), min(5, len(precisions)), (2.4, 2.2),
                         ("workspace limit", "network total (ms, Σ best × multiplicity)"))
@@ -351,7 +440,7 @@ def workspace_totals_figure(totals: pd.DataFrame, out: Path) -> Path:
                 ax.scatter(np.array(x)[~complete.to_numpy()], line["total_oracle"][~complete],
                            s=70, facecolors="none", edgecolors="red", linewidths=1.5, zorder=3,
                            label="misses points (lower bound)")
-        ax.set_xticks(range(len(limits)), [fmt_limit(v) for v in limits], fontsize=7)
+        ax.set_xticks(range(len(limits)), [tables.fmt_limit(v) for v in limits], fontsize=7)
         ax.set_title(precision, fontsize=9)
         ax.tick_params(labelsize=7)
         ax.set_ylim(bottom=0)
@@ -361,14 +450,21 @@ def workspace_totals_figure(totals: pd.DataFrame, out: Path) -> Path:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
     fig.legend(list(legend.values()), list(legend), loc="upper center", ncol=len(legend),
                fontsize=8, frameon=False)
-    return _save(fig, out / "workspace_totals.png")
+    _save(fig, path)
 
 
 # ---- 4. accuracy vs speed ----------------------------------------------------------------------
-def accuracy_figure(df: pd.DataFrame, out: Path) -> Path | None:
+def accuracy_figure(df: pd.DataFrame, out: Path, renderer: Renderer = SERIAL) -> Path | None:
     rows = df[df["rel_error"].notna() & df["median_ms"].notna()]
     if rows.empty:
         return None
+    path = out / "accuracy_vs_speed.png"
+    columns = ["precision", "family", "status", "median_ms", "rel_error", "tolerance"]
+    renderer.submit(_accuracy_png, rows[columns], path)
+    return path
+
+
+def _accuracy_png(rows: pd.DataFrame, path: Path) -> None:
     precisions = list(dict.fromkeys(rows["precision"]))
     colours = family_colours(list(rows["family"]))
     fig, axes = _panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
@@ -377,7 +473,7 @@ def accuracy_figure(df: pd.DataFrame, out: Path) -> Path | None:
         _accuracy_axis(ax, rows[rows["precision"] == precision], colours)
         ax.set_title(precision, fontsize=9)
     _family_legend(fig, colours, extra_wrong=True)
-    return _save(fig, out / "accuracy_vs_speed.png")
+    _save(fig, path)
 
 
 def _accuracy_axis(ax: Any, rows: pd.DataFrame, colours: dict[str, Any]) -> None:
@@ -388,14 +484,27 @@ def _accuracy_axis(ax: Any, rows: pd.DataFrame, colours: dict[str, Any]) -> None
                    color=colours[family], linewidths=0)
         ax.scatter(part["median_ms"][~ok], error[part.index][~ok], s=30, marker="x",
                    color=colours[family], linewidths=1.5)
-    for tol in sorted(set(rows["tolerance"].dropna().astype(float))):
-        ax.axhline(tol, color="black", linestyle="--", linewidth=0.9)
-        ax.annotate(f"tolerance {tol:.0e}", (0.01, tol), xycoords=("axes fraction", "data"),
-                    fontsize=7, va="bottom")
+    _tolerance_lines(ax, sorted(set(rows["tolerance"].dropna().astype(float))))
     _log_axes(ax)
     _tidy_ticks(ax)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
+
+
+def _tolerance_lines(ax: Any, tolerances: list[float]) -> None:
+    """A line per tolerance; where the runner set one per point (it grows with the reduction
+    length) a band from the smallest to the largest, as dozens of lines would hide the data."""
+    if len(tolerances) > 3:
+        low, high = tolerances[0], tolerances[-1]
+        ax.axhspan(low, high, color="grey", alpha=0.15, linewidth=0)
+        labelled = [(high, f"tolerance {low:.0e} to {high:.0e} (per point)"), (low, "")]
+    else:
+        labelled = [(tol, f"tolerance {tol:.0e}") for tol in tolerances]
+    for tol, label in labelled:
+        ax.axhline(tol, color="black", linestyle="--", linewidth=0.9)
+        if label:
+            ax.annotate(label, (0.01, tol), xycoords=("axes fraction", "data"), fontsize=7,
+                        va="bottom")
 
 
 def _family_legend(fig: Any, colours: dict[str, Any], extra_wrong: bool = False) -> None:
@@ -409,11 +518,20 @@ def _family_legend(fig: Any, colours: dict[str, Any], extra_wrong: bool = False)
 
 
 # ---- 5. roofline ------------------------------------------------------------------------------------
-def roofline_figure(df: pd.DataFrame, peaks: dict[str, float], out: Path) -> Path | None:
+def roofline_figure(df: pd.DataFrame, peaks: dict[str, float], out: Path,
+                    renderer: Renderer = SERIAL) -> Path | None:
     rows = analysis.verified(df)
     rows = rows[rows["arithmetic_intensity"].notna() & rows["precision"].isin(list(peaks))]
     if rows.empty:
         return None
+    path = out / "roofline.png"
+    columns = ["precision", "family", "arithmetic_intensity", "achieved_tflops", "flops",
+               "median_ms"]
+    renderer.submit(_roofline_png, rows[columns], peaks, path)
+    return path
+
+
+def _roofline_png(rows: pd.DataFrame, peaks: dict[str, float], path: Path) -> None:
     precisions = list(dict.fromkeys(rows["precision"]))
     colours = family_colours(list(rows["family"]))
     fig, axes = _panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
@@ -424,7 +542,7 @@ def roofline_figure(df: pd.DataFrame, peaks: dict[str, float], out: Path) -> Pat
         _roofline_axis(ax, part, peaks[precision], peaks.get("bandwidth_gbps"), colours)
         ax.set_title(f"{precision} (peak {peaks[precision]:.4g} TFLOP/s)", fontsize=9)
     _family_legend(fig, colours)
-    return _save(fig, out / "roofline.png")
+    _save(fig, path)
 
 
 def _roofline_axis(ax: Any, rows: pd.DataFrame, peak: float, bandwidth_gbps: float | None,
@@ -446,21 +564,28 @@ def _roofline_axis(ax: Any, rows: pd.DataFrame, peak: float, bandwidth_gbps: flo
 
 
 # ---- 6. network totals --------------------------------------------------------------------------
-def network_figure(totals: pd.DataFrame, policies: list[str], out: Path) -> Path | None:
+def network_figure(totals: pd.DataFrame, policies: list[str], out: Path,
+                   renderer: Renderer = SERIAL) -> Path | None:
     """Bars per precision and policy at the reference workspace limit, as multiples of the oracle
     total (precisions differ 10x in absolute time); hatched = the total misses points."""
+    if totals.empty:
+        return None
+    path = out / "network_totals.png"
+    renderer.submit(_network_png, totals, policies, path)
+    return path
+
+
+def _network_png(totals: pd.DataFrame, policies: list[str], path: Path) -> None:
     limit = analysis.reference_limit(totals)
     part = totals[totals["workspace_limit"] == limit]
     panels = list(part.groupby(["layout", "timing_mode"], sort=False))
-    if not panels:
-        return None
     relative = len(policies) > 1 and "oracle" in policies
     fig = _figure(max(6.0, 1.2 + 0.45 * len(policies) * part["precision"].nunique() * len(panels)),
                   3.8)
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     for ax, ((layout, mode), rows) in zip(axes, panels):
         _network_axis(ax, rows, policies, relative)
-        ax.text(0.5, 1.02, f"{layout} · {mode} · {fmt_limit(limit)} workspace",
+        ax.text(0.5, 1.02, f"{layout} · {mode} · {tables.fmt_limit(limit)} workspace",
                 transform=ax.transAxes, ha="center", fontsize=9)
     axes[0].set_ylabel("network total / oracle total" if relative else "network total (ms)",
                        fontsize=9)
@@ -468,7 +593,7 @@ def network_figure(totals: pd.DataFrame, policies: list[str], out: Path) -> Path
                fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.9 / fig.get_figwidth(), right=0.99, top=0.84, bottom=0.16,
                         wspace=0.08)
-    return _save(fig, out / "network_totals.png")
+    _save(fig, path)
 
 
 def _network_axis(ax: Any, rows: pd.DataFrame, policies: list[str], relative: bool) -> None:

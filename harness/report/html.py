@@ -37,8 +37,9 @@ window.addEventListener('error', function (e) { window.__errors.push(String(e.me
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var bad = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
-  document.body.setAttribute('data-render-check', (bad.length || window.__errors.length ? 'FAIL' : 'OK')
-    + ' images=' + imgs.length + ' broken=' + bad.length + ' errors=' + window.__errors.length);
+  var failed = bad.length || window.__errors.length;
+  document.body.setAttribute('data-render-check', (failed ? 'FAIL' : 'OK') + ' images='
+    + imgs.length + ' broken=' + bad.length + ' errors=' + window.__errors.length);
 });
 """
 

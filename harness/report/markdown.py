@@ -1,4 +1,4 @@
-"""The report as GitHub-flavoured Markdown, figures referenced beside it, long tables in <details>."""
+"""The report as GitHub-flavoured Markdown: figures linked beside it, long tables in <details>."""
 from __future__ import annotations
 
 from harness.report.document import Block, Document, Fold, Image, Section, Table, Text

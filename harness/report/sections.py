@@ -20,32 +20,38 @@ SHOWN_FIGURES = 2      # figures of one kind shown open; the rest are folded
 
 
 def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
-          peaks: dict[str, float] | None, title: str) -> Document:
-    """The whole report for a prepared frame; writes the figures into `fig_dir` on the way."""
+          peaks: dict[str, float] | None, title: str, renderer: figures.Renderer,
+          repeats: int = 0) -> Document:
+    """The whole report for a prepared frame; hands the figures for `fig_dir` to `renderer`."""
     policies = ["oracle", *analysis.available_policies(df)]
     if baseline and baseline not in policies:
         policies.append(baseline)
     totals = analysis.network_totals(df, policies)
     rel = fig_dir.name
     sections = (     # the headline first: how much the whole network gains
-        network_section(totals, policies, fig_dir, rel),
+        network_section(totals, policies, fig_dir, rel, renderer),
         best_section(df, baseline),
-        heatmap_section(df, fig_dir, rel),
-        workspace_section(df, totals, fig_dir, rel),
-        accuracy_section(df, fig_dir, rel),
-        roofline_section(df, peaks, fig_dir, rel),
+        heatmap_section(df, fig_dir, rel, renderer),
+        workspace_section(df, totals, fig_dir, rel, renderer),
+        accuracy_section(df, fig_dir, rel, renderer),
+        roofline_section(df, peaks, fig_dir, rel, renderer),
         environment_section(df),
     )
-    return Document(title, tuple(intro(df, baseline)), sections)
+    return Document(title, tuple(intro(df, baseline, repeats)), sections)
 
 
-def intro(df: pd.DataFrame, baseline: str | None) -> list[Block]:
+def intro(df: pd.DataFrame, baseline: str | None, repeats: int = 0) -> list[Block]:
     counts = {name: df[name].nunique() for name in ("layer_label", "direction", "precision")}
     blocks: list[Block] = [Text(
         f"{len(df):,} measurements: {counts['layer_label']} layers, "
         f"directions {_listed(df, 'direction')}, precisions {_listed(df, 'precision')}, "
         f"layouts {_listed(df, 'layout')}, backends {_listed(df, 'backend')}, workspace limits "
         f"{', '.join(tables.fmt_limit(v) for v in dict.fromkeys(df['workspace_limit']))}.")]
+    if repeats:
+        runs = df["run_id"].nunique()
+        blocks.append(Text(f"{repeats:,} repeated measurements of points measured again in a later "
+                           f"run were left out: each point shows its latest measurement "
+                           f"({runs} runs contribute). Compare runs with `convbench compare`."))
     if baseline:
         meaning = POLICY_MEANING.get(baseline, f"the rows of {baseline}")
         blocks.append(Text(f"Baseline policy: {baseline}, {meaning}."))
@@ -87,9 +93,10 @@ def best_section(df: pd.DataFrame, baseline: str | None) -> Section:
                    (Text(text), *tables.best_tables(best, baseline)))
 
 
-def heatmap_section(df: pd.DataFrame, fig_dir: Path, rel: str) -> Section:
+def heatmap_section(df: pd.DataFrame, fig_dir: Path, rel: str,
+                    renderer: figures.Renderer) -> Section:
     reference = analysis.reference_limit(df)
-    items = figures.heatmaps(df, fig_dir)
+    items = figures.heatmaps(df, fig_dir, renderer)
     main = [(_label(i), p) for i, p in items if i["workspace_limit"] == reference]
     other = [(_label(i), p) for i, p in items if i["workspace_limit"] != reference]
     text = ("Each cell: median time / the best time at that layer (1 = best). Cells without a "
@@ -111,13 +118,14 @@ def _label(info: dict[str, Any]) -> str:
     return " · ".join(str(p) for p in parts if p is not None)
 
 
-def workspace_section(df: pd.DataFrame, totals: pd.DataFrame, fig_dir: Path, rel: str) -> Section:
+def workspace_section(df: pd.DataFrame, totals: pd.DataFrame, fig_dir: Path, rel: str,
+                      renderer: figures.Renderer) -> Section:
     blocks: list[Block] = [Text(
         "How much time a workspace buys. The network total sums, over layers and directions, the "
         "best verified time × layer multiplicity under each limit; a red ring (and ≥ in the "
         "table) marks a total missing points that had no verified algorithm under that limit.")]
     if totals["workspace_limit"].nunique() > 1:
-        path = figures.workspace_totals_figure(totals, fig_dir)
+        path = figures.workspace_totals_figure(totals, fig_dir, renderer)
         blocks.append(Image(f"{rel}/{path.name}", "Network total under each workspace limit"))
         blocks.append(tables.maybe_fold("Network total under each workspace limit",
                                         tables.workspace_totals_table(totals)))
@@ -125,15 +133,16 @@ def workspace_section(df: pd.DataFrame, totals: pd.DataFrame, fig_dir: Path, rel
         blocks.append(Text("No algorithm reported a workspace (CPU algorithms allocate what they "
                            "need), so there is no workspace/time trade-off to draw."))
         return Section("Workspace vs time", "workspace", tuple(blocks))
-    pareto = [(_label(i), p) for i, p in figures.pareto_figures(df, fig_dir)]
+    pareto = [(_label(i), p) for i, p in figures.pareto_figures(df, fig_dir, renderer)]
     blocks += _figure_blocks(pareto, rel, "Workspace vs time per layer, Pareto fronts")
     fronts = analysis.pareto_fronts(df, figures.PARETO_KEYS)
     blocks.append(Fold("Pareto fronts as a table", (tables.pareto_table(fronts),)))
     return Section("Workspace vs time", "workspace", tuple(blocks))
 
 
-def accuracy_section(df: pd.DataFrame, fig_dir: Path, rel: str) -> Section:
-    path = figures.accuracy_figure(df, fig_dir)
+def accuracy_section(df: pd.DataFrame, fig_dir: Path, rel: str,
+                     renderer: figures.Renderer) -> Section:
+    path = figures.accuracy_figure(df, fig_dir, renderer)
     if path is None:
         return Section("Accuracy vs speed", "accuracy", (Text("No row recorded an error."),))
     text = ("Relative L2 error against a float64 reference, per precision; colours are algorithm "
@@ -144,11 +153,11 @@ def accuracy_section(df: pd.DataFrame, fig_dir: Path, rel: str) -> Section:
 
 
 def roofline_section(df: pd.DataFrame, peaks: dict[str, float] | None, fig_dir: Path,
-                     rel: str) -> Section:
+                     rel: str, renderer: figures.Renderer) -> Section:
     source = "the peaks table given"
     if not peaks:
         peaks, source = analysis.implied_ceilings(df), "implied by the roofline_pct column"
-    path = figures.roofline_figure(df, peaks, fig_dir) if peaks else None
+    path = figures.roofline_figure(df, peaks, fig_dir, renderer) if peaks else None
     if path is None:
         return Section("Roofline", "roofline", (Text(
             "Skipped: no measured peaks for these precisions (pass a peaks table, e.g. "
@@ -162,15 +171,16 @@ def roofline_section(df: pd.DataFrame, peaks: dict[str, float] | None, fig_dir: 
         Image(f"{rel}/{path.name}", "Roofline")))
 
 
-def network_section(totals: pd.DataFrame, policies: list[str], fig_dir: Path,
-                    rel: str) -> Section:
+def network_section(totals: pd.DataFrame, policies: list[str], fig_dir: Path, rel: str,
+                    renderer: figures.Renderer) -> Section:
     meanings = "; ".join(f"{p}: {POLICY_MEANING.get(p, 'the rows of ' + p)}" for p in policies)
     blocks: list[Block] = [Text(
         "Sum over layers and directions of each policy's pick × layer multiplicity. " + meanings
         + ". ≥ marks a total missing points where the policy gave no verified result; ratios "
           "are shown only where both totals are complete.")]
     # With the oracle alone a bar chart would only repeat the table.
-    path = figures.network_figure(totals, policies, fig_dir) if len(policies) > 1 else None
+    path = (figures.network_figure(totals, policies, fig_dir, renderer) if len(policies) > 1
+            else None)
     if path is not None:
         blocks.append(Image(f"{rel}/{path.name}", "Network totals per selection policy, "
                             "relative to the oracle" if len(policies) > 1 else "Network totals"))

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from harness.report import analysis
-from harness.report.document import Block, Fold, Table, Text
+from harness.report.document import Block, Fold, Table
 from harness.store import UNLIMITED_BYTES
 
 FOLD_ROWS = 25          # longer tables are folded so the page stays scannable
@@ -48,10 +48,6 @@ def fmt_limit(value: Any) -> str:
     return "unlimited" if int(value) == UNLIMITED_BYTES else fmt_bytes(value)
 
 
-def fmt_sci(value: Any) -> str:
-    return DASH if _missing(value) else f"{float(value):.2g}"
-
-
 def fmt_pct(value: Any) -> str:
     return DASH if _missing(value) else f"{100 * float(value):.2g}%"
 
@@ -79,7 +75,9 @@ def fmt_candidate(candidate: Any, effective: Any = None, precision: Any = None) 
 
 # ---- helpers -------------------------------------------------------------------------------------
 def maybe_fold(summary: str, table: Table, limit: int = FOLD_ROWS) -> Block:
-    return Fold(f"{summary} ({len(table.rows)} rows)", (table,)) if len(table.rows) > limit else table
+    if len(table.rows) <= limit:
+        return table
+    return Fold(f"{summary} ({len(table.rows)} rows)", (table,))
 
 
 def _key_cells(row: pd.Series, keys: Iterable[str]) -> list[str]:
@@ -219,7 +217,7 @@ def method_table(df: pd.DataFrame) -> Table:
 
 
 def backend_cost_table(df: pd.DataFrame) -> Table:
-    """Per backend: host cost per call and setup cost (plan building), medians over verified rows."""
+    """Per backend: host cost per call and setup cost (plan building), verified rows' medians."""
     ok = analysis.verified(df)
     grouped = ok.groupby("backend")[["host_ms", "setup_ms"]].median()
     tried = df.groupby("backend").size()
@@ -237,7 +235,3 @@ def _median(s: pd.Series) -> float:
 
 def _min(s: pd.Series) -> float:
     return float(pd.to_numeric(s, errors="coerce").min())
-
-
-def notes(texts: Iterable[str]) -> list[Block]:
-    return [Text(t) for t in texts]

@@ -27,7 +27,7 @@ from harness.sweep import Point
 
 # Column-matrix block size. Half the 2 MiB per-core L2 of the development machine measured
 # best; a block much larger spills to memory, much smaller makes GEMMs too thin to be efficient.
-BLOCK_BYTES = 1 << 20
+BLOCK_BYTES = 8 << 20
 # Largest padded-width/width ratio for which the wide column matrix pays (measured: 58/56 and
 # 30/28 win clearly, 9/7 loses to the exact windows).
 WIDE_MAX_WASTE = 1.2

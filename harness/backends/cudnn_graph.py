@@ -1,0 +1,403 @@
+"""cuDNN graph-API convolution engines through cudnn-frontend 1.16 (`import cudnn`).
+
+One expanding algorithm, "engines": for each point it builds the convolution graph, asks the
+heuristics in modes A, B and FALLBACK for engine configurations, and names every distinct plan
+("eng28_k2=1_k3=0": engine global index and knob choices). Each plan is then measured like an
+algorithm of its own; its name is the algorithm column of the row.
+
+Plans are built one by one in `prepare` (`build_plan_at_index`), which is what build policy ALL
+does in a loop, so that a plan's build cost (run-time compilation for some engines) lands in its
+own row's setup_ms, and a plan that fails to build is an `unsupported` row with the frontend's
+reason rather than a silent omission.
+
+Numerical notes: the Python API of 1.16 has no per-plan numerical-notes getter (C++ keeps
+`plans.numeric_notes[i]`). A note is read by building the candidate list again with
+`select_numeric_notes([note])` and asking each plan's support: the frontend refuses a plan the
+filter removed with "Deselecting execution plan" before any other check, so with the workspace
+cap set to -1 every other plan fails the cheaper workspace check instead, and nothing is built.
+Plans are matched across the lists by name. Checked on an H100 with cuDNN 9.19: select and
+deselect give complementary sets for every note tried, and on fp32 data exactly the plans noted
+TENSOR_CORE deliver TF32-level error. (`get_workspace_size_plan_at_index` raises for a plan that
+is not built, so it is asked only after `build_plan_at_index`.)
+
+Precisions: fp32 and tf32 build the same graph (io and compute FLOAT; the graph API has no switch
+that forbids TF32 tensor cores); the runner labels a plan asked for fp32 that delivers tf32
+accuracy as effective tf32. fp16/bf16 use FLOAT compute; fp64 uses DOUBLE throughout where the
+library offers engines for it.
+"""
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+# The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
+# views) are the legacy backend's; sharing them keeps both backends' buffers identical.
+from harness.backends.cudnn import (_logical_view, _physical_shape, _poison_value, _storage_dtype,
+                                    _upload)
+from harness.backends import cudnn_lib
+from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
+                                   WorkspaceExceeded)
+from harness.sweep import Point
+
+# precision -> (io data type, compute data type), as cudnn.data_type member names
+PRECISION_TYPES = {"fp32": ("FLOAT", "FLOAT"), "tf32": ("FLOAT", "FLOAT"),
+                   "fp16": ("HALF", "FLOAT"), "bf16": ("BFLOAT16", "FLOAT"),
+                   "fp64": ("DOUBLE", "DOUBLE")}
+HEURISTIC_MODES = ("A", "B", "FALLBACK")
+# Notes that say how a plan computes; the Winograd tile notes only refine WINOGRAD.
+NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT", "WINOGRAD",
+         "NONDETERMINISTIC")
+DESELECTED = "Deselecting execution plan"   # the frontend's refusal of a note-filtered plan
+# Tensor uids by role; the output of bwd_data is dx (uid of x), of bwd_filter dw (uid of w).
+UID_X, UID_W, UID_Y = 1, 2, 3
+GRAPH_CACHE_SIZE = 12      # 3 directions x 2 layouts x 2 storage types of one problem
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What is known of one plan before it is built."""
+    index: int                          # position in the A + B + FALLBACK candidate list
+    engine_id: int | None
+    notes: tuple[str, ...]              # numerical notes, lower case
+    behavior: tuple[str, ...]           # behaviour notes, lower case (runtime_compilation, ...)
+    heuristic_rank: int | None          # position in heuristic mode A's list (0 = its pick)
+
+    @property
+    def family(self) -> str:
+        if "fft" in self.notes:
+            return "fft"
+        if "winograd" in self.notes:
+            return "winograd"
+        return "engine"
+
+    @property
+    def error_factor(self) -> float:
+        # As for the legacy backend: transform-based algorithms round in a transformed domain
+        # (Winograd ~5x a dot product's error in fp32 on an H200), so 4x keeps them in.
+        return 4.0 if self.family in ("fft", "winograd") else 1.0
+
+    def extras(self) -> dict[str, Any]:
+        return {"engine_id": self.engine_id, "numerical_notes": ",".join(self.notes),
+                "behavior_notes": ",".join(self.behavior),
+                "graph_heuristic_rank": self.heuristic_rank}
+
+
+@dataclass
+class PlanSet:
+    """One built operation graph and its candidate plans, by unique name in heuristic order."""
+    graph: Any
+    plans: dict[str, PlanInfo]
+
+
+class EnginesAlgorithm(Algorithm):
+    backend = "cudnn_graph"
+    name = "engines"
+    expands = True
+
+    def __init__(self, owner: "CudnnGraphBackend"):
+        self._owner = owner
+        # The runner reads `family` and `error_factor` of the expanding algorithm right after
+        # preparing each variant, so they follow the plan prepared last (one point at a time).
+        self._current: PlanInfo | None = None
+
+    @property
+    def family(self) -> str:  # type: ignore[override]
+        return self._current.family if self._current else "engine"
+
+    @property
+    def error_factor(self) -> float:  # type: ignore[override]
+        return self._current.error_factor if self._current else 1.0
+
+    def supports(self, point: Point) -> str | None:
+        if point.precision not in PRECISION_TYPES:
+            return f"precision {point.precision} has no graph-API data type here"
+        return None   # everything else (layout, padding, groups) is the library's to refuse
+
+    def variants(self, point: Point, data: ProblemData) -> list[str]:
+        self._current = None
+        return list(self._owner.session().plan_set(point).plans)
+
+    def prepare(self, point: Point, data: ProblemData) -> "GraphPrepared":
+        self._current = None
+        session = self._owner.session()
+        plan_set = session.plan_set(point)
+        info = plan_set.plans.get(point.algorithm)
+        if info is None:
+            raise Unsupported(f"the heuristics offer no plan {point.algorithm} for this point")
+        self._current = info
+        return session.prepare(point, data, plan_set, info)
+
+
+@dataclass
+class GraphPrepared:
+    execute: Any                        # the graph's bound _execute_plan_at_index
+    variant_pack: dict[int, int]        # uid -> device pointer, built once
+    workspace: Any
+    index: int
+    handle: int
+    errors: tuple[type, ...]
+    output_buffer: Any
+    output_view: Any
+    poison_value: Any
+    stream: Any
+    workspace_bytes: int
+    keepalive: list = field(default_factory=list)
+    device: str = "cuda"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def launch(self) -> None:
+        try:
+            self.execute(self.variant_pack, self.workspace.data.ptr, self.index, self.handle)
+        except self.errors as err:
+            raise AlgorithmFailed(f"execute_plan_at_index({self.index}) failed: {err}") from None
+
+    def poison(self) -> None:
+        with self.stream:
+            self.output_buffer.fill(self.poison_value)
+
+    def output(self) -> Any:
+        with self.stream:
+            result = self.output_view(self.output_buffer)
+        self.stream.synchronize()
+        return result
+
+    def release(self) -> None:
+        self.keepalive.clear()
+        self.workspace = None
+
+
+class CudnnGraphBackend(Backend):
+    name = "cudnn_graph"
+    device = "cuda"
+    description = "cuDNN graph-API engine configurations (cudnn-frontend execution plans)"
+
+    def __init__(self) -> None:
+        self._algorithms = [EnginesAlgorithm(self)]
+        self._session: _Session | None = None
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import cupy
+        except ImportError:
+            return "cupy is not installed (pip install 'convbench[gpu]')"
+        try:
+            _frontend()
+        except cudnn_lib.CudnnUnavailable as err:
+            return str(err)
+        except ImportError as err:
+            return (f"cudnn-frontend is not importable ({err}); pip install --no-deps "
+                    "nvidia-cudnn-frontend==1.16.0")
+        try:
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                return "no CUDA GPU is visible"
+        except Exception as err:  # noqa: BLE001 - any CUDA runtime failure means "no GPU here"
+            return f"no usable CUDA GPU ({type(err).__name__}: {err})"
+        return None
+
+    def algorithms(self) -> list[Algorithm]:
+        return list(self._algorithms)
+
+    def session(self) -> "_Session":
+        if self._session is None:
+            self._session = _Session()
+        return self._session
+
+
+class _Session:
+    """One stream and frontend handle, device copies of the current problem's tensors, and the
+    built graphs of the last few (problem, direction, storage type, layout) keys."""
+
+    def __init__(self) -> None:
+        import cupy
+        cudnn = _frontend()
+        self.cudnn = cudnn
+        self.cupy = cupy
+        self.errors = (cudnn.cudnnGraphNotSupportedError, RuntimeError)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.handle = cudnn.create_handle()
+        cudnn.set_stream(handle=self.handle, stream=self.stream.ptr)
+        self._tensors_key: tuple | None = None
+        self._tensors: dict[str, Any] = {}
+        self._plan_sets: OrderedDict[tuple, PlanSet] = OrderedDict()
+
+    # ---- graphs and plans ---------------------------------------------------------------------
+    def plan_set(self, point: Point) -> PlanSet:
+        key = (point.problem, point.direction, PRECISION_TYPES[point.precision], point.layout)
+        if key not in self._plan_sets:
+            self._plan_sets[key] = self._enumerate(point)
+            while len(self._plan_sets) > GRAPH_CACHE_SIZE:
+                self._plan_sets.popitem(last=False)
+        self._plan_sets.move_to_end(key)
+        return self._plan_sets[key]
+
+    def _enumerate(self, point: Point) -> PlanSet:
+        graph = self._candidates(point, HEURISTIC_MODES)
+        names: dict[str, int] = {}
+        for index in range(graph.get_execution_plan_count()):
+            # A + B + FALLBACK repeat configurations; the first occurrence stands for them.
+            names.setdefault(graph.get_plan_name_at_index(index), index)
+        ranks = self._mode_a_ranks(point)
+        notes = self._notes(point, set(names))
+        plans = {name: PlanInfo(index, _engine_id(name), tuple(sorted(notes[name])),
+                                self._behavior(graph, index), ranks.get(name))
+                 for name, index in names.items()}
+        return PlanSet(graph, plans)
+
+    def _candidates(self, point: Point, modes: tuple[str, ...]) -> Any:
+        """A validated operation graph with its heuristic candidates, nothing built yet."""
+        graph = _conv_graph(self.cudnn, self.handle, point)
+        try:
+            graph.validate()
+            graph.build_operation_graph()
+            graph.create_execution_plans([getattr(self.cudnn.heur_mode, m) for m in modes])
+        except self.errors as err:
+            raise Unsupported(f"the graph API offers no engine for this point: "
+                              f"{_reason(err)}") from None
+        return graph
+
+    def _mode_a_ranks(self, point: Point) -> dict[str, int]:
+        try:
+            graph = self._candidates(point, ("A",))
+        except Unsupported:
+            return {}     # mode A alone may offer nothing where B or FALLBACK do
+        ranks: dict[str, int] = {}
+        for index in range(graph.get_execution_plan_count()):
+            ranks.setdefault(graph.get_plan_name_at_index(index), len(ranks))
+        return ranks
+
+    def _notes(self, point: Point, names: set[str]) -> dict[str, set[str]]:
+        notes: dict[str, set[str]] = {name: set() for name in names}
+        for note in NOTES:
+            for name in self._plans_with_note(point, note):
+                if name in notes:
+                    notes[name].add(note.lower())
+        return notes
+
+    def _plans_with_note(self, point: Point, note: str) -> list[str]:
+        """Names of the candidates that survive select_numeric_notes([note]), found without
+        building any plan (see the module docstring)."""
+        graph = self._candidates(point, HEURISTIC_MODES)
+        graph.select_numeric_notes([getattr(self.cudnn.numerical_note, note)])
+        graph.deselect_workspace_greater_than(-1)
+        kept = []
+        for index in range(graph.get_execution_plan_count()):
+            try:
+                graph.build_plan_at_index(index)
+            except self.errors as err:
+                if DESELECTED in str(err):
+                    continue
+            kept.append(graph.get_plan_name_at_index(index))
+        return kept
+
+    def _behavior(self, graph: Any, index: int) -> tuple[str, ...]:
+        try:
+            notes = graph.get_behavior_notes_for_plan_at_index(index)
+        except self.errors:
+            return ()
+        return tuple(sorted(n.name.lower() for n in notes))
+
+    # ---- binding one plan to the point's buffers ----------------------------------------------
+    def prepare(self, point: Point, data: ProblemData, plan_set: PlanSet,
+                info: PlanInfo) -> GraphPrepared:
+        graph = plan_set.graph
+        try:
+            graph.build_plan_at_index(info.index)   # idempotent: a built plan is reused
+        except self.errors as err:
+            raise Unsupported(f"plan {point.algorithm} does not build: {_reason(err)}") from None
+        needed = int(graph.get_workspace_size_plan_at_index(info.index))
+        if point.workspace_limit is not None and needed > point.workspace_limit:
+            raise WorkspaceExceeded(needed, point.workspace_limit)
+        tensors = self._device_tensors(point, data)
+        workspace = self.cupy.empty(max(needed, 1), dtype=self.cupy.uint8)
+        pack, out_buffer = _variant_pack(point.direction, tensors)
+        return GraphPrepared(
+            execute=graph._execute_plan_at_index, variant_pack=pack, workspace=workspace,
+            index=info.index, handle=self.handle, errors=self.errors, output_buffer=out_buffer,
+            output_view=_logical_view(point, out_buffer),
+            poison_value=_poison_value(point.precision), stream=self.stream,
+            workspace_bytes=needed, keepalive=[graph], extras=info.extras())
+
+    def _device_tensors(self, point: Point, data: ProblemData) -> dict[str, Any]:
+        key = (point.problem, point.precision, point.layout, id(data))
+        if key != self._tensors_key:
+            self._tensors = {}                     # free the previous problem's memory first
+            self._tensors = {name: _upload(self.cupy, getattr(data, name), point)
+                             for name in ("x", "w", "dy")}
+            shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
+                      "dw": point.problem.weight_shape}
+            for name, shape in shapes.items():
+                self._tensors[name] = self.cupy.empty(_physical_shape(shape, point.layout),
+                                                      dtype=_storage_dtype(point.precision))
+            self._tensors_key = key
+        return self._tensors
+
+
+def _frontend() -> Any:
+    """The frontend module, with cuDNN loaded first from the nvidia wheel the legacy backend
+    uses: the frontend looks for libcudnn only under sysconfig's purelib and then by soname,
+    which finds a library already loaded from elsewhere."""
+    cudnn_lib.library()
+    import cudnn
+    return cudnn
+
+
+# ---- graph construction ---------------------------------------------------------------------
+def _strides(shape: tuple[int, ...], layout: str) -> list[int]:
+    """Element strides of a logical N,C,H,W (or K,C,R,S) tensor stored in `layout`."""
+    n, c, h, w = shape
+    if layout == "NCHW":
+        return [c * h * w, h * w, w, 1]
+    return [h * w * c, 1, w * c, c]
+
+
+def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
+    """The point's convolution as a one-node graph; every tensor has explicit dims and strides
+    (cuDNN cannot infer the outputs of dgrad and wgrad)."""
+    p = point.problem
+    io, compute = (getattr(cudnn.data_type, t) for t in PRECISION_TYPES[point.precision])
+    graph = cudnn.pygraph(io_data_type=io, intermediate_data_type=compute,
+                          compute_data_type=compute, handle=handle)
+    shapes = {UID_X: p.input_shape, UID_W: p.weight_shape, UID_Y: p.output_shape}
+
+    def tensor(uid: int, name: str) -> Any:
+        return graph.tensor(name=name, dim=list(shapes[uid]),
+                            stride=_strides(shapes[uid], point.layout), data_type=io, uid=uid)
+
+    geometry = dict(pre_padding=[p.pad_top, p.pad_left], post_padding=[p.pad_bottom, p.pad_right],
+                    stride=[p.stride_h, p.stride_w], dilation=[p.dilation_h, p.dilation_w],
+                    compute_data_type=compute)
+    if point.direction == "fwd":
+        out = graph.conv_fprop(image=tensor(UID_X, "x"), weight=tensor(UID_W, "w"), **geometry)
+        out_uid = UID_Y
+    elif point.direction == "bwd_data":
+        out = graph.conv_dgrad(loss=tensor(UID_Y, "dy"), filter=tensor(UID_W, "w"), **geometry)
+        out_uid = UID_X
+    else:
+        out = graph.conv_wgrad(image=tensor(UID_X, "x"), loss=tensor(UID_Y, "dy"), **geometry)
+        out_uid = UID_W
+    out.set_output(True).set_dim(list(shapes[out_uid])).set_stride(
+        _strides(shapes[out_uid], point.layout)).set_data_type(io).set_uid(out_uid)
+    return graph
+
+
+def _variant_pack(direction: str, tensors: dict[str, Any]) -> tuple[dict[int, int], Any]:
+    """uid -> device pointer (plain ints are what the frontend takes), and the output buffer."""
+    roles = {"fwd": ("x", "w", "y"), "bwd_data": ("dx", "w", "dy"),
+             "bwd_filter": ("x", "dw", "dy")}[direction]
+    out = {"fwd": "y", "bwd_data": "dx", "bwd_filter": "dw"}[direction]
+    pack = {uid: tensors[name].data.ptr for uid, name in zip((UID_X, UID_W, UID_Y), roles)}
+    return pack, tensors[out]
+
+
+def _engine_id(plan_name: str) -> int | None:
+    match = re.match(r"eng(\d+)", plan_name)
+    return int(match.group(1)) if match else None
+
+
+def _reason(err: BaseException, limit: int = 400) -> str:
+    """The frontend's message on one line (it spans several), cut to a row-sized reason."""
+    text = " | ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    text = text or type(err).__name__
+    return text if len(text) <= limit else text[:limit] + "..."

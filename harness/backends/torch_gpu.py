@@ -1,0 +1,157 @@
+"""PyTorch on the GPU with `torch.backends.cudnn.benchmark = True`: what a PyTorch user gets when
+they ask PyTorch to pick the fastest convolution itself (its cuDNN autotuner).
+
+TF32 is allowed only for the tf32 precision (for convolutions and matmuls alike), so fp32 rows
+are true fp32 as far as PyTorch's switches go. NHWC means channels_last tensors. The autotuner
+runs on the first call of each shape, so `prepare` makes one warm call (its cost lands in
+setup_ms) before anything is verified or timed.
+
+Streams: every call runs on a private torch stream; the timer gets the same stream as a CuPy
+ExternalStream, so its spin kernel and events bracket exactly PyTorch's work. Outputs are handed
+to the runner as float64 CuPy arrays in logical layout through DLPack.
+
+Asymmetric padding is unsupported: PyTorch takes one padding per axis, and the explicit-pad
+workaround would time an extra copy no cuDNN row pays.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.backends import torch_cpu
+from harness.backends.base import Algorithm, Backend, ProblemData, Unsupported
+from harness.sweep import Point
+
+_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16",
+           "fp64": "float64"}
+
+
+def _torch() -> Any:
+    import torch  # lazy: heavy, optional
+    return torch
+
+
+def _allow_tf32(torch: Any, allowed: bool) -> None:
+    """TF32 for convolutions and matmuls, through the fp32_precision switches where this torch
+    has them (2.9+, where allow_tf32 is deprecated), else through allow_tf32."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        mode = "tf32" if allowed else "ieee"
+        conv.fp32_precision = mode
+        torch.backends.cuda.matmul.fp32_precision = mode
+    else:
+        torch.backends.cudnn.allow_tf32 = allowed
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+
+
+class TorchGpuPrepared:
+    """PyTorch allocates its result on every call, as it does for users; `result` holds the latest
+    one. poison() NaN-fills it, so a launch that failed to replace it shows."""
+    device = "cuda"
+
+    def __init__(self, torch: Any, torch_stream: Any, call: Callable[[], Any], result: Any,
+                 workspace_bytes: int):
+        import cupy
+        self._torch = torch
+        self._torch_stream = torch_stream
+        self._call = call
+        self.result = result
+        self.workspace_bytes = workspace_bytes
+        self.stream = cupy.cuda.ExternalStream(torch_stream.cuda_stream)
+        self.extras: dict[str, Any] = {}
+
+    def launch(self) -> None:
+        with self._torch.cuda.stream(self._torch_stream):
+            self.result = self._call()
+
+    def poison(self) -> None:
+        with self._torch.cuda.stream(self._torch_stream):
+            self.result.fill_(float("nan"))
+
+    def output(self) -> Any:
+        import cupy
+        with self._torch.cuda.stream(self._torch_stream):
+            # to(float64) keeps channels_last; contiguous() makes it logical NCHW / KCRS.
+            logical = self.result.to(self._torch.float64).contiguous()
+        self._torch_stream.synchronize()
+        return cupy.from_dlpack(logical)
+
+    def release(self) -> None:
+        self._call = None
+        self.result = None
+
+
+class CudnnBenchmark(Algorithm):
+    backend = "torch_gpu"
+    name = "cudnn_benchmark"
+    family = "library"
+
+    def supports(self, point: Point) -> str | None:
+        if point.precision not in _DTYPES:
+            return f"precision {point.precision} has no torch dtype here"
+        if not point.problem.symmetric_padding:
+            p = point.problem
+            return ("PyTorch convolutions take one padding per axis; asymmetric padding "
+                    f"(top {p.pad_top} / bottom {p.pad_bottom}, left {p.pad_left} / "
+                    f"right {p.pad_right}) would need an extra padded copy")
+        return None
+
+    def prepare(self, point: Point, data: ProblemData) -> TorchGpuPrepared:
+        reason = self.supports(point)
+        if reason:
+            raise Unsupported(reason)
+        torch = _torch()
+        torch.backends.cudnn.benchmark = True
+        _allow_tf32(torch, point.precision == "tf32")
+        stream = torch.cuda.Stream()
+        dtype = getattr(torch, _DTYPES[point.precision])
+        fmt = torch.channels_last if point.layout == "NHWC" else torch.contiguous_format
+        with torch.cuda.stream(stream):
+            x, w, dy = (torch.from_numpy(np.ascontiguousarray(a)).to(device="cuda", dtype=dtype)
+                        .contiguous(memory_format=fmt) for a in (data.x, data.w, data.dy))
+            # The same calls as torch_cpu's (padding is symmetric here, so no padded copies).
+            call, _ = _CALLS[point.direction](torch, point.problem, x, w, dy, fmt)
+            result = call()           # the autotuner's search happens here, inside setup_ms
+        stream.synchronize()
+        workspace = _transient_bytes(torch, stream, call)
+        return TorchGpuPrepared(torch, stream, call, result, workspace)
+
+
+def _transient_bytes(torch: Any, stream: Any, call: Callable[[], Any]) -> int:
+    """Memory a call allocates beyond its result (cuDNN's workspace comes from PyTorch's caching
+    allocator), measured on a second, already autotuned call."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    with torch.cuda.stream(stream):
+        out = call()
+    stream.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    return max(0, peak - out.numel() * out.element_size())
+
+
+_CALLS = {"fwd": torch_cpu._forward, "bwd_data": torch_cpu._backward_data,
+          "bwd_filter": torch_cpu._backward_filter}
+
+
+class TorchGpuBackend(Backend):
+    name = "torch_gpu"
+    device = "cuda"
+    description = "PyTorch CUDA convolution with cudnn.benchmark=True (its cuDNN autotuner)"
+
+    def unavailable_reason(self) -> str | None:
+        if importlib.util.find_spec("torch") is None:
+            return "torch is not installed (pip install 'convbench[torch]')"
+        if importlib.util.find_spec("cupy") is None:
+            return "cupy is not installed (pip install 'convbench[gpu]'); the timer needs it"
+        torch = _torch()
+        if not torch.cuda.is_available():
+            return f"torch {torch.__version__} sees no CUDA GPU"
+        if not torch.backends.cudnn.is_available():
+            return f"torch {torch.__version__} has no cuDNN"
+        return None
+
+    def algorithms(self) -> list[Algorithm]:
+        return [CudnnBenchmark()]

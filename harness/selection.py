@@ -1,0 +1,202 @@
+"""Selection analysis: how close each way of choosing a convolution algorithm comes to the best.
+
+Per setting (analysis.SETTING: layer, batch, direction, effective precision, layout, workspace
+limit, timing mode) the ORACLE is the fastest verified row among the harness's own cuDNN backends
+(legacy `cudnn` and graph-API `cudnn_graph`) at that effective precision and workspace limit:
+what an exhaustive search over cuDNN offers. PyTorch is never part of the oracle; it is one of
+the policies measured against it:
+
+  cudnn_heuristic  the legacy cuDNN heuristic's pick (`heuristic_pick` rows of backend cudnn)
+  cudnn_find       cudnnFind's pick (`find_pick` rows)
+  graph_heuristic  the graph API's heuristic mode A: the best-ranked verified plan
+                   (`graph_heuristic_rank`; rank 0 is mode A's first plan, the next plan counts
+                   when that one did not build, did not fit the limit or was not verified)
+  pytorch          PyTorch's autotuner, cudnn.benchmark=True (backend torch_gpu)
+
+A policy answers for the precision the user asked for, so its pick among rows of requested
+precision P is compared with the oracle of effective precision P; `precision_kept` is False when
+the pick actually computed at lower accuracy (a graph plan asked for fp32 that runs TF32).
+Pure pandas; nothing here prints.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import pandas as pd
+
+from harness.analysis import SETTING, verified
+
+ORACLE_BACKENDS = ("cudnn", "cudnn_graph")
+POLICIES = ("cudnn_heuristic", "cudnn_find", "graph_heuristic", "pytorch")
+# A pick within this fraction of the oracle's time counts as picking the oracle (timing noise).
+ORACLE_SLACK = 0.01
+# The setting as the user states it: the precision asked for, not the one delivered.
+_ASKED = [c if c != "effective_precision" else "precision" for c in SETTING]
+_PICK = {"backend": "policy_backend", "algorithm": "policy_algorithm",
+         "status": "policy_status", "effective_precision": "policy_effective_precision",
+         "median_ms": "policy_ms", "multiplicity": "multiplicity"}
+COLUMNS = [*SETTING, "multiplicity", "policy", "policy_backend", "policy_algorithm",
+           "policy_status", "policy_effective_precision", "precision_kept", "policy_ms",
+           "oracle_backend", "oracle_algorithm", "oracle_ms", "regret", "picks_oracle"]
+
+
+# ---- the policies' picks -------------------------------------------------------------------
+def _flag(column: str, backend: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def candidates(df: pd.DataFrame) -> pd.DataFrame:
+        flagged = df[column].astype("boolean").fillna(False).astype(bool)
+        return df[(df["backend"] == backend) & flagged].assign(_order=df["median_ms"])
+    return candidates
+
+
+def _graph_heuristic(df: pd.DataFrame) -> pd.DataFrame:
+    rank = pd.to_numeric(df["graph_heuristic_rank"], errors="coerce")
+    keep = (df["backend"] == "cudnn_graph") & (df["status"] == "ok") & rank.notna()
+    return df[keep].assign(_order=rank[keep])
+
+
+def _pytorch(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["backend"] == "torch_gpu"].assign(_order=df["median_ms"])
+
+
+_CHOOSERS: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
+    "cudnn_heuristic": _flag("heuristic_pick", "cudnn"),
+    "cudnn_find": _flag("find_pick", "cudnn"),
+    "graph_heuristic": _graph_heuristic,
+    "pytorch": _pytorch,
+}
+
+
+def _picks(df: pd.DataFrame, policy: str) -> pd.DataFrame:
+    """One row per asked-for setting: the row this policy would run."""
+    candidates = _CHOOSERS[policy](df)
+    if candidates.empty:
+        return pd.DataFrame(columns=[*SETTING, "policy", *_PICK.values()])
+    first = candidates.sort_values("_order", kind="stable").groupby(
+        _ASKED, sort=False, dropna=False).head(1)
+    picks = first[[*_ASKED, *_PICK]].rename(columns=_PICK)
+    picks["effective_precision"] = first["precision"]
+    picks["policy_ms"] = picks["policy_ms"].where(picks["policy_status"] == "ok")
+    return picks.drop(columns="precision").assign(policy=policy)
+
+
+# ---- the oracle ----------------------------------------------------------------------------
+def oracle(results: pd.DataFrame) -> pd.DataFrame:
+    """Per setting, the fastest verified row of the harness's own cuDNN backends."""
+    ok = verified(results)
+    ok = ok[ok["backend"].isin(ORACLE_BACKENDS)]
+    cols = [*SETTING, "oracle_backend", "oracle_algorithm", "oracle_ms"]
+    if ok.empty:
+        return pd.DataFrame(columns=cols)
+    best = ok.sort_values("median_ms", kind="stable").groupby(
+        SETTING, sort=False, dropna=False).head(1)
+    return best.rename(columns={"backend": "oracle_backend", "algorithm": "oracle_algorithm",
+                                "median_ms": "oracle_ms"})[cols]
+
+
+def selection(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per (setting, policy) with the pick's time, the oracle's, and their ratio
+    (regret >= 1 unless the policy found something the harness's search did not)."""
+    parts = [_picks(results, policy) for policy in POLICIES]
+    picks = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(
+        len(p) for p in parts) else pd.DataFrame(columns=[*SETTING, "policy", *_PICK.values()])
+    frame = picks.merge(oracle(results), on=SETTING, how="left")
+    frame["policy_ms"] = pd.to_numeric(frame["policy_ms"], errors="coerce")
+    frame["oracle_ms"] = pd.to_numeric(frame["oracle_ms"], errors="coerce")
+    frame["regret"] = frame["policy_ms"] / frame["oracle_ms"]
+    frame["picks_oracle"] = (frame["regret"] <= 1 + ORACLE_SLACK).astype("boolean").mask(
+        frame["regret"].isna())
+    frame["precision_kept"] = (frame["policy_effective_precision"]
+                               == frame["effective_precision"]).astype("boolean").mask(
+        frame["policy_effective_precision"].isna())
+    order = {p: i for i, p in enumerate(POLICIES)}
+    frame = frame.sort_values([*SETTING, "policy"], key=lambda s: s.map(order)
+                              if s.name == "policy" else s, kind="stable")
+    return frame[COLUMNS].reset_index(drop=True)
+
+
+# ---- summaries -----------------------------------------------------------------------------
+def geometric_mean(values: pd.Series) -> float:
+    positive = [float(v) for v in values if pd.notna(v) and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else math.nan
+
+
+def _label(row: pd.Series) -> str:
+    return (f"{row['layer']} {row['direction']} n{row['batch']} {row['effective_precision']} "
+            f"{row['layout']}")
+
+
+def policy_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per policy: how many settings it answered, how often it picked the oracle, its regret."""
+    rows = []
+    for policy in POLICIES:
+        mine = frame[frame["policy"] == policy]
+        if mine.empty:
+            continue
+        timed = mine[mine["regret"].notna()]
+        worst = timed.loc[timed["regret"].idxmax()] if len(timed) else None
+        rows.append({
+            "policy": policy, "settings": len(mine), "compared": len(timed),
+            "picks_oracle_pct": 100.0 * timed["picks_oracle"].astype(bool).mean()
+            if len(timed) else math.nan,
+            "geomean_regret": geometric_mean(timed["regret"]),
+            "max_regret": worst["regret"] if worst is not None else math.nan,
+            "worst_setting": _label(worst) if worst is not None else "",
+            "precision_lowered": int((mine["precision_kept"] == False).sum()),  # noqa: E712
+        })
+    return pd.DataFrame(rows)
+
+
+def network_totals(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per network setting and policy: the time of one pass over the layers (each layer's time
+    x its multiplicity), for the policy and for the oracle over the same layers."""
+    keys = [c for c in SETTING if c != "layer"] + ["policy"]
+    both = frame.assign(
+        _policy=frame["policy_ms"] * frame["multiplicity"],
+        _oracle=frame["oracle_ms"] * frame["multiplicity"],
+        _complete=frame["policy_ms"].notna() & frame["oracle_ms"].notna())
+    rows = []
+    for key, group in both.groupby(keys, sort=False, dropna=False):
+        done = group[group["_complete"]]
+        policy_ms, oracle_ms = done["_policy"].sum(), done["_oracle"].sum()
+        rows.append({**dict(zip(keys, key)), "layers": len(group),
+                     "layers_missing": len(group) - len(done), "policy_total_ms": policy_ms,
+                     "oracle_total_ms": oracle_ms,
+                     "ratio": policy_ms / oracle_ms if oracle_ms > 0 else math.nan})
+    return pd.DataFrame(rows, columns=[*keys, "layers", "layers_missing", "policy_total_ms",
+                                       "oracle_total_ms", "ratio"])
+
+
+def versus_pytorch(frame: pd.DataFrame, worst: int = 3) -> pd.DataFrame:
+    """Per effective precision and layout: geometric mean of oracle time / PyTorch time (below 1:
+    the harness's search beats PyTorch's autotuner) and the points where it does worst."""
+    torch_rows = frame[(frame["policy"] == "pytorch") & frame["regret"].notna()]
+    torch_rows = torch_rows.assign(ratio=1.0 / torch_rows["regret"])
+    rows = []
+    for (precision, layout), group in torch_rows.groupby(["effective_precision", "layout"]):
+        bad = group.nlargest(worst, "ratio")
+        rows.append({"effective_precision": precision, "layout": layout, "points": len(group),
+                     "geomean_oracle_over_pytorch": geometric_mean(group["ratio"]),
+                     "best": group["ratio"].min(), "worst": group["ratio"].max(),
+                     "worst_points": "; ".join(f"{_label(r)} {r['ratio']:.2f}"
+                                               for _, r in bad.iterrows())})
+    return pd.DataFrame(rows, columns=["effective_precision", "layout", "points",
+                                       "geomean_oracle_over_pytorch", "best", "worst",
+                                       "worst_points"])
+
+
+def format_selection(frame: pd.DataFrame) -> str:
+    """Text for `convbench table --selection`: takes a results frame (or selection()'s)."""
+    sel = frame if "regret" in frame.columns else selection(frame)
+    if sel.empty:
+        return "No policy picks in these results (need cudnn, cudnn_graph or torch_gpu rows)."
+    blocks = [("Policies against the oracle (fastest verified cudnn / cudnn_graph row)",
+               policy_summary(sel)),
+              ("Network totals per policy (layer time x multiplicity)", network_totals(sel)),
+              ("Oracle / PyTorch autotuner per precision and layout", versus_pytorch(sel))]
+    text = []
+    for title, table in blocks:
+        body = table.to_string(index=False, float_format=lambda v: f"{v:.4g}") if len(
+            table) else "(no rows)"
+        text.append(f"{title}\n{body}")
+    return "\n\n".join(text)

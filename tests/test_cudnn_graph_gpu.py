@@ -1,0 +1,141 @@
+"""cuDNN graph-API engines (cudnn-frontend) on a real GPU (marked `gpu`; skipped elsewhere)."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from harness import backends, runner
+from harness.problem import ConvProblem
+from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
+
+pytestmark = pytest.mark.gpu
+FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
+SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                    name="small3x3")
+PRECISIONS = ("fp32", "fp16")
+NOTE_NAMES = {"tensor_core", "down_convert_inputs", "reduced_precision_reduction", "fft",
+              "winograd", "nondeterministic"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_frontend():
+    reason = backends.get("cudnn_graph").unavailable_reason()
+    if reason:
+        pytest.skip(f"GPU test skipped: {reason}")
+
+
+def _sweep(problem, backends_=("cudnn_graph",), **axes) -> list:
+    sweep = Sweep("graph-test", (problem,), backends=tuple(map(AlgorithmChoice, backends_)),
+                  timing=FAST, **axes)
+    results = []
+    runner.run_points(runner.plan(sweep).points, results.append)
+    return results
+
+
+@pytest.fixture(scope="module")
+def rows() -> list:
+    return _sweep(SMALL, directions=DIRECTIONS, precisions=PRECISIONS, layouts=LAYOUTS,
+                  workspace_limits=(0, None))
+
+
+def _setting(m) -> tuple[str, str, str]:
+    return m.point.direction, m.point.precision, m.point.layout
+
+
+def test_every_setting_has_an_ok_plan(rows):
+    unlimited = [m for m in rows if m.point.workspace_limit is None]
+    by_setting: dict[tuple, list] = {}
+    for m in unlimited:
+        by_setting.setdefault(_setting(m), []).append(m)
+    for setting, here in sorted(by_setting.items()):
+        statuses = Counter(m.status for m in here)
+        print(f"{setting}: {len(here)} plans {dict(statuses)}; fastest ok "
+              f"{min((m.median_ms, m.point.algorithm) for m in here if m.ok) if statuses['ok'] else None}")
+    assert set(by_setting) == {(d, p, l) for d in DIRECTIONS for p in PRECISIONS for l in LAYOUTS}
+    for setting, here in by_setting.items():
+        assert any(m.ok for m in here), (setting, [(m.point.algorithm, m.reason) for m in here])
+    crashed = [(m.point.point_id, m.reason) for m in rows if m.status == "crashed"]
+    assert not crashed, crashed
+
+
+def test_rows_are_named_by_plan_and_carry_plan_facts(rows):
+    for m in rows:
+        assert re.match(r"eng\d+", m.point.algorithm), m.point.algorithm
+        assert m.planned_point_id.endswith("|engines|" + (
+            "inf" if m.point.workspace_limit is None else "0") + "|warm"), m.planned_point_id
+        if m.ok:
+            assert m.median_ms > 0 and m.setup_ms > 0
+            # tolerance is the asked precision's; a plan asked for fp32 may deliver tf32
+            assert m.rel_error <= m.tolerance or m.effective_precision == "tf32" != m.point.precision
+            assert m.extras["engine_id"] == int(m.point.algorithm[3:].split("_")[0])
+            notes = {n for n in m.extras["numerical_notes"].split(",") if n}
+            assert notes <= NOTE_NAMES, notes
+            assert m.workspace_bytes is not None and m.workspace_bytes >= 0
+        elif m.status == "unsupported":
+            assert m.reason, m
+    names = [m.point.algorithm for m in rows
+             if m.point.workspace_limit is None and _setting(m) == ("fwd", "fp32", "NCHW")]
+    assert len(names) == len(set(names)), "plan names must be unique within a setting"
+    ranks = [m.extras.get("graph_heuristic_rank") for m in rows if m.ok]
+    assert 0 in ranks, "mode A's first plan should be among the measured plans"
+
+
+def test_fp16_plans_are_fp16_and_fp32_plans_are_labelled_by_accuracy(rows):
+    ok = [m for m in rows if m.ok and m.point.workspace_limit is None]
+    assert {m.effective_precision for m in ok if m.point.precision == "fp16"} == {"fp16"}
+    fp32 = [m for m in ok if m.point.precision == "fp32"]
+    labels = Counter(m.effective_precision for m in fp32)
+    print(f"fp32 plans by effective precision: {dict(labels)}")
+    assert set(labels) <= {"fp32", "tf32"}
+    for m in fp32:
+        if m.effective_precision == "tf32":
+            assert "delivers tf32" in m.reason
+    tensor_core = [m for m in ok if "tensor_core" in m.extras["numerical_notes"]]
+    assert any(m.point.precision == "fp16" for m in tensor_core)
+    # The notes read through select_numeric_notes agree with the measured accuracy: TF32-level
+    # error on fp32 data comes from tensor-core plans only.
+    crosstab = Counter((m.point.direction, m.effective_precision,
+                        "tensor_core" in m.extras["numerical_notes"]) for m in fp32)
+    print(f"fp32 plans by (direction, effective precision, tensor_core note): {dict(crosstab)}")
+    assert not [m.point.point_id for m in fp32 if m.effective_precision == "tf32"
+                and "tensor_core" not in m.extras["numerical_notes"]]
+
+
+def test_workspace_limit_zero_refuses_plans_that_need_workspace(rows):
+    zero = [m for m in rows if m.point.workspace_limit == 0]
+    assert zero
+    for m in zero:
+        if m.workspace_bytes:
+            assert m.status == "workspace_exceeded", m
+    assert any(m.ok for m in zero)
+
+
+def test_asymmetric_padding_and_fp64_give_rows_with_reasons():
+    asym = ConvProblem(2, 8, 9, 9, 8, 3, 3, pad_top=0, pad_left=1, pad_bottom=2, pad_right=1,
+                       name="asym")
+    for label, results in (("asym", _sweep(asym)), ("fp64", _sweep(SMALL, precisions=("fp64",)))):
+        reasons = {m.reason[:120] for m in results if not m.ok}
+        print(label, dict(Counter(m.status for m in results)), reasons)
+        assert results
+        for m in results:
+            assert m.status in ("ok", "unsupported", "workspace_exceeded", "failed"), (m.status,
+                                                                                        m.reason)
+            assert m.ok or m.reason
+
+
+def test_selection_over_measured_rows(rows):
+    """Legacy cuDNN, graph plans and PyTorch on the same points, through store and selection."""
+    from harness import selection, store
+    others = _sweep(SMALL, ("cudnn", "torch_gpu"), directions=("fwd",), precisions=PRECISIONS,
+                    layouts=LAYOUTS)
+    graph = [m for m in rows if m.point.workspace_limit is None and m.point.direction == "fwd"]
+    df = store.frame(store.to_row(m, "gpu-test", "graph-test", {}, "") for m in graph + others)
+    sel = selection.selection(df)
+    print(selection.format_selection(sel))
+    assert set(sel["policy"]) == set(selection.POLICIES)
+    assert sel["oracle_ms"].notna().all() and (sel["regret"].dropna() > 0).all()
+    assert not sel["oracle_backend"].isin(["torch_gpu"]).any()
+    kept = sel[(sel["policy"] != "pytorch") & sel["precision_kept"].fillna(False).astype(bool)]
+    assert (kept["regret"].dropna() >= 1.0).all(), kept

@@ -1,0 +1,135 @@
+"""Selection analysis on small synthetic results frames (runs anywhere)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from harness import selection, store
+
+
+def _row(layer="L1", backend="cudnn", algorithm="implicit_gemm", ms=1.0, precision="fp32",
+         effective=None, status="ok", limit=-1, multiplicity=1, direction="fwd", **extras):
+    return {"layer": layer, "batch": 32, "direction": direction, "precision": precision,
+            "effective_precision": (effective or precision) if status == "ok" else None,
+            "layout": "NCHW", "workspace_limit": limit, "timing_mode": "warm",
+            "backend": backend, "algorithm": algorithm, "status": status,
+            "median_ms": ms if status == "ok" else None, "multiplicity": multiplicity,
+            "samples_ms": [ms] if status == "ok" else [], **extras}
+
+
+def _frame(*rows) -> pd.DataFrame:
+    # int64 columns of the schema cannot hold missing values; 0 stands for "not part of the test"
+    zeros = {name: 0 for name, dtype in store.COLUMNS.items() if dtype == "int64"}
+    return store.frame([{**zeros, **row} for row in rows])
+
+
+def _pick(sel: pd.DataFrame, policy: str, **where) -> pd.Series:
+    mine = sel[sel["policy"] == policy]
+    for column, value in where.items():
+        mine = mine[mine[column] == value]
+    assert len(mine) == 1, mine
+    return mine.iloc[0]
+
+
+def test_oracle_excludes_torch_and_pytorch_may_beat_it():
+    df = _frame(_row(algorithm="gemm", ms=2.0, heuristic_pick=True, find_pick=False),
+                _row(algorithm="winograd", ms=1.0, heuristic_pick=False, find_pick=True),
+                _row(backend="torch_gpu", algorithm="cudnn_benchmark", ms=0.5))
+    sel = selection.selection(df)
+    assert set(sel["oracle_algorithm"]) == {"winograd"}
+    assert set(sel["oracle_backend"]) == {"cudnn"}
+    torch = _pick(sel, "pytorch")
+    assert torch["regret"] == pytest.approx(0.5) and bool(torch["picks_oracle"])
+
+
+def test_a_policy_that_picks_the_oracle_has_regret_one():
+    df = _frame(_row(algorithm="gemm", ms=2.0, heuristic_pick=True, find_pick=False),
+                _row(algorithm="winograd", ms=1.0, heuristic_pick=False, find_pick=True))
+    sel = selection.selection(df)
+    find = _pick(sel, "cudnn_find")
+    assert find["regret"] == 1.0 and bool(find["picks_oracle"])
+    heuristic = _pick(sel, "cudnn_heuristic")
+    assert heuristic["regret"] == 2.0 and not bool(heuristic["picks_oracle"])
+    summary = selection.policy_summary(sel).set_index("policy")
+    assert summary.loc["cudnn_find", "picks_oracle_pct"] == 100.0
+    assert summary.loc["cudnn_heuristic", "max_regret"] == 2.0
+
+
+def test_within_one_percent_counts_as_the_oracle():
+    df = _frame(_row(algorithm="a", ms=1.0, heuristic_pick=False),
+                _row(algorithm="b", ms=1.009, heuristic_pick=True))
+    assert bool(_pick(selection.selection(df), "cudnn_heuristic")["picks_oracle"])
+
+
+def test_network_totals_weight_layers_by_multiplicity():
+    df = _frame(_row(layer="L1", algorithm="a", ms=1.0, multiplicity=1, heuristic_pick=False),
+                _row(layer="L1", algorithm="b", ms=2.0, multiplicity=1, heuristic_pick=True),
+                _row(layer="L2", algorithm="a", ms=1.0, multiplicity=3, heuristic_pick=True),
+                _row(layer="L2", algorithm="b", ms=3.0, multiplicity=3, heuristic_pick=False))
+    totals = selection.network_totals(selection.selection(df))
+    row = totals[totals["policy"] == "cudnn_heuristic"].iloc[0]
+    assert row["policy_total_ms"] == pytest.approx(2.0 * 1 + 1.0 * 3)
+    assert row["oracle_total_ms"] == pytest.approx(1.0 * 1 + 1.0 * 3)
+    assert row["ratio"] == pytest.approx(5.0 / 4.0) and row["layers_missing"] == 0
+
+
+def test_graph_heuristic_takes_the_best_ranked_verified_plan():
+    df = _frame(_row(backend="cudnn_graph", algorithm="eng1_k2=0", status="unsupported"),
+                _row(backend="cudnn_graph", algorithm="eng7", ms=3.0, graph_heuristic_rank=1),
+                _row(backend="cudnn_graph", algorithm="eng9", ms=1.0, graph_heuristic_rank=2),
+                _row(backend="cudnn_graph", algorithm="eng4", ms=0.9))   # offered by B only
+    pick = _pick(selection.selection(df), "graph_heuristic")
+    assert pick["policy_algorithm"] == "eng7" and pick["regret"] == pytest.approx(3.0 / 0.9)
+
+
+def test_policies_answer_for_the_precision_asked_for():
+    # A graph plan asked for fp32 that computes at TF32 accuracy: it is the heuristic's fp32
+    # pick, but it never becomes the fp32 oracle; it competes in the tf32 setting instead.
+    df = _frame(_row(algorithm="implicit_gemm", ms=2.0, heuristic_pick=True),
+                _row(backend="cudnn_graph", algorithm="eng0", ms=0.5, effective="tf32",
+                     graph_heuristic_rank=0),
+                _row(algorithm="implicit_gemm", ms=0.8, precision="tf32", heuristic_pick=True))
+    sel = selection.selection(df)
+    graph = _pick(sel, "graph_heuristic")
+    assert graph["effective_precision"] == "fp32" and not bool(graph["precision_kept"])
+    assert graph["oracle_ms"] == 2.0
+    tf32 = _pick(sel, "cudnn_heuristic", effective_precision="tf32")
+    assert tf32["oracle_algorithm"] == "eng0" and tf32["regret"] == pytest.approx(1.6)
+    assert bool(tf32["precision_kept"])
+
+
+def test_workspace_limits_are_separate_settings_and_unfit_picks_have_no_time():
+    df = _frame(_row(algorithm="fft", ms=1.0, limit=-1, heuristic_pick=True),
+                _row(algorithm="gemm", ms=2.0, limit=-1, heuristic_pick=False),
+                _row(algorithm="fft", status="workspace_exceeded", limit=0),
+                _row(algorithm="gemm", ms=2.0, limit=0, heuristic_pick=True),
+                _row(backend="torch_gpu", algorithm="cudnn_benchmark", status="workspace_exceeded",
+                     limit=0))
+    sel = selection.selection(df)
+    assert _pick(sel, "cudnn_heuristic", workspace_limit=0)["regret"] == 1.0
+    assert _pick(sel, "cudnn_heuristic", workspace_limit=-1)["oracle_ms"] == 1.0
+    torch = _pick(sel, "pytorch", workspace_limit=0)
+    assert torch["policy_status"] == "workspace_exceeded" and math.isnan(torch["regret"])
+
+
+def test_versus_pytorch_geometric_mean_and_worst_points():
+    rows = []
+    for layer, oracle_ms, torch_ms in (("L1", 1.0, 2.0), ("L2", 2.0, 1.0), ("L3", 1.0, 1.0)):
+        rows += [_row(layer=layer, ms=oracle_ms),
+                 _row(layer=layer, backend="torch_gpu", algorithm="cudnn_benchmark", ms=torch_ms)]
+    gap = selection.versus_pytorch(selection.selection(_frame(*rows)), worst=1)
+    row = gap.iloc[0]
+    assert row["points"] == 3 and row["geomean_oracle_over_pytorch"] == pytest.approx(1.0)
+    assert row["worst"] == 2.0 and row["worst_points"].startswith("L2 fwd")
+
+
+def test_format_selection_takes_results_or_selection_frames():
+    df = _frame(_row(algorithm="gemm", ms=2.0, heuristic_pick=True, find_pick=True),
+                _row(backend="torch_gpu", algorithm="cudnn_benchmark", ms=1.5))
+    text = selection.format_selection(df)
+    assert text == selection.format_selection(selection.selection(df))
+    for word in ("cudnn_heuristic", "cudnn_find", "pytorch", "Network totals", "0.75"):
+        assert word in text
+    assert "No policy picks" in selection.format_selection(store.frame([]))

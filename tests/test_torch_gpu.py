@@ -1,0 +1,53 @@
+"""PyTorch's cuDNN autotuner (torch_gpu) on a real GPU (marked `gpu`; skipped elsewhere)."""
+from __future__ import annotations
+
+import pytest
+
+from harness import backends, runner
+from harness.problem import ConvProblem
+from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS, AlgorithmChoice, Sweep, TimingOptions
+
+pytestmark = pytest.mark.gpu
+FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
+SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                    name="small3x3")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_torch_gpu():
+    reason = backends.get("torch_gpu").unavailable_reason()
+    if reason:
+        pytest.skip(f"GPU test skipped: {reason}")
+
+
+def _sweep(problem, **axes) -> list:
+    sweep = Sweep("torch-gpu-test", (problem,), backends=(AlgorithmChoice("torch_gpu"),),
+                  timing=FAST, **axes)
+    results = []
+    runner.run_points(runner.plan(sweep).points, results.append)
+    return results
+
+
+def test_every_direction_precision_layout_is_ok_and_verified():
+    results = _sweep(SMALL, directions=DIRECTIONS, precisions=PRECISIONS, layouts=LAYOUTS)
+    assert len(results) == len(DIRECTIONS) * len(PRECISIONS) * len(LAYOUTS)
+    for m in results:
+        print(f"{m.point.direction:10s} {m.point.precision} {m.point.layout}: {m.status} "
+              f"{m.median_ms and round(m.median_ms * 1e3, 1)} us, host "
+              f"{m.host_ms and round(m.host_ms * 1e3, 1)} us, setup {m.setup_ms and round(m.setup_ms)}"
+              f" ms, rel {m.rel_error and float(m.rel_error):.2g}, ws {m.workspace_bytes} "
+              f"{m.reason}")
+    bad = [(m.point.point_id, m.status, m.reason) for m in results if not m.ok]
+    assert not bad, bad
+    for m in results:
+        assert m.rel_error <= m.tolerance and m.median_ms > 0 and m.host_ms > 0
+        assert m.family == "library" and m.workspace_bytes >= 0
+        # TF32 is allowed only when asked for, so fp32 stays fp32.
+        assert m.effective_precision == m.point.precision, (m.point.point_id, m.rel_error)
+
+
+def test_asymmetric_padding_is_unsupported_with_reason():
+    problem = ConvProblem(2, 8, 9, 9, 8, 3, 3, pad_top=0, pad_left=1, pad_bottom=2, pad_right=1)
+    results = _sweep(problem)
+    assert [m.status for m in results] == ["unsupported"]
+    assert "asymmetric padding" in results[0].reason
