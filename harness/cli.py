@@ -200,7 +200,12 @@ def cmd_table(args: argparse.Namespace) -> int:
     from harness import store
     frames = [store.load(path) for path in args.results]
     import pandas as pd
-    _print_best(pd.concat(frames, ignore_index=True))
+    df = pd.concat(frames, ignore_index=True)
+    if args.selection:
+        from harness import selection
+        _say(selection.format_selection(df))
+        return EXIT_OK
+    _print_best(df)
     return EXIT_OK
 
 
@@ -388,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     table = sub.add_parser("table", help="best verified algorithm per layer from results")
     table.add_argument("results", nargs="+")
+    table.add_argument("--selection", action="store_true",
+                       help="how often cuDNN's heuristic, cudnnFind, the graph heuristic and "
+                            "PyTorch's autotuner pick the fastest verified algorithm")
     table.set_defaults(func=cmd_table)
 
     sub.add_parser("list", help="backends and algorithms, and why any is unavailable"
