@@ -5,9 +5,12 @@ Not a test: a script whose printed table goes into the closing note with the mac
     .venv/bin/python benchmarks/cpu_speed.py [--reps 7] [--check] [--layers res2,speech1]
 
 Each point is prepared once through the backend API the runner uses, launched once to warm up,
-then timed with time.perf_counter_ns. The algorithms of one layer are timed in interleaved
-rounds (one launch of each per round) so that load from other processes, which comes and goes
-on a shared machine, falls on all of them alike; the table shows the median of the rounds.
+then timed with time.perf_counter_ns, GC off. Each algorithm's launches run back to back (as the
+runner times them) after a short pause: OpenBLAS and OpenMP worker threads spin for a while
+after a call, and interleaving NumPy and torch launches would make each pay for the other's
+spinning threads. The whole sequence runs `--rounds` times so that load from other processes,
+which comes and goes on a shared machine, is spread over all algorithms; the table shows the
+median of all samples.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ LAYERS = {
 ALGORITHMS = [
 ("cpu", "im2col"), ("cpu", "direct"), ("cpu", "fft"),
               ("cpu", "winograd_f2x2_3x3"), ("cpu", "winograd_f4x4_3x3"), ("torch_cpu", "conv2d")]
+_SETTLE_S = 0.3  # longer than OpenBLAS's and libgomp's spin-wait after a call
 SHORT = {"im2col": "im2col", "direct": "direct", "fft": "fft", "winograd_f2x2_3x3": "wino F2",
          "winograd_f4x4_3x3": "wino F4", "conv2d": "torch"}
 
@@ -77,16 +81,19 @@ def _prepare(problem: ConvProblem, data, check: bool) -> dict[str, object]:
     return prepared
 
 
-def _time(prepared: dict[str, object], reps: int) -> dict[str, list[float]]:
-    """Seconds per launch, `reps` interleaved rounds."""
+def _time(prepared: dict[str, object], reps: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per launch: `rounds` passes over the algorithms, `reps` launches each."""
     samples: dict[str, list[float]] = {name: [] for name in prepared}
     gc.disable()
     try:
-        for _ in range(reps):
+        for _ in range(rounds):
             for name, run in prepared.items():
-                start = time.perf_counter_ns()
-                run.launch()
-                samples[name].append((time.perf_counter_ns() - start) * 1e-9)
+                time.sleep(_SETTLE_S)
+                run.launch()  # first launch after the pause is not timed
+                for _ in range(reps):
+                    start = time.perf_counter_ns()
+                    run.launch()
+                    samples[name].append((time.perf_counter_ns() - start) * 1e-9)
     finally:
         gc.enable()
     return samples
@@ -120,7 +127,8 @@ def _blas_name() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=7, help="timed rounds per layer (median)")
+    parser.add_argument("--reps", type=int, default=5, help="launches per algorithm per round")
+    parser.add_argument("--rounds", type=int, default=3, help="passes over the algorithms")
     parser.add_argument("--check", action="store_true", help="verify every output first")
     parser.add_argument("--layers", default=",".join(LAYERS), help="comma-separated layer keys")
     args = parser.parse_args(argv)
@@ -129,13 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         problem = LAYERS[key]
         data = reference.make_data(problem, "fp32")
         prepared = _prepare(problem, data, args.check)
-        samples = _time(prepared, args.reps)
+        samples = _time(prepared, args.reps, args.rounds)
         medians = {name: statistics.median(s) for name, s in samples.items()}
         rows.append((problem, medians))
         for run in prepared.values():
             run.release()
     print(f"machine: {_machine()}")
-    print(f"forward fp32, median of {args.reps} interleaved launches; GFLOP/s = problem.flops / time")
+    print(f"forward fp32, batch as listed; GFLOP/s = problem.flops / median time of "
+          f"{args.rounds} rounds x {args.reps} launches")
     _print_table(rows)
     return 0
 

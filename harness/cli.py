@@ -359,7 +359,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         paths = report.render_report(args.results, out, baseline_policy=args.baseline_policy,
                                      peaks=peaks, embed_images=args.embed_images,
                                      title=args.title, jobs=args.jobs)
-    except (report.PolicyError, ValueError) as err:
+    except (report.PolicyError, report.EmptyResults) as err:
         raise UserError(str(err)) from None
     _say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
     return EXIT_OK

@@ -17,7 +17,11 @@ import pandas as pd
 
 from harness.report.analysis import PolicyError
 
-__all__ = ["render_report", "ReportPaths", "PolicyError", "load_frames"]
+__all__ = ["render_report", "ReportPaths", "PolicyError", "EmptyResults", "load_frames"]
+
+
+class EmptyResults(ValueError):
+    """The given results hold no rows."""
 
 FrameOrPath = Union[pd.DataFrame, str, Path]
 FIGURES = "figures"
@@ -52,7 +56,7 @@ def render_report(frames_or_paths: FrameOrPath | Iterable[FrameOrPath], out_dir:
     raw = load_frames(frames_or_paths)
     df = analysis.prepare(raw)
     if df.empty:
-        raise ValueError("no result rows to report on")
+        raise EmptyResults("no result rows to report on")
     baseline = _resolve_baseline(df, baseline_policy)
     _check_peaks(peaks)
     out = Path(out_dir)

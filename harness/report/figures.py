@@ -212,29 +212,50 @@ def _heatmap_figure(part: pd.DataFrame) -> Any:
     layers = list(dict.fromkeys(ratio.index.get_level_values(1)))
     blocks = {d: [c for c in status.columns if (status.loc[d][c] != "").any()]
               for d in directions}
+    blocks, titles = _fastest_columns(ratio, blocks)
     values, states, labels = _side_by_side(ratio, status, blocks, layers)
     shown = display_names(layers)
     longest = max(len(shown[x]) for x in layers)
+    longest_name = max(len(label) for label in labels)
     width = 1.3 + 0.075 * longest + 0.48 * len(labels)
-    fig = _figure(min(max(width, 8.0), 24.0), 2.4 + 0.26 * len(layers))
+    # Tall enough for the rotated column labels under the matrix, however few layers there are.
+    height = max(2.4 + 0.26 * len(layers), 2.0 + 0.058 * longest_name)
+    fig = _figure(min(max(width, 8.0), 24.0), height)
     ax = fig.add_subplot()
     image = _draw_heatmap(ax, values, states)
     start = 0
     for direction, columns in blocks.items():
-        ax.text(start + (len(columns) - 1) / 2, -0.7, direction, ha="center", va="bottom",
-                fontsize=10, fontweight="bold")
+        ax.text(start + (len(columns) - 1) / 2, -0.7, titles[direction], ha="center",
+                va="bottom", fontsize=10, fontweight="bold")
         start += len(columns) + 1
     ticks = [j for j, label in enumerate(labels) if label]
     ax.set_xticks(ticks, [labels[j] for j in ticks], rotation=50, ha="right",
                   rotation_mode="anchor", fontsize=8)
     ax.set_yticks(range(len(layers)), [shown[x] for x in layers], fontsize=8)
-    longest_name = max(len(label) for label in labels)
     width, height = fig.get_figwidth(), fig.get_figheight()
     right = 1 - 0.75 / width                      # room for the colour bar
     fig.subplots_adjust(left=(0.25 + 0.068 * longest) / width, right=right,
                         top=1 - 0.4 / height, bottom=(0.5 + 0.058 * longest_name) / height)
     _heatmap_legend(fig, image, right)
     return fig
+
+
+MAX_COLUMNS = 24   # per direction; graph-API sweeps offer ~90 plans, unreadable side by side
+
+
+def _fastest_columns(ratio: pd.DataFrame, blocks: dict[str, list[str]]
+                     ) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Keep each direction's MAX_COLUMNS algorithms with the best median time relative to the
+    best (those that never ran well sort last); the block title says how many were left out."""
+    kept, titles = {}, {}
+    for direction, columns in blocks.items():
+        if len(columns) <= MAX_COLUMNS:
+            kept[direction], titles[direction] = columns, direction
+            continue
+        order = ratio.loc[direction][columns].median(skipna=True).fillna(np.inf).sort_values()
+        kept[direction] = [c for c in columns if c in set(order.index[:MAX_COLUMNS])]
+        titles[direction] = f"{direction} (fastest {MAX_COLUMNS} of {len(columns)})"
+    return kept, titles
 
 
 def _side_by_side(ratio: pd.DataFrame, status: pd.DataFrame, blocks: dict[str, list[str]],

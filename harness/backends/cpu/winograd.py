@@ -25,7 +25,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from harness.backends.base import ProblemData
-from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
+from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate,
                                           workspace_of)
 from harness.problem import ConvProblem
 from harness.sweep import Point
@@ -35,7 +35,7 @@ Matrix = list[list[Fraction]]
 # Image blocks are sized so the transformed-input block V stays near this size, about half the
 # 2 MiB per-core L2 of the development machine: the GEMMs then read what the transform just
 # wrote, while each GEMM stays wide enough (hundreds of tiles) to run at BLAS speed.
-BLOCK_BYTES = 1 << 20
+BLOCK_BYTES = 6 << 20
 
 
 # ---- the Toom-Cook construction ----------------------------------------------------------------
@@ -106,20 +106,46 @@ class _Tiles:
     def in_cols(self) -> int:
         return self.tw * self.m + self.alpha - self.m
 
-    def gather(self, src: np.ndarray, size: int, out: np.ndarray) -> None:
-        """out[i, j] = src[:, :, i + m*u, j + m*v] for the size x size window of every tile."""
-        m, th, tw = self.m, self.th, self.tw
+    def gather(self, src: np.ndarray, top: int, left: int, size: int, out: np.ndarray) -> None:
+        """out[i, j][c, n, u, v] = src[n, c, m*u + i - top, m*v + j - left] for the size x size
+        window of every tile, read straight from the unpadded NCHW source: entries that fall in
+        the padding are never written and keep the zeros the buffer was allocated with."""
+        source = src.transpose(1, 0, 2, 3)
         for i in range(size):
-            rows = slice(i, i + (th - 1) * m + 1, m)
+            rows = _clip(i - top, src.shape[2], self.th, self.m)
             for j in range(size):
-                np.copyto(out[i, j], src[:, :, rows, j:j + (tw - 1) * m + 1:m])
+                cols = _clip(j - left, src.shape[3], self.tw, self.m)
+                if rows and cols:
+                    np.copyto(out[i, j][:, :, rows[0], cols[0]], source[:, :, rows[1], cols[1]])
+
+    def scatter(self, y: np.ndarray, out: np.ndarray) -> None:
+        """out[n, k, m*u + i, m*v + j] = y[i, j, k, n, u, v], dropping the tiles' overhang."""
+        target = out.transpose(1, 0, 2, 3)
+        for i in range(self.m):
+            rows = _clip(i, out.shape[2], self.th, self.m)
+            for j in range(self.m):
+                cols = _clip(j, out.shape[3], self.tw, self.m)
+                if rows and cols:
+                    np.copyto(target[:, :, rows[1], cols[1]], y[i, j][:, :, rows[0], cols[0]])
+
+
+def _clip(offset: int, size: int, tiles: int, m: int) -> tuple[slice, slice] | None:
+    """(tile slice, source slice) of the tiles u < tiles whose element m*u + offset lies in
+    [0, size), or None when none does."""
+    first = max(0, -(offset // m))
+    last = min(tiles, (size - 1 - offset) // m + 1)
+    if last <= first:
+        return None
+    start = m * first + offset
+    return slice(first, last), slice(start, start + m * (last - first - 1) + 1, m)
 
 
 def _image_blocks(batch: int, bytes_per_image: int) -> list[tuple[int, int]]:
-    per = max(1, min(batch, BLOCK_BYTES // max(1, bytes_per_image)))
-    count = -(-batch // per)
-    size = -(-batch // count)
-    return [(n0, min(size, batch - n0)) for n0 in range(0, batch, size)]
+    """Equal blocks of images (a divisor of the batch), so every block writes the same entries
+    of the tile buffers and the padding entries stay zero."""
+    most = max(1, BLOCK_BYTES // max(1, bytes_per_image))
+    size = max(d for d in range(1, batch + 1) if batch % d == 0 and d <= most)
+    return [(n0, size) for n0 in range(0, batch, size)]
 
 
 def _flat(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int]]:
@@ -166,8 +192,8 @@ def _matrices(m: int, points: Sequence[Fraction]) -> dict[str, np.ndarray]:
 
 
 class _Correlation:
-    """out (N, K, Ho, Wo) = stride-1 3x3 correlation of a zero-padded input buffer
-    (C, N, in_rows, in_cols) with weights (K, C/groups, 3, 3), tile by tile."""
+    """out (N, K, Ho, Wo) = stride-1 3x3 correlation, tile by tile, of weights (K, C/groups, 3, 3)
+    with an NCHW source placed at (top, left) in an otherwise zero input plane."""
 
     def __init__(self, mats: dict[str, np.ndarray], m: int, groups: int, channels: int,
                  filters: int, batch: int, rows: int, cols: int, dtype: type):
@@ -186,30 +212,24 @@ class _Correlation:
             "u": (a * a, groups, kg, cg), "d": (a, a, channels, nb, t.th, t.tw),
             "v": (a * a, channels, nb, t.th, t.tw), "m": (a * a, filters, nb, t.th, t.tw),
             "y": (m, m, filters, nb, t.th, t.tw)}
-        self.aligned = rows == t.th * m and cols == t.tw * m
-        if not self.aligned:
-            self.shapes["tiles"] = (nb, filters, t.th * m, t.tw * m)
 
-    def __call__(self, buf: dict[str, np.ndarray], d: np.ndarray, w: np.ndarray,
-                 out: np.ndarray) -> None:
-        t, a, m, k = self.t, self.t.alpha, self.t.m, self.filters
+    def __call__(self, buf: dict[str, np.ndarray], src: np.ndarray, top: int, left: int,
+                 w: np.ndarray, out: np.ndarray) -> None:
+        t, a, m = self.t, self.t.alpha, self.t.m
         g, cg, kg = self.groups, self.channels // self.groups, self.filters // self.groups
         u = buf["u"].reshape(self.shapes["u"])
         # U = G w G^T for every (filter, channel) pair: (G (x) G) @ weights as (9, K*C/g).
         np.matmul(self.gg, w.reshape(-1, 9).T, out=u.reshape(a * a, -1))
         for n0, n in self.blocks:
             tiles = _block(buf, "d", self.shapes, 3, n)
-            t.gather(d[:, n0:n0 + n], a, tiles)
+            t.gather(src[n0:n0 + n], top, left, a, tiles)
             v = _block(buf, "v", self.shapes, 2, n)
             np.matmul(self.bb, tiles.reshape(a * a, -1), out=v.reshape(a * a, -1))
             mm = _block(buf, "m", self.shapes, 2, n)
             _gemm(u, v.reshape(a * a, g, cg, -1), mm.reshape(a * a, g, kg, -1))
             y = _block(buf, "y", self.shapes, 3, n)
             np.matmul(self.aa, mm.reshape(a * a, -1), out=y.reshape(m * m, -1))
-            target = out[n0:n0 + n] if self.aligned else _block(buf, "tiles", self.shapes, 0, n)
-            np.copyto(target.reshape(n, k, t.th, m, t.tw, m), y.transpose(3, 2, 4, 0, 5, 1))
-            if not self.aligned:
-                np.copyto(out[n0:n0 + n], target[:, :, :self.rows, :self.cols])
+            t.scatter(y, out[n0:n0 + n])
 
 
 class _FilterGradient:
@@ -231,7 +251,7 @@ class _FilterGradient:
             "e": (m, m, k, nb, t.th, t.tw), "dyt": (a * a, k, nb, t.th, t.tw),
             "acc": (a * a, g, kg, cg), "part": (a * a, g, kg, cg), "dw": (3, 3, k, cg)}
 
-    def __call__(self, buf: dict[str, np.ndarray], xpad: np.ndarray, dypad: np.ndarray,
+    def __call__(self, buf: dict[str, np.ndarray], x: np.ndarray, dy: np.ndarray,
                  dw: np.ndarray) -> None:
         p, t, a, m = self.p, self.t, self.t.alpha, self.t.m
         g, kg, cg = p.groups, p.filters_per_group, p.channels_per_group
@@ -239,11 +259,11 @@ class _FilterGradient:
         part = buf["part"].reshape(self.shapes["part"])
         for i, (n0, n) in enumerate(self.blocks):
             tiles = _block(buf, "d", self.shapes, 3, n)
-            t.gather(xpad[:, n0:n0 + n], a, tiles)
+            t.gather(x[n0:n0 + n], p.pad_top, p.pad_left, a, tiles)
             v = _block(buf, "v", self.shapes, 2, n)
             np.matmul(self.bb, tiles.reshape(a * a, -1), out=v.reshape(a * a, -1))
             grads = _block(buf, "e", self.shapes, 3, n)
-            t.gather(dypad[:, n0:n0 + n], m, grads)
+            t.gather(dy[n0:n0 + n], 0, 0, m, grads)
             dyt = _block(buf, "dyt", self.shapes, 2, n)
             np.matmul(self.gg, grads.reshape(m * m, -1), out=dyt.reshape(a * a, -1))
             _gemm_nt(dyt.reshape(a * a, g, kg, -1), v.reshape(a * a, g, cg, -1),
@@ -253,14 +273,6 @@ class _FilterGradient:
         out = buf["dw"].reshape(self.shapes["dw"])
         np.matmul(self.aa, acc.reshape(a * a, -1), out=out.reshape(9, -1))
         np.copyto(dw, out.transpose(2, 3, 0, 1))
-
-
-def _placement(size: int, offset: int, room: int) -> tuple[slice, slice]:
-    """(source, destination) slices putting `size` items at `offset` of a `room`-long axis,
-    dropping what falls outside (a negative offset crops the start)."""
-    start = max(0, -offset)
-    stop = min(size, room - offset)
-    return slice(start, stop), slice(start + offset, stop + offset)
 
 
 class _Winograd(CpuAlgorithm):
@@ -287,15 +299,12 @@ class _Winograd(CpuAlgorithm):
         p = point.problem
         core = _Correlation(self._mats(), self.m, p.groups, p.in_channels, p.out_channels,
                             p.batch, p.out_h, p.out_w, dtype)
-        buf = allocate(point, dtype, dict(_flat(core.shapes), xpad=(
-            p.in_channels, p.batch, core.t.in_rows, core.t.in_cols)))
+        buf = allocate(point, dtype, _flat(core.shapes))
         x, w = data.x.astype(dtype), data.w.astype(dtype)
         y = np.empty(p.output_shape, dtype)
-        rows, cols = interior(p)
 
         def kernel() -> None:
-            buf["xpad"][:, :, rows, cols] = x.transpose(1, 0, 2, 3)
-            core(buf, buf["xpad"], w, y)
+            core(buf, x, p.pad_top, p.pad_left, w, y)
 
         return CpuPrepared(y, kernel, workspace_of(buf))
 
@@ -304,38 +313,27 @@ class _Winograd(CpuAlgorithm):
         g, cg, kg = p.groups, p.channels_per_group, p.filters_per_group
         core = _Correlation(self._mats(), self.m, g, p.out_channels, p.in_channels, p.batch,
                             p.in_h, p.in_w, dtype)
-        buf = allocate(point, dtype, dict(_flat(core.shapes), dypad=(
-            p.out_channels, p.batch, core.t.in_rows, core.t.in_cols),
-            wrot=(p.in_channels, kg, 3, 3)))
+        buf = allocate(point, dtype, dict(_flat(core.shapes), wrot=(p.in_channels, kg, 3, 3)))
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
-        # Full convolution needs 2 rows/cols of zeros around dy; the forward padding removes some.
-        src_r, dst_r = _placement(p.out_h, 2 - p.pad_top, core.t.in_rows)
-        src_c, dst_c = _placement(p.out_w, 2 - p.pad_left, core.t.in_cols)
+        rotated = buf["wrot"].reshape(g, cg, kg, 3, 3)
 
         def kernel() -> None:
-            np.copyto(buf["wrot"].reshape(g, cg, kg, 3, 3),
-                      w.reshape(g, kg, cg, 3, 3)[..., ::-1, ::-1].transpose(0, 2, 1, 3, 4))
-            buf["dypad"][:, :, dst_r, dst_c] = dy.transpose(1, 0, 2, 3)[:, :, src_r, src_c]
-            core(buf, buf["dypad"], buf["wrot"], dx)
+            np.copyto(rotated, w.reshape(g, kg, cg, 3, 3)[..., ::-1, ::-1].transpose(0, 2, 1, 3, 4))
+            # Full convolution = correlation of dy, with 2 - pad zeros around it, and the flip.
+            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, buf["wrot"], dx)
 
         return CpuPrepared(dx, kernel, workspace_of(buf))
 
     def bwd_filter(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
         core = _FilterGradient(self._mats(), self.m, p, dtype)
-        t = core.t
-        buf = allocate(point, dtype, dict(
-            _flat(core.shapes), xpad=(p.in_channels, p.batch, t.in_rows, t.in_cols),
-            dypad=(p.out_channels, p.batch, t.th * t.m, t.tw * t.m)))
+        buf = allocate(point, dtype, _flat(core.shapes))
         x, dy = data.x.astype(dtype), data.dy.astype(dtype)
         dw = np.empty(p.weight_shape, dtype)
-        rows, cols = interior(p)
 
         def kernel() -> None:
-            buf["xpad"][:, :, rows, cols] = x.transpose(1, 0, 2, 3)
-            buf["dypad"][:, :, :p.out_h, :p.out_w] = dy.transpose(1, 0, 2, 3)
-            core(buf, buf["xpad"], buf["dypad"], dw)
+            core(buf, x, dy, dw)
 
         return CpuPrepared(dw, kernel, workspace_of(buf))
 
