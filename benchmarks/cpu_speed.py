@@ -76,7 +76,8 @@ def _prepare(problem: ConvProblem, data, check: bool) -> dict[str, object]:
             error, _ = reference.relative_errors(run.output(), expected)
             limit = reference.tolerance("fp32", problem.reduction_length("fwd"), algo.error_factor)
             if not error <= limit:
-                raise SystemExit(f"{algo_name} is wrong on {problem.label}: {error:.2e} > {limit:.1e}")
+                raise SystemExit(f"{algo_name} is wrong on {problem.label}: "
+                                 f"{error:.2e} > {limit:.1e}")
         prepared[algo_name] = run
     return prepared
 

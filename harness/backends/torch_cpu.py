@@ -72,7 +72,8 @@ class Conv2d(Algorithm):
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in _DTYPES:
-            return _PRECISION_REASONS.get(point.precision, f"precision {point.precision} unsupported")
+            return _PRECISION_REASONS.get(point.precision,
+                                          f"precision {point.precision} unsupported")
         if point.layout not in ("NCHW", "NHWC"):
             return f"layout {point.layout} unsupported"
         return None

@@ -1,8 +1,8 @@
 """What every NumPy algorithm shares: precision and layout rules, scratch allocation under the
 point's workspace limit, the padded-input buffer, tap windows, and the `Prepared` object.
 
-Internal layout: the algorithms work on "CNHW" (channels outermost, images inside) so that a
-grouped GEMM sees every image of a group as one long matrix instead of one small GEMM per image.
+Blocks of images are gathered channels-outermost ("CNHW") so that a grouped GEMM sees every
+image of a block as one long matrix instead of one small GEMM per image.
 """
 from __future__ import annotations
 
@@ -38,37 +38,50 @@ def compute_dtype(point: Point) -> type:
     return COMPUTE_DTYPES[point.precision]
 
 
-def allocate(point: Point, dtype: Any, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """Zeroed scratch buffers, refused with WorkspaceExceeded when they exceed the point's limit.
+def nbytes(dtype: Any, shapes: dict[str, tuple[int, ...]]) -> int:
+    return sum(math.prod(shape) for shape in shapes.values()) * np.dtype(dtype).itemsize
+
+
+def allocate(point: Point, dtype: Any, shapes: dict[str, tuple[int, ...]],
+             other_bytes: int = 0) -> dict[str, np.ndarray]:
+    """Zeroed scratch buffers, refused with WorkspaceExceeded when they (plus `other_bytes` of
+    scratch allocated separately, e.g. in another dtype) exceed the point's limit.
 
     Zeroed because several buffers keep zero borders (padding) that launch() never rewrites."""
-    itemsize = np.dtype(dtype).itemsize
-    needed = sum(math.prod(shape) * itemsize for shape in shapes.values())
+    needed = nbytes(dtype, shapes) + other_bytes
     if point.workspace_limit is not None and needed > point.workspace_limit:
         raise WorkspaceExceeded(needed, point.workspace_limit)
     return {name: np.zeros(shape, dtype) for name, shape in shapes.items()}
 
 
-def workspace_of(buffers: dict[str, np.ndarray], extra_bytes: int = 0) -> int:
-    """Bytes of scratch memory: preallocated buffers plus temporaries NumPy allocates per launch."""
-    return sum(a.nbytes for a in buffers.values()) + extra_bytes
+def workspace_of(buffers: dict[str, np.ndarray]) -> int:
+    """Bytes of scratch memory in preallocated buffers (operands and output not included)."""
+    return sum(a.nbytes for a in buffers.values())
 
 
-def tap_window(p: ConvProblem, r: int, s: int) -> tuple[slice, slice]:
-    """Rows and columns of the padded input that kernel tap (r, s) reads for all outputs."""
-    top, left = r * p.dilation_h, s * p.dilation_w
-    return (slice(top, top + (p.out_h - 1) * p.stride_h + 1, p.stride_h),
-            slice(left, left + (p.out_w - 1) * p.stride_w + 1, p.stride_w))
+def tap_rows(p: ConvProblem, r: int, first: int = 0, count: int | None = None) -> slice:
+    """Rows of the padded input that kernel row r reads for output rows first..first+count-1."""
+    count = p.out_h - first if count is None else count
+    top = first * p.stride_h + r * p.dilation_h
+    return slice(top, top + (count - 1) * p.stride_h + 1, p.stride_h)
+
+
+def tap_cols(p: ConvProblem, s: int) -> slice:
+    """Columns of the padded input that kernel column s reads for all output columns."""
+    left = s * p.dilation_w
+    return slice(left, left + (p.out_w - 1) * p.stride_w + 1, p.stride_w)
+
+
+def split(total: int, most: int) -> list[tuple[int, int]]:
+    """(start, length) of near-equal blocks of at most `most` items covering `total`."""
+    count = -(-total // max(1, min(most, total)))
+    size = -(-total // count)
+    return [(start, min(size, total - start)) for start in range(0, total, size)]
 
 
 def interior(p: ConvProblem) -> tuple[slice, slice]:
     """Where the unpadded input sits inside the padded plane."""
     return slice(p.pad_top, p.pad_top + p.in_h), slice(p.pad_left, p.pad_left + p.in_w)
-
-
-def nchw_to_cnhw(array: np.ndarray) -> np.ndarray:
-    """A view with channels outermost; writing through it transposes."""
-    return array.transpose(1, 0, 2, 3)
 
 
 def tap_major_weights(p: ConvProblem, w: np.ndarray) -> np.ndarray:

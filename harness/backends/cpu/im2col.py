@@ -2,94 +2,95 @@
 
 Speed comes from three choices (the naive sliding_window_view version spends 8x the GEMM's time
 copying, shared/reference/gpu-findings.md):
-- blocks of images and output rows whose column matrix stays in cache (`BLOCK_BYTES`), so the
-  GEMM reads what the copy just wrote instead of going back to memory;
-- the operand order W (K, C*R*S) @ col (C*R*S, pixels) writes each block straight into NCHW
-  order, with no transpose after the GEMM;
-- at stride 1 a "wide" column matrix over the padded width: with every padded row kept, the
-  rows a tap reads are one contiguous run of the flattened plane, so one copy call per block
-  fills the matrix with long memcpy-like runs. The GEMM does Wp/Q more work and the extra
-  columns are dropped; used only where that waste is small (`WIDE_MAX_WASTE`).
+- blocks of images and output rows (`BLOCK_BYTES`) big enough for an efficient GEMM yet small
+  enough that the GEMM finds in cache what the copy just wrote;
+- the operand order W (K, C*R*S) @ col (C*R*S, pixels) leaves each block in NCHW order, so
+  the copy into y only drops the gap columns, with no transpose after the GEMM;
+- at stride 1, a "flat" column matrix: the input is laid out as rows of [gap zeros | input
+  row], so what a tap reads for a block of output rows is one contiguous run of the flattened
+  plane (a run that leaves a row on either side lands in a gap, i.e. reads the padding), and
+  one copy call per block fills the matrix with long memcpy-like runs. Each row yields W + gap
+  outputs of which Q are kept (57 for 56 at ResNet's res2); used where that waste is small
+  (`WIDE_MAX_WASTE`), per-tap window copies elsewhere.
 """
 from __future__ import annotations
 
-import math
-from typing import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from harness.backends.base import ProblemData
-from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
-                                          workspace_of)
+from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
+                                          tap_cols, tap_rows, workspace_of)
 from harness.problem import ConvProblem
 from harness.sweep import Point
 
-# Column-matrix block size. Half the 2 MiB per-core L2 of the development machine measured
-# best; a block much larger spills to memory, much smaller makes GEMMs too thin to be efficient.
+# Column-matrix block size, measured on the 2-core development VM (2 MiB L2 per core, shared
+# L3): 4-8 MiB blocks ran the ResNet-50 3x3 layers fastest; 1 MiB blocks make the GEMMs too thin
+# (about 400 columns) and lost 25%, 16 MiB and more lost 10-30% to memory traffic.
 BLOCK_BYTES = 8 << 20
-# Largest padded-width/width ratio for which the wide column matrix pays (measured: 58/56 and
-# 30/28 win clearly, 9/7 loses to the exact windows).
-WIDE_MAX_WASTE = 1.2
+# Largest (W + gap)/Q ratio for which the flat column matrix pays. Measured with the full
+# padding as the gap: 58/56 won by 25%, 30/28 broke even, 16/14 and 9/7 lost 10-20% to the
+# exact windows; with the shared one-column gap (57/56, 29/28, 15/14, 8/7) the differences
+# sat inside the machine's noise.
+WIDE_MAX_WASTE = 1.1
 
 
-def _wide(p: ConvProblem) -> bool:
-    return p.stride_h == 1 and p.stride_w == 1 and p.padded_w <= WIDE_MAX_WASTE * p.out_w
+@dataclass(frozen=True)
+class _Plane:
+    """The buffer a flat column matrix is copied from: `rows` x `width` per image and channel,
+    the input at (top, left), and the flat offset of output (0, 0)'s first tap."""
+    rows: int
+    width: int
+    top: int
+    left: int
+    start: int
 
+    @classmethod
+    def of(cls, p: ConvProblem) -> "_Plane | None":
+        """The flat layout for this problem, or None where only per-tap windows work."""
+        if (p.stride_h, p.stride_w) != (1, 1):
+            return None
+        # A gap of max(pad_left, pad_right) zeros serves as the right padding of one row and
+        # the left padding of the next; it must also leave room for Q outputs per row.
+        gap = max(p.pad_left, p.pad_right, p.out_w - p.in_w)
+        if p.in_w + gap > WIDE_MAX_WASTE * p.out_w:
+            return None
+        # One spare zero row below takes the last tap's overrun into dropped columns.
+        return cls(p.padded_h + 1, p.in_w + gap, p.pad_top, gap, gap - p.pad_left)
 
-def _split(total: int, per_block: int) -> list[tuple[int, int]]:
-    """(start, length) of near-equal blocks of at most `per_block` items covering `total`."""
-    count = -(-total // max(1, min(per_block, total)))
-    size = -(-total // count)
-    return [(start, min(size, total - start)) for start in range(0, total, size)]
+    def fill(self, p: ConvProblem, col: np.ndarray, xbuf: np.ndarray, n0: int, p0: int) -> None:
+        """col (C, R, S, images, rows*width) <- one copy of contiguous runs."""
+        item, plane = xbuf.itemsize, self.rows * self.width
+        base = xbuf.reshape(-1)[(n0 * p.in_channels * plane + p0 * self.width + self.start):]
+        runs = as_strided(base, shape=col.shape, writeable=False,
+                          strides=(plane * item, p.dilation_h * self.width * item,
+                                   p.dilation_w * item, p.in_channels * plane * item, item))
+        np.copyto(col, runs)
 
 
 def _blocks(p: ConvProblem, row_bytes: int, whole_rows: bool) -> tuple[list, list]:
     """Image blocks and output-row blocks whose column matrix fits BLOCK_BYTES."""
     rows = p.out_h if whole_rows else max(1, BLOCK_BYTES // row_bytes)
     if rows < p.out_h:
-        return _split(p.batch, 1), _split(p.out_h, rows)
+        return split(p.batch, 1), split(p.out_h, rows)
     images = max(1, BLOCK_BYTES // (row_bytes * p.out_h))
-    return _split(p.batch, images), _split(p.out_h, p.out_h)
+    return split(p.batch, images), split(p.out_h, p.out_h)
 
 
 def _max_len(blocks: list[tuple[int, int]]) -> int:
     return max(length for _, length in blocks)
 
 
-def _row_slice(p: ConvProblem, r: int, p0: int, rows: int) -> slice:
-    top = p0 * p.stride_h + r * p.dilation_h
-    return slice(top, top + (rows - 1) * p.stride_h + 1, p.stride_h)
-
-
-def _col_slice(p: ConvProblem, s: int) -> slice:
-    left = s * p.dilation_w
-    return slice(left, left + (p.out_w - 1) * p.stride_w + 1, p.stride_w)
-
-
 def _fill_windows(p: ConvProblem, col: np.ndarray, xpad: np.ndarray, n0: int, images: int,
                   p0: int, rows: int) -> None:
     """col (C, R, S, images, rows, Q) <- one strided copy per tap."""
     for r in range(p.kernel_h):
-        row_slice = _row_slice(p, r, p0, rows)
+        row_slice = tap_rows(p, r, p0, rows)
         for s in range(p.kernel_w):
-            window = xpad[n0:n0 + images, :, row_slice, _col_slice(p, s)]
+            window = xpad[n0:n0 + images, :, row_slice, tap_cols(p, s)]
             np.copyto(col[:, r, s], window.transpose(1, 0, 2, 3))
-
-
-def _fill_wide(p: ConvProblem, col: np.ndarray, xpad: np.ndarray, n0: int, images: int,
-               p0: int, rows: int) -> None:
-    """col (C, R, S, images, rows*Wp) <- one copy of contiguous runs (stride 1 only).
-
-    xpad carries one spare zero row per image: the last tap's run overruns the last padded row
-    by (S-1)*dilation_w elements, which land in the dropped columns."""
-    item = xpad.itemsize
-    plane = xpad.shape[2] * xpad.shape[3]
-    wp = p.padded_w
-    runs = as_strided(xpad[n0:, :, p0:], shape=col.shape,
-                      strides=(plane * item, p.dilation_h * wp * item, p.dilation_w * item,
-                               p.in_channels * plane * item, item), writeable=False)
-    np.copyto(col, runs)
 
 
 class Im2col(CpuAlgorithm):
@@ -98,34 +99,36 @@ class Im2col(CpuAlgorithm):
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
-        g, kg = p.groups, p.filters_per_group
+        g, kg, k = p.groups, p.filters_per_group, p.out_channels
         crs = p.in_channels * p.kernel_h * p.kernel_w
-        wide = _wide(p)
-        width = p.padded_w if wide else p.out_w
+        flat = _Plane.of(p)
+        width = flat.width if flat else p.out_w
         images, row_blocks = _blocks(p, crs * width * np.dtype(dtype).itemsize, False)
         length = _max_len(images) * _max_len(row_blocks) * width
         x, w = data.x.astype(dtype), data.w.astype(dtype)
         wmat = w.reshape(g, kg, crs // g)
         y = np.empty(p.output_shape, dtype)
-        buf = allocate(point, dtype, {
-            "xpad": (p.batch, p.in_channels, p.padded_h + int(wide), p.padded_w),
-            "col": (crs * length,), "out": (p.out_channels * length,)})
-        xpad, col_flat, out_flat = buf["xpad"], buf["col"], buf["out"]
-        rows_in, cols_in = interior(p)
-        fill = _fill_wide if wide else _fill_windows
+        xshape = ((p.batch, p.in_channels, flat.rows, flat.width) if flat else
+                  (p.batch, p.in_channels, p.padded_h, p.padded_w))
+        buf = allocate(point, dtype, {"x": xshape, "col": (crs * length,), "out": (k * length,)})
+        xbuf, col_flat, out_flat = buf["x"], buf["col"], buf["out"]
+        top, left = (flat.top, flat.left) if flat else (p.pad_top, p.pad_left)
 
         def kernel() -> None:
-            xpad[:, :, rows_in, cols_in] = x
+            xbuf[:, :, top:top + p.in_h, left:left + p.in_w] = x
             for n0, ni in images:
                 for p0, pr in row_blocks:
                     cols = ni * pr * width
                     col = col_flat[:crs * cols]
-                    shape = ((p.in_channels, p.kernel_h, p.kernel_w, ni, pr * width) if wide else
-                             (p.in_channels, p.kernel_h, p.kernel_w, ni, pr, width))
-                    fill(p, col.reshape(shape), xpad, n0, ni, p0, pr)
-                    out = out_flat[:p.out_channels * cols].reshape(g, kg, cols)
+                    if flat:
+                        flat.fill(p, col.reshape(p.in_channels, p.kernel_h, p.kernel_w, ni,
+                                                 pr * width), xbuf, n0, p0)
+                    else:
+                        _fill_windows(p, col.reshape(p.in_channels, p.kernel_h, p.kernel_w, ni,
+                                                     pr, width), xbuf, n0, ni, p0, pr)
+                    out = out_flat[:k * cols].reshape(g, kg, cols)
                     np.matmul(wmat, col.reshape(g, crs // g, cols), out=out)
-                    block = out.reshape(p.out_channels, ni, pr, width)[..., :p.out_w]
+                    block = out.reshape(k, ni, pr, width)[..., :p.out_w]
                     np.copyto(y[n0:n0 + ni, :, p0:p0 + pr], block.transpose(1, 0, 2, 3))
 
         return CpuPrepared(y, kernel, workspace_of(buf))
@@ -157,9 +160,9 @@ class Im2col(CpuAlgorithm):
                 np.matmul(wmat_t, dyb.reshape(g, kg, cols), out=dcol.reshape(g, crs // g, cols))
                 taps = dcol.reshape(p.in_channels, p.kernel_h, p.kernel_w, ni, p.out_h, p.out_w)
                 for r in range(p.kernel_h):
-                    row_slice = _row_slice(p, r, 0, p.out_h)
+                    row_slice = tap_rows(p, r, 0, p.out_h)
                     for s in range(p.kernel_w):
-                        target = dxpad[n0:n0 + ni, :, row_slice, _col_slice(p, s)]
+                        target = dxpad[n0:n0 + ni, :, row_slice, tap_cols(p, s)]
                         target += taps[:, r, s].transpose(1, 0, 2, 3)
             np.copyto(dx, dxpad[:, :, rows_in, cols_in])
 
