@@ -174,12 +174,11 @@ class _Session:
         self.cupy = cupy
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.handle = lib.Handle(self.stream.ptr)
-        self._tensors_key = None
-        self._tensors: dict[str, Any] = {}
+        self.tensors = DeviceTensors(cupy)
         self._choices: dict[tuple, CudnnChoices] = {}
 
     def prepare(self, algo: CudnnAlgorithm, point: Point, data: ProblemData) -> CudnnPrepared:
-        tensors = self._device_tensors(point, data)
+        tensors = self.tensors.get(point, data)
         descs = _Descriptors(point)
         algo_enum = lib.ALGOS[point.direction][algo.name]
         in_a, in_b, out = descs.in_order(point.direction)
@@ -215,20 +214,6 @@ class _Session:
             workspace_bytes=needed, choices=choices, algo_enum=algo_enum,
             keepalive=[workspace, descs, alpha, beta], extras=extras)
 
-    def _device_tensors(self, point: Point, data: ProblemData) -> dict[str, Any]:
-        key = (point.problem, point.precision, point.layout, id(data))
-        if key != self._tensors_key:
-            self._tensors = {}                     # free the previous problem's memory first
-            self._tensors = {name: _upload(self.cupy, getattr(data, name), point)
-                             for name in ("x", "w", "dy")}
-            shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
-                      "dw": point.problem.weight_shape}
-            for name, shape in shapes.items():
-                self._tensors[name] = self.cupy.empty(_physical_shape(shape, point.layout),
-                                                      dtype=_storage_dtype(point.precision))
-            self._tensors_key = key
-        return self._tensors
-
     def _cached_choices(self, point: Point, descs: "_Descriptors", tensors) -> CudnnChoices:
         key = (point.problem, point.direction, point.precision, point.layout)
         if key not in self._choices:
@@ -253,6 +238,31 @@ class _Session:
             found = []   # Find itself failing leaves "no Find pick", which reports show as such
         self.stream.synchronize()
         return CudnnChoices(heuristic, found)
+
+
+class DeviceTensors:
+    """Device copies of one problem's x, w, dy and its output buffers, in the point's precision
+    and layout, shared by every algorithm of that problem (uploading per algorithm would
+    dominate a sweep); replaced when the problem, precision or layout changes."""
+
+    def __init__(self, cupy: Any):
+        self.cupy = cupy
+        self._key: tuple | None = None
+        self._tensors: dict[str, Any] = {}
+
+    def get(self, point: Point, data: ProblemData) -> dict[str, Any]:
+        key = (point.problem, point.precision, point.layout, id(data))
+        if key != self._key:
+            self._tensors = {}                     # free the previous problem's memory first
+            self._tensors = {name: _upload(self.cupy, getattr(data, name), point)
+                             for name in ("x", "w", "dy")}
+            shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
+                      "dw": point.problem.weight_shape}
+            for name, shape in shapes.items():
+                self._tensors[name] = self.cupy.empty(_physical_shape(shape, point.layout),
+                                                      dtype=_storage_dtype(point.precision))
+            self._key = key
+        return self._tensors
 
 
 class _Descriptors:

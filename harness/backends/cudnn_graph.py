@@ -34,8 +34,7 @@ from typing import Any
 
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
-from harness.backends.cudnn import (_logical_view, _physical_shape, _poison_value, _storage_dtype,
-                                    _upload)
+from harness.backends.cudnn import DeviceTensors, _logical_view, _poison_value
 from harness.backends import cudnn_lib
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
                                    WorkspaceExceeded)
@@ -218,8 +217,7 @@ class _Session:
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.handle = cudnn.create_handle()
         cudnn.set_stream(handle=self.handle, stream=self.stream.ptr)
-        self._tensors_key: tuple | None = None
-        self._tensors: dict[str, Any] = {}
+        self.tensors = DeviceTensors(self.cupy)
         self._plan_sets: OrderedDict[tuple, PlanSet] = OrderedDict()
 
     # ---- graphs and plans ---------------------------------------------------------------------
@@ -309,7 +307,7 @@ class _Session:
         needed = int(graph.get_workspace_size_plan_at_index(info.index))
         if point.workspace_limit is not None and needed > point.workspace_limit:
             raise WorkspaceExceeded(needed, point.workspace_limit)
-        tensors = self._device_tensors(point, data)
+        tensors = self.tensors.get(point, data)
         workspace = self.cupy.empty(max(needed, 1), dtype=self.cupy.uint8)
         pack, out_buffer = _variant_pack(point.direction, tensors)
         return GraphPrepared(
@@ -318,20 +316,6 @@ class _Session:
             output_view=_logical_view(point, out_buffer),
             poison_value=_poison_value(point.precision), stream=self.stream,
             workspace_bytes=needed, keepalive=[graph], extras=info.extras())
-
-    def _device_tensors(self, point: Point, data: ProblemData) -> dict[str, Any]:
-        key = (point.problem, point.precision, point.layout, id(data))
-        if key != self._tensors_key:
-            self._tensors = {}                     # free the previous problem's memory first
-            self._tensors = {name: _upload(self.cupy, getattr(data, name), point)
-                             for name in ("x", "w", "dy")}
-            shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
-                      "dw": point.problem.weight_shape}
-            for name, shape in shapes.items():
-                self._tensors[name] = self.cupy.empty(_physical_shape(shape, point.layout),
-                                                      dtype=_storage_dtype(point.precision))
-            self._tensors_key = key
-        return self._tensors
 
 
 def _frontend() -> Any:
