@@ -62,8 +62,40 @@ class CudnnAlgorithm(Algorithm):
         return self._owner.prepare(self, point, data)
 
 
+class DeviceOutput:
+    """poison / output / release for a Prepared that writes one device buffer on its stream;
+    the class using it holds output_buffer, output_view, poison_value, stream and keepalive."""
+
+    def poison(self) -> None:
+        with self.stream:
+            self.output_buffer.fill(self.poison_value)
+
+    def output(self) -> Any:
+        with self.stream:
+            result = self.output_view(self.output_buffer)
+        self.stream.synchronize()
+        return result
+
+    def release(self) -> None:
+        self.keepalive.clear()
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why CuPy cannot reach a GPU here, or None when it can."""
+    try:
+        import cupy
+    except ImportError:
+        return "cupy is not installed (pip install 'convbench[gpu]')"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA GPU is visible"
+    except Exception as err:  # noqa: BLE001 - any CUDA runtime failure means "no GPU here"
+        return f"no usable CUDA GPU ({type(err).__name__}: {err})"
+    return None
+
+
 @dataclass
-class CudnnPrepared:
+class CudnnPrepared(DeviceOutput):
     launch_args: tuple
     function: Any
     output_buffer: Any
@@ -83,18 +115,6 @@ class CudnnPrepared:
             raise AlgorithmFailed(f"{lib.status_name(code)} ({code}) from the convolution call: "
                                   f"{lib.last_error()}")
 
-    def poison(self) -> None:
-        with self.stream:
-            self.output_buffer.fill(self.poison_value)
-
-    def output(self) -> Any:
-        with self.stream:
-            result = self.output_view(self.output_buffer)
-        self.stream.synchronize()
-        return result
-
-    def release(self) -> None:
-        self.keepalive.clear()
 
     def extras_for_limit(self, limit: int | None) -> dict[str, Any]:
         return {"heuristic_pick": self.choices.heuristic_pick(limit) == self.algo_enum,
@@ -141,15 +161,9 @@ class CudnnBackend(Backend):
         self._session: _Session | None = None
 
     def unavailable_reason(self) -> str | None:
-        try:
-            import cupy
-        except ImportError:
-            return "cupy is not installed (pip install 'convbench[gpu]')"
-        try:
-            if cupy.cuda.runtime.getDeviceCount() < 1:
-                return "no CUDA GPU is visible"
-        except Exception as err:  # noqa: BLE001 - any CUDA runtime failure means "no GPU here"
-            return f"no usable CUDA GPU ({type(err).__name__}: {err})"
+        reason = cuda_unavailable_reason()
+        if reason:
+            return reason
         try:
             lib.library()
         except lib.CudnnUnavailable as err:

@@ -34,7 +34,8 @@ from typing import Any
 
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
-from harness.backends.cudnn import DeviceTensors, _logical_view, _poison_value
+from harness.backends.cudnn import (DeviceOutput, DeviceTensors, _logical_view, _poison_value,
+                                    cuda_unavailable_reason)
 from harness.backends import cudnn_lib
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
                                    WorkspaceExceeded)
@@ -130,7 +131,7 @@ class EnginesAlgorithm(Algorithm):
 
 
 @dataclass
-class GraphPrepared:
+class GraphPrepared(DeviceOutput):
     execute: Any                        # the graph's bound _execute_plan_at_index
     variant_pack: dict[int, int]        # uid -> device pointer, built once
     workspace: Any
@@ -152,18 +153,8 @@ class GraphPrepared:
         except self.errors as err:
             raise AlgorithmFailed(f"execute_plan_at_index({self.index}) failed: {err}") from None
 
-    def poison(self) -> None:
-        with self.stream:
-            self.output_buffer.fill(self.poison_value)
-
-    def output(self) -> Any:
-        with self.stream:
-            result = self.output_view(self.output_buffer)
-        self.stream.synchronize()
-        return result
-
     def release(self) -> None:
-        self.keepalive.clear()
+        super().release()
         self.workspace = None
 
 
@@ -177,10 +168,9 @@ class CudnnGraphBackend(Backend):
         self._session: _Session | None = None
 
     def unavailable_reason(self) -> str | None:
-        try:
-            import cupy
-        except ImportError:
-            return "cupy is not installed (pip install 'convbench[gpu]')"
+        reason = cuda_unavailable_reason()
+        if reason:
+            return reason
         try:
             _frontend()
         except cudnn_lib.CudnnUnavailable as err:
@@ -188,11 +178,6 @@ class CudnnGraphBackend(Backend):
         except ImportError as err:
             return (f"cudnn-frontend is not importable ({err}); pip install --no-deps "
                     "nvidia-cudnn-frontend==1.16.0")
-        try:
-            if cupy.cuda.runtime.getDeviceCount() < 1:
-                return "no CUDA GPU is visible"
-        except Exception as err:  # noqa: BLE001 - any CUDA runtime failure means "no GPU here"
-            return f"no usable CUDA GPU ({type(err).__name__}: {err})"
         return None
 
     def algorithms(self) -> list[Algorithm]:
