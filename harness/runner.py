@@ -153,9 +153,10 @@ class PointExecutor:
         expected = self._cached_reference(point, data, _array_module(output))
         rel, max_abs = reference.relative_errors(output, expected, _array_module(output))
         length = point.problem.reduction_length(point.direction)
-        tol = reference.tolerance(point.precision, length, algo.error_factor)
-        effective = _effective_precision(point.precision, rel, length, algo.error_factor)
-        common = dict(family=algo.family, workspace_bytes=prepared.workspace_bytes,
+        factor = getattr(prepared, "error_factor", algo.error_factor)
+        tol = reference.tolerance(point.precision, length, factor)
+        effective = _effective_precision(point.precision, rel, length, factor)
+        common = dict(family=getattr(prepared, "family", algo.family), workspace_bytes=prepared.workspace_bytes,
                       rel_error=rel, max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
                       effective_precision=effective, deterministic=deterministic)
         if effective is None:
@@ -193,8 +194,7 @@ class PointExecutor:
             return prepared.simulate(options)
         flush = self._flusher(prepared.device) if options.mode == "cold" else None
         if prepared.device == "cuda":
-            from harness.timer import time_cuda
-            timing = time_cuda(prepared.launch, prepared.stream, options, flush)
+            timing = _time_gpu(prepared, options, flush)
             _note_clock(prepared.extras)
             return timing
         return time_cpu(prepared.launch, options, flush)
@@ -223,6 +223,22 @@ class PointExecutor:
             self._references[key] = reference.reference(point.problem, point.direction, data, xp)
             _trim(self._references, self._cache_size)
         return self._references[key]
+
+
+def _time_gpu(prepared, options, flush) -> Timing:
+    """Warm points replay a CUDA graph of the calls; cold points (an L2 flush between calls)
+    and libraries whose calls cannot be captured use the held stream. The row says which."""
+    from harness.timer import CaptureFailed, time_cuda, time_cuda_graph
+    if flush is None:
+        try:
+            timing = time_cuda_graph(prepared.launch, prepared.stream, options,
+                                     capture=getattr(prepared, "capture", None))
+            prepared.extras["gpu_timer"] = "cuda_graph"
+            return timing
+        except CaptureFailed as err:
+            prepared.extras["capture_error"] = str(err)[:300]
+    prepared.extras["gpu_timer"] = "held_stream"
+    return time_cuda(prepared.launch, prepared.stream, options, flush)
 
 
 def _note_clock(extras: dict[str, Any]) -> None:

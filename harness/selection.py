@@ -15,7 +15,9 @@ the policies measured against it:
 
 A policy answers for the precision the user asked for, so its pick among rows of requested
 precision P is compared with the oracle of effective precision P; `precision_kept` is False when
-the pick actually computed at lower accuracy (a graph plan asked for fp32 that runs TF32).
+the pick actually computed at lower accuracy (a graph plan asked for fp32 that runs TF32). Such a
+pick has no regret: it is faster because it computes less exactly, so a ratio to the fp32 oracle
+would read as a win; the summaries count it as `precision_lowered` instead.
 Pure pandas; nothing here prints.
 """
 from __future__ import annotations
@@ -103,12 +105,13 @@ def selection(results: pd.DataFrame) -> pd.DataFrame:
     frame = picks.merge(oracle(results), on=SETTING, how="left")
     frame["policy_ms"] = pd.to_numeric(frame["policy_ms"], errors="coerce")
     frame["oracle_ms"] = pd.to_numeric(frame["oracle_ms"], errors="coerce")
-    frame["regret"] = frame["policy_ms"] / frame["oracle_ms"]
-    frame["picks_oracle"] = (frame["regret"] <= 1 + ORACLE_SLACK).astype("boolean").mask(
-        frame["regret"].isna())
     frame["precision_kept"] = (frame["policy_effective_precision"]
                                == frame["effective_precision"]).astype("boolean").mask(
         frame["policy_effective_precision"].isna())
+    lowered = frame["precision_kept"].fillna(True) == False  # noqa: E712 - nullable boolean
+    frame["regret"] = (frame["policy_ms"] / frame["oracle_ms"]).mask(lowered)
+    frame["picks_oracle"] = (frame["regret"] <= 1 + ORACLE_SLACK).astype("boolean").mask(
+        frame["regret"].isna())
     order = {p: i for i, p in enumerate(POLICIES)}
     frame = frame.sort_values([*SETTING, "policy"], key=lambda s: s.map(order)
                               if s.name == "policy" else s, kind="stable")
@@ -154,7 +157,7 @@ def network_totals(frame: pd.DataFrame) -> pd.DataFrame:
     both = frame.assign(
         _policy=frame["policy_ms"] * frame["multiplicity"],
         _oracle=frame["oracle_ms"] * frame["multiplicity"],
-        _complete=frame["policy_ms"].notna() & frame["oracle_ms"].notna())
+        _complete=frame["regret"].notna())   # lowered-precision picks are not comparable
     rows = []
     for key, group in both.groupby(keys, sort=False, dropna=False):
         done = group[group["_complete"]]

@@ -17,8 +17,8 @@ SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1
 STATUSES = {"ok", "unsupported", "workspace_exceeded", "failed", "wrong", "crashed"}
 
 
-def _sweep(problem, **axes) -> list:
-    sweep = Sweep("gpu-test", (problem,), backends=(AlgorithmChoice("cudnn"),), timing=FAST,
+def _sweep(problem, timing=FAST, **axes) -> list:
+    sweep = Sweep("gpu-test", (problem,), backends=(AlgorithmChoice("cudnn"),), timing=timing,
                   **axes)
     results = []
     runner.run_points(runner.plan(sweep).points, results.append)
@@ -79,10 +79,11 @@ def test_asymmetric_padding_is_unsupported_with_reason():
     assert "asymmetric padding" in results[0].reason
 
 
-def test_timer_keeps_host_overhead_out():
-    """A ~20 us kernel timed with a 1 ms host sleep in the launcher moves by less than 5%."""
+def test_timers_keep_host_overhead_out():
+    """A ~20 us kernel timed with a 1 ms host sleep in the launcher moves by less than 5%, with
+    the held stream and with graph replay; the replay leaves out the stream-order gap."""
     import cupy
-    from harness.timer import _spin, time_cuda
+    from harness.timer import _spin, time_cuda, time_cuda_graph
     stream = cupy.cuda.Stream(non_blocking=True)
     options = TimingOptions(budget_ms=50, min_samples=20, max_samples=40, noise_target=0.001)
 
@@ -93,15 +94,27 @@ def test_timer_keeps_host_overhead_out():
         time.sleep(0.001)
         _spin(stream, 0.020)
 
-    fast = time_cuda(launch, stream, options)
-    slow = time_cuda(slow_launch, stream, options)
-    median = sorted(fast.samples_ms)[len(fast.samples_ms) // 2]
-    slow_median = sorted(slow.samples_ms)[len(slow.samples_ms) // 2]
-    print(f"spin 20 us: {median * 1e3:.2f} us; with 1 ms host sleep: {slow_median * 1e3:.2f} us;"
-          f" host cost {fast.host_ms * 1e3:.1f} / {slow.host_ms * 1e3:.1f} us")
-    assert 0.019 <= median <= 0.026
-    assert abs(slow_median / median - 1) < 0.05
-    assert slow.host_ms > 1.0
+    def median(timing):
+        return sorted(timing.samples_ms)[len(timing.samples_ms) // 2]
+
+    for timer in (time_cuda, time_cuda_graph):
+        fast, slow = timer(launch, stream, options), timer(slow_launch, stream, options)
+        print(f"{timer.__name__}: spin 20 us: {median(fast) * 1e3:.2f} us; with 1 ms host "
+              f"sleep: {median(slow) * 1e3:.2f} us; host cost {fast.host_ms * 1e3:.1f} / "
+              f"{slow.host_ms * 1e3:.1f} us")
+        assert 0.019 <= median(fast) <= 0.026
+        assert abs(median(slow) / median(fast) - 1) < 0.05
+        assert slow.host_ms > 1.0
+    graph = median(time_cuda_graph(launch, stream, options))
+    assert graph <= median(time_cuda(launch, stream, options))
+
+
+def test_warm_rows_are_timed_by_graph_replay_cold_rows_by_the_held_stream():
+    warm = _sweep(SMALL, directions=("fwd",), precisions=("fp16",))
+    cold = _sweep(SMALL, directions=("fwd",), precisions=("fp16",),
+                  timing=TimingOptions(budget_ms=5, min_samples=3, max_samples=20, mode="cold"))
+    assert {m.extras.get("gpu_timer") for m in warm if m.ok} == {"cuda_graph"}
+    assert {m.extras.get("gpu_timer") for m in cold if m.ok} == {"held_stream"}
 
 
 def test_poisoned_context_becomes_crashed_and_sweep_goes_on():

@@ -72,6 +72,10 @@ def test_rows_are_named_by_plan_and_carry_plan_facts(rows):
             assert m.extras["engine_id"] == int(m.point.algorithm[3:].split("_")[0])
             notes = {n for n in m.extras["numerical_notes"].split(",") if n}
             assert notes <= NOTE_NAMES, notes
+            # each row's family and tolerance follow its own plan's notes
+            expected = "fft" if "fft" in notes else "winograd" if "winograd" in notes else "engine"
+            assert m.family == expected, (m.point.algorithm, m.family, notes)
+            assert m.extras["gpu_timer"] == "cuda_graph", m.extras.get("capture_error")
             assert m.workspace_bytes is not None and m.workspace_bytes >= 0
         elif m.status == "unsupported":
             assert m.reason, m

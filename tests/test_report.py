@@ -128,7 +128,7 @@ def test_import_harness_does_not_import_matplotlib() -> None:
 
 def test_gpu_report_has_every_section_and_figure(gpu_report) -> None:
     html = gpu_report.html.read_text(encoding="utf-8")
-    for anchor in ("totals", "best", "heatmap", "workspace", "accuracy", "roofline",
+    for anchor in ("totals", "selection", "best", "heatmap", "workspace", "accuracy", "roofline",
                    "environment"):
         assert f'id="{anchor}"' in html
     names = {p.name for p in gpu_report.figures}
@@ -138,6 +138,23 @@ def test_gpu_report_has_every_section_and_figure(gpu_report) -> None:
     assert sum(n.startswith("pareto_") for n in names) == 2
     assert "NVIDIA H200" in html and "580.159" in html and "91900" in html   # environment
     assert "noise_target" in html                                          # stop reasons
+
+
+def test_selection_section_shows_what_selection_computes(gpu_report, small) -> None:
+    from harness import selection
+    from harness.report import analysis
+    markdown = gpu_report.markdown.read_text(encoding="utf-8")
+    assert "## Who picks the fastest algorithm" in markdown
+    picks = selection.selection(analysis.prepare(small))
+    summary = selection.policy_summary(picks)
+    assert set(summary["policy"]) >= {"cudnn_heuristic", "cudnn_find", "pytorch"}
+    for _, row in summary.iterrows():
+        line = next(l for l in markdown.splitlines() if l.startswith(f"| {row['policy']} |"))
+        assert f"{row['geomean_regret']:.3f}" in line and f"{row['picks_oracle_pct']:.1f}%" in line
+    versus = selection.versus_pytorch(picks)
+    for _, row in versus.iterrows():
+        assert f"| {row['effective_precision']} | {row['layout']} | {row['points']} | " \
+               f"{row['geomean_oracle_over_pytorch']:.3f} |" in markdown
 
 
 def test_pages_fetch_nothing_and_link_only_existing_figures(gpu_report) -> None:

@@ -151,3 +151,44 @@ def test_expanding_algorithm_yields_a_row_per_variant_and_resumes(tmp_path):
     best = analysis.best_per_setting(store.frame(
         [store.to_row(m, "r", "t", {}, "now") for m in results]))
     assert set(best["algorithm"]) == {"plan_fast"}
+
+
+class _CapturelessGpuWork:
+    """Stands in for a GPU library whose calls cannot be captured into a CUDA graph."""
+    device = "cuda"
+    stream = None
+
+    def __init__(self):
+        self.extras = {}
+
+    def launch(self):
+        pass
+
+
+def test_gpu_timer_falls_back_to_the_held_stream_and_says_why(monkeypatch):
+    from harness import timer
+
+    def refuse_capture(*args, **kwargs):
+        raise timer.CaptureFailed("cudaErrorStreamCaptureUnsupported: operation not permitted")
+
+    held = timer.Timing((0.01, 0.011), "budget", 0.05)
+    monkeypatch.setattr(timer, "time_cuda_graph", refuse_capture)
+    monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
+    work = _CapturelessGpuWork()
+    assert runner._time_gpu(work, TimingOptions(), None) is held
+    assert work.extras["gpu_timer"] == "held_stream"
+    assert "not permitted" in work.extras["capture_error"]
+
+
+def test_cold_gpu_points_use_the_held_stream_without_trying_capture(monkeypatch):
+    from harness import timer
+
+    def must_not_capture(*args, **kwargs):
+        raise AssertionError("cold points flush the L2 between calls: no graph replay")
+
+    held = timer.Timing((0.02,), "budget", 0.05)
+    monkeypatch.setattr(timer, "time_cuda_graph", must_not_capture)
+    monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
+    work = _CapturelessGpuWork()
+    assert runner._time_gpu(work, TimingOptions(mode="cold"), flush=lambda: None) is held
+    assert work.extras == {"gpu_timer": "held_stream"}

@@ -95,6 +95,10 @@ def test_policies_answer_for_the_precision_asked_for():
     graph = _pick(sel, "graph_heuristic")
     assert graph["effective_precision"] == "fp32" and not bool(graph["precision_kept"])
     assert graph["oracle_ms"] == 2.0
+    # 0.5 ms against the fp32 oracle's 2.0 would read as a 4x win: no regret is claimed
+    assert math.isnan(graph["regret"]) and pd.isna(graph["picks_oracle"])
+    summary = selection.policy_summary(sel).set_index("policy")
+    assert summary.loc["graph_heuristic", "precision_lowered"] == 1
     tf32 = _pick(sel, "cudnn_heuristic", effective_precision="tf32")
     assert tf32["oracle_algorithm"] == "eng0" and tf32["regret"] == pytest.approx(1.6)
     assert bool(tf32["precision_kept"])

@@ -55,6 +55,8 @@ class Prepared(Protocol):
     device: str               # "cpu" or "cuda": selects the timer
     stream: int | None        # CUDA stream handle for the GPU timer; None on the CPU
     extras: dict[str, Any]    # optional extra columns (names must exist in store.COLUMNS)
+    # Optional: a prepared variant of an expanding algorithm may also say `family` (str) and
+    # `error_factor` (float) for itself; the runner falls back to the algorithm's.
 
     def launch(self) -> None: ...           # run the convolution once, writing the output
     def poison(self) -> None: ...           # fill the output with NaN so unwritten elements show

@@ -95,20 +95,10 @@ class EnginesAlgorithm(Algorithm):
     backend = "cudnn_graph"
     name = "engines"
     expands = True
+    family = "engine"      # each prepared plan says its own family and error factor
 
     def __init__(self, owner: "CudnnGraphBackend"):
         self._owner = owner
-        # The runner reads `family` and `error_factor` of the expanding algorithm right after
-        # preparing each variant, so they follow the plan prepared last (one point at a time).
-        self._current: PlanInfo | None = None
-
-    @property
-    def family(self) -> str:  # type: ignore[override]
-        return self._current.family if self._current else "engine"
-
-    @property
-    def error_factor(self) -> float:  # type: ignore[override]
-        return self._current.error_factor if self._current else 1.0
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in PRECISION_TYPES:
@@ -116,17 +106,14 @@ class EnginesAlgorithm(Algorithm):
         return None   # everything else (layout, padding, groups) is the library's to refuse
 
     def variants(self, point: Point, data: ProblemData) -> list[str]:
-        self._current = None
         return list(self._owner.session().plan_set(point).plans)
 
     def prepare(self, point: Point, data: ProblemData) -> "GraphPrepared":
-        self._current = None
         session = self._owner.session()
         plan_set = session.plan_set(point)
         info = plan_set.plans.get(point.algorithm)
         if info is None:
             raise Unsupported(f"the heuristics offer no plan {point.algorithm} for this point")
-        self._current = info
         return session.prepare(point, data, plan_set, info)
 
 
@@ -143,6 +130,8 @@ class GraphPrepared(DeviceOutput):
     poison_value: Any
     stream: Any
     workspace_bytes: int
+    family: str = "engine"
+    error_factor: float = 1.0
     keepalive: list = field(default_factory=list)
     device: str = "cuda"
     extras: dict[str, Any] = field(default_factory=dict)
@@ -300,7 +289,8 @@ class _Session:
             index=info.index, handle=self.handle, errors=self.errors, output_buffer=out_buffer,
             output_view=_logical_view(point, out_buffer),
             poison_value=_poison_value(point.precision), stream=self.stream,
-            workspace_bytes=needed, keepalive=[graph], extras=info.extras())
+            workspace_bytes=needed, family=info.family, error_factor=info.error_factor,
+            keepalive=[graph], extras=info.extras())
 
 
 def _frontend() -> Any:

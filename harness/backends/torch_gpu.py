@@ -61,10 +61,30 @@ class TorchGpuPrepared:
         self.workspace_bytes = workspace_bytes
         self.stream = cupy.cuda.ExternalStream(torch_stream.cuda_stream)
         self.extras: dict[str, Any] = {}
+        self._graphs: list[Any] = []
 
     def launch(self) -> None:
         with self._torch.cuda.stream(self._torch_stream):
             self.result = self._call()
+
+    def capture(self, calls: int) -> Callable[[], None]:
+        """`calls` launches captured into a CUDA graph through PyTorch, whose allocator keeps
+        the captured results in a private pool; returns the replay (for the graph timer)."""
+        from harness.timer import CaptureFailed
+        torch = self._torch
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, stream=self._torch_stream):
+                for _ in range(calls):
+                    self.result = self._call()
+        except RuntimeError as err:
+            raise CaptureFailed(f"torch.cuda.graph: {err}") from err
+        self._graphs.append(graph)      # kept until release(): its pool holds `result`
+
+        def replay() -> None:
+            with torch.cuda.stream(self._torch_stream):
+                graph.replay()
+        return replay
 
     def poison(self) -> None:
         with self._torch.cuda.stream(self._torch_stream):
@@ -81,6 +101,7 @@ class TorchGpuPrepared:
     def release(self) -> None:
         self._call = None
         self.result = None
+        self._graphs.clear()
 
 
 class CudnnBenchmark(Algorithm):

@@ -30,6 +30,7 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
     rel = fig_dir.name
     sections = (     # the headline first: how much the whole network gains
         network_section(totals, policies, fig_dir, rel, renderer),
+        *selection_section(df),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel, renderer),
         workspace_section(df, totals, fig_dir, rel, renderer),
@@ -192,6 +193,28 @@ def network_section(totals: pd.DataFrame, policies: list[str], fig_dir: Path, re
         blocks.append(Fold("Every workspace limit",
                            (tables.network_table(totals, policies, "Every workspace limit"),)))
     return Section("Network totals per selection policy", "totals", tuple(blocks))
+
+
+def selection_section(df: pd.DataFrame) -> tuple[Section, ...]:
+    """How close each policy comes to the oracle (harness/selection.py); none without picks."""
+    from harness import selection
+    picks = selection.selection(df)
+    if picks.empty:
+        return ()
+    blocks: list[Block] = [Text(
+        "The oracle is the fastest verified row of the harness's own cuDNN backends (legacy and "
+        "graph API) at the same effective precision, layout and workspace limit; PyTorch is "
+        "never part of it. Regret = the policy's pick time / the oracle's time; within 1% "
+        "counts as picking the oracle. A pick that computed at lower precision than asked (an "
+        "fp32 request served at TF32 accuracy) gets no regret and is counted as precision "
+        "lowered."), tables.policy_table(selection.policy_summary(picks))]
+    versus = selection.versus_pytorch(picks)
+    if len(versus):
+        blocks += [Text("Oracle time / PyTorch autotuner time per precision and layout (below 1: "
+                        "the harness's search finds faster algorithms than PyTorch runs; above "
+                        "1 at a point: PyTorch ran something the search missed or mis-timed)."),
+                   tables.versus_pytorch_table(versus)]
+    return (Section("Who picks the fastest algorithm", "selection", tuple(blocks)),)
 
 
 def environment_section(df: pd.DataFrame) -> Section:

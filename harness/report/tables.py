@@ -235,3 +235,28 @@ def _median(s: pd.Series) -> float:
 
 def _min(s: pd.Series) -> float:
     return float(pd.to_numeric(s, errors="coerce").min())
+
+
+# ---- selection: who picks the fastest ---------------------------------------------------------
+def policy_table(summary: pd.DataFrame) -> Table:
+    rows = tuple((r["policy"], str(r["settings"]), str(r["compared"]),
+                  DASH if _missing(r["picks_oracle_pct"]) else f"{r['picks_oracle_pct']:.1f}%",
+                  _regret(r["geomean_regret"]), _regret(r["max_regret"]), r["worst_setting"],
+                  str(r["precision_lowered"]))
+                 for _, r in summary.iterrows())
+    return Table(("Policy", "Settings", "Compared", "Picks the oracle", "Geomean regret",
+                  "Worst regret", "Worst setting", "Precision lowered"), rows,
+                 (False, True, True, True, True, True, False, True))
+
+
+def _regret(value: Any) -> str:
+    return DASH if _missing(value) else f"{float(value):.3f}"
+
+
+def versus_pytorch_table(versus: pd.DataFrame) -> Table:
+    rows = tuple((r["effective_precision"], r["layout"], str(r["points"]),
+                  _regret(r["geomean_oracle_over_pytorch"]), _regret(r["best"]),
+                  _regret(r["worst"]), r["worst_points"])
+                 for _, r in versus.iterrows())
+    return Table(("Precision", "Layout", "Points", "Geomean oracle / PyTorch", "Best", "Worst",
+                  "Worst points"), rows, (False, False, True, True, True, True, False))
