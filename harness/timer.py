@@ -1,12 +1,13 @@
 """Timers: CPU wall clock and CUDA events. They return raw samples and why they stopped; they know
 nothing of problems, files or printing (shared/design/measurement.md).
 
-The CUDA timer keeps launch overhead out of the number. A legacy cuDNN call costs ~77 us of host
+The CUDA timers keep launch overhead out of the number. A legacy cuDNN call costs ~77 us of host
 time, more than many of its kernels, so events recorded around calls issued one by one would
-measure the host. Instead a spin kernel holds the stream while the host enqueues a whole batch of
-(event, call, event) triples; the GPU then runs them back to back and each pair of events brackets
-one call's GPU work only. If the hold ends before the host has finished enqueueing, the batch is
-thrown away and the hold doubled.
+measure the host. time_cuda holds the stream with a spin kernel while the host enqueues a whole
+batch; the GPU then runs it back to back between one pair of events. If the hold ends before the
+host has finished enqueueing, the batch is thrown away and the hold doubled. time_cuda_graph
+(the default for warm points) captures the calls into a CUDA graph and times its replays the same
+way, which also leaves out the ~1 us the GPU spends between stream-ordered kernels.
 """
 from __future__ import annotations
 
@@ -108,6 +109,9 @@ def _spin(stream: Any, duration_ms: float) -> None:
         _spin_kernel((1,), (1,), (cupy.uint64(int(duration_ms * 1e6)),))
 
 
+MIN_HOLD_MS = 0.1     # the hold also covers recording the events and Python's loop overhead
+
+
 class GpuL2Flusher:
     """Evicts the GPU's L2 by writing a buffer of twice its size (cold mode)."""
 
@@ -120,9 +124,8 @@ class GpuL2Flusher:
 
 
 def measure_host_ms(launch: Callable[[], None], stream: Any, calls: int = 5) -> float:
-    """Host time per call, issued back to back without synchronizing (the stream is held so
-    the queue never fills)."""
-    _spin(stream, 5.0)
+    """Host time per call, issued back to back without synchronizing (a few calls never fill
+    the launch queue, so the host is not made to wait for the GPU)."""
     start = time.perf_counter()
     for _ in range(calls):
         launch()
@@ -146,12 +149,13 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     stream.synchronize()
     rule = _StoppingRule(options)
     samples: list[float] = []
-    hold_ms = 1.0
+    hold_ms = MIN_HOLD_MS
     per_call_estimate = None
     while (reason := rule.reason_to_stop(samples)) is None:
         calls = _batch_size(batch_calls, per_call_estimate, options, len(samples), flush)
         enqueue_cost = calls * (host_ms + (0.02 if flush else 0.0))
-        hold_ms = max(hold_ms, 1.5 * enqueue_cost + 0.5)
+        # the hold is GPU time spent idle: long enough to cover the enqueue, doubled on a miss
+        hold_ms = max(hold_ms, 1.5 * enqueue_cost + MIN_HOLD_MS)
         batch = _timed_batch(launch, stream, calls, hold_ms, flush, cupy)
         if batch is None:           # the hold ran out while enqueueing: the GPU waited on the host
             hold_ms *= 2
@@ -228,7 +232,7 @@ def _end_capture_quietly(stream: Any) -> None:
 
 
 def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOptions,
-                    max_calls_per_graph: int = 50,
+                    max_calls_per_graph: int = 20,
                     capture: Callable[[int], Callable[[], None]] | None = None) -> Timing:
     """GPU time per call from replays of a CUDA graph of back-to-back calls (warm mode).
 
@@ -255,8 +259,8 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
 def _calls_per_graph(launch, stream, options, host_ms, most, cupy) -> int:
     """Enough calls per graph to amortise the replay's start, few enough that four replays fit
     in a quarter of the budget."""
-    hold_ms = 1.5 * 3 * host_ms + 0.5
-    for _ in range(4):
+    hold_ms = 1.5 * 3 * host_ms + MIN_HOLD_MS
+    for _ in range(6):
         batch = _timed_batch(launch, stream, 3, hold_ms, None, cupy)
         if batch is not None:
             return max(1, min(most, int(options.budget_ms / 16 / max(batch[0], 1e-3))))
