@@ -65,8 +65,10 @@ def _load_sweep(args: argparse.Namespace):
         workspace_limits=limits, timing_mode=args.timing_mode)
     if args.layer:
         wanted = set(_csv_list(args.layer))
-        kept = tuple(p for p in sweep.problems if p.name in wanted)
-        missing = wanted - {p.name for p in kept}
+        # "conv1" names "resnet_50:conv1": the network prefix is optional
+        kept = tuple(p for p in sweep.problems
+                     if {p.name, p.name.rsplit(":", 1)[-1]} & wanted)
+        missing = wanted - {n for p in kept for n in (p.name, p.name.rsplit(":", 1)[-1])}
         if missing:
             known = ", ".join(p.name for p in sweep.problems)
             raise UserError(f"--layer: no layer named {', '.join(sorted(missing))} in suite "

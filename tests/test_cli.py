@@ -136,3 +136,12 @@ def test_default_run_on_the_cpu_prints_the_best_table(tmp_path, capsys, monkeypa
     assert set(df["backend"]) >= {"cpu"} and (df["status"] == "ok").any()
     assert (df.loc[df["status"] == "ok", "rel_error"] <= df.loc[df["status"] == "ok",
                                                                 "tolerance"]).all()
+
+
+def test_layer_names_work_without_the_network_prefix(tmp_path, capsys):
+    out = tmp_path / "one.csv"
+    code = main(["run", "resnet50", "--layer", "res5a_branch2c", "--batch", "1",
+                 "--backend", "cpu", "--algorithm", "im2col", "--direction", "fwd",
+                 "--budget-ms", "1", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert set(store.load(out)["layer"]) == {"resnet_50:res5a_branch2c"}

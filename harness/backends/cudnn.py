@@ -275,6 +275,11 @@ class DeviceTensors:
             for name, shape in shapes.items():
                 self._tensors[name] = self.cupy.empty(_physical_shape(shape, point.layout),
                                                       dtype=_storage_dtype(point.precision))
+            # The copies ran on the legacy default stream, which does not order work on the
+            # backends' non-blocking streams, and a pageable upload may still be in flight
+            # when asarray returns: without this wait the first algorithm of a problem could
+            # read half-copied inputs (seen on the H100 as finite garbage, rel. error ~0.8).
+            self.cupy.cuda.Stream.null.synchronize()
             self._key = key
         return self._tensors
 
