@@ -47,18 +47,23 @@ COLUMNS = [*SETTING, "multiplicity", "policy", "policy_backend", "policy_algorit
 def _flag(column: str, backend: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
     def candidates(df: pd.DataFrame) -> pd.DataFrame:
         flagged = df[column].astype("boolean").fillna(False).astype(bool)
-        return df[(df["backend"] == backend) & flagged].assign(_order=df["median_ms"])
+        return df[(df["backend"] == backend) & flagged].assign(_order=_median_ms)
     return candidates
 
 
 def _graph_heuristic(df: pd.DataFrame) -> pd.DataFrame:
     rank = pd.to_numeric(df["graph_heuristic_rank"], errors="coerce")
     keep = (df["backend"] == "cudnn_graph") & (df["status"] == "ok") & rank.notna()
-    return df[keep].assign(_order=rank[keep])
+    return df[keep].assign(_order=lambda picked: rank[picked.index])
 
 
 def _pytorch(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["backend"] == "torch_gpu"].assign(_order=df["median_ms"])
+    return df[df["backend"] == "torch_gpu"].assign(_order=_median_ms)
+
+
+def _median_ms(picked: pd.DataFrame) -> pd.Series:
+    # A callable, not df["median_ms"]: pandas 3 grows an empty frame to a Series' whole index.
+    return picked["median_ms"]
 
 
 _CHOOSERS: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
@@ -125,8 +130,8 @@ def geometric_mean(values: pd.Series) -> float:
 
 
 def _label(row: pd.Series) -> str:
-    return (f"{row['layer']} {row['direction']} n{row['batch']} {row['effective_precision']} "
-            f"{row['layout']}")
+    return (f"{row['layer']} {row['direction']} n{int(row['batch'])} "
+            f"{row['effective_precision']} {row['layout']}")
 
 
 def policy_summary(frame: pd.DataFrame) -> pd.DataFrame:
@@ -171,12 +176,16 @@ def network_totals(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def versus_pytorch(frame: pd.DataFrame, worst: int = 3) -> pd.DataFrame:
-    """Per effective precision and layout: geometric mean of oracle time / PyTorch time (below 1:
-    the harness's search beats PyTorch's autotuner) and the points where it does worst."""
+    """Per effective precision and layout (and all together): geometric mean of oracle time /
+    PyTorch time (below 1: the harness's search beats PyTorch's autotuner) and the points where
+    it does worst."""
     torch_rows = frame[(frame["policy"] == "pytorch") & frame["regret"].notna()]
     torch_rows = torch_rows.assign(ratio=1.0 / torch_rows["regret"])
     rows = []
-    for (precision, layout), group in torch_rows.groupby(["effective_precision", "layout"]):
+    groups = list(torch_rows.groupby(["effective_precision", "layout"]))
+    if len(groups) > 1:
+        groups.append((("all", "all"), torch_rows))
+    for (precision, layout), group in groups:
         bad = group.nlargest(worst, "ratio")
         rows.append({"effective_precision": precision, "layout": layout, "points": len(group),
                      "geomean_oracle_over_pytorch": geometric_mean(group["ratio"]),

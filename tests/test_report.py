@@ -366,3 +366,22 @@ def test_resnet50_sized_sweep_renders_within_a_minute(tmp_path: Path) -> None:
     assert seconds < 60
     html = paths.html.read_text(encoding="utf-8")
     assert html.count("<details>") >= 15      # 15 long best-algorithm tables are folded
+
+
+def test_a_plan_delivering_lower_precision_ranks_there_not_as_asked(small: pd.DataFrame) -> None:
+    from harness.report import analysis
+    df = small.copy()
+    fp32_ok = df[(df["precision"] == "fp32") & (df["status"] == "ok")
+                 & (df["backend"] == "cudnn")].index[0]
+    df.loc[fp32_ok, "effective_precision"] = "tf32"        # asked fp32, computed at TF32
+    df.loc[fp32_ok, "median_ms"] = 1e-6                    # and absurdly fast because of it
+    row = df.loc[fp32_ok]
+    best = analysis.best_per_point(analysis.prepare(df), None)
+    where = ((best["direction"] == row["direction"]) & (best["layout"] == row["layout"])
+             & (best["workspace_limit"] == row["workspace_limit"])
+             & best["layer_label"].str.contains(row["layer"].split(":")[-1]))
+    fp32_best = best[where & (best["precision"] == "fp32")]["best_candidate"]
+    tf32_best = best[where & (best["precision"] == "tf32")]["best_candidate"]
+    asked = f"cudnn:{row['algorithm']} [asked fp32]"
+    assert asked not in set(fp32_best)
+    assert set(tf32_best) == {asked}

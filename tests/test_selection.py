@@ -137,3 +137,26 @@ def test_format_selection_takes_results_or_selection_frames():
     for word in ("cudnn_heuristic", "cudnn_find", "pytorch", "Network totals", "0.75"):
         assert word in text
     assert "No policy picks" in selection.format_selection(store.frame([]))
+
+
+def test_a_policy_without_rows_answers_nothing():
+    # legacy-only results: no graph plans, no PyTorch rows, so neither policy appears at all
+    df = _frame(_row(algorithm="implicit_gemm", ms=2.0, heuristic_pick=True),
+                _row(algorithm="gemm", ms=1.0))
+    sel = selection.selection(df)
+    assert set(sel["policy"]) == {"cudnn_heuristic"}
+    assert set(selection.policy_summary(sel)["policy"]) == {"cudnn_heuristic"}
+    assert "n32 fp32" in selection.policy_summary(sel)["worst_setting"].iloc[0]
+
+
+def test_versus_pytorch_adds_an_overall_row_across_settings():
+    rows = []
+    for layout, oracle_ms, torch_ms in (("NCHW", 1.0, 2.0), ("NHWC", 1.0, 0.5)):
+        for r in (_row(ms=oracle_ms), _row(backend="torch_gpu", algorithm="cudnn_benchmark",
+                                           ms=torch_ms)):
+            rows.append({**r, "layout": layout})
+    gap = selection.versus_pytorch(selection.selection(_frame(*rows))).set_index("layout")
+    assert list(gap.index) == ["NCHW", "NHWC", "all"]
+    assert gap.loc["NCHW", "geomean_oracle_over_pytorch"] == pytest.approx(0.5)
+    assert gap.loc["all", "geomean_oracle_over_pytorch"] == pytest.approx(1.0)   # sqrt(0.5 * 2)
+    assert gap.loc["all", "points"] == 2 and gap.loc["all", "worst"] == pytest.approx(2.0)

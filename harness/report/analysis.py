@@ -48,12 +48,27 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         out[flag] = out[flag].astype("boolean").fillna(False).astype(bool)
     out = _plain_columns(out)
     out["candidate"] = out["backend"] + ":" + out["algorithm"]
+    out = _rank_by_delivered_precision(out)
     out["layer_label"] = _layer_labels(out)
     out["layer_order"] = out.groupby("layer_label", sort=False).ngroup()
     if out["finished_at"].notna().any():
         out = out.sort_values("finished_at", kind="stable", na_position="first")
     out = out.drop_duplicates(POINT_KEYS + ["candidate"], keep="last")
     return sort_points(out)
+
+
+def _rank_by_delivered_precision(df: pd.DataFrame) -> pd.DataFrame:
+    """A verified row whose error shows a lower precision than asked (a graph plan asked for
+    fp32 that computes at TF32 accuracy) competes at the precision it delivers, never as the
+    one asked for, like selection.py's oracle; its candidate name says what was asked."""
+    delivered = df["effective_precision"].astype("string")
+    lowered = ((df["status"] == RANKABLE) & delivered.notna()
+               & (delivered != df["precision"])).fillna(False).astype(bool)
+    out = df.assign(asked_precision=df["precision"])
+    out.loc[lowered, "candidate"] = (out.loc[lowered, "candidate"] + " [asked "
+                                     + out.loc[lowered, "precision"] + "]")
+    out.loc[lowered, "precision"] = delivered[lowered]
+    return out
 
 
 def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:

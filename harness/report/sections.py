@@ -88,8 +88,9 @@ def best_section(df: pd.DataFrame, baseline: str | None) -> Section:
             "tolerance) compete; wrong, failed and unsupported rows never win. Speed-up = the "
             "other's median time / the best median time (vs runner-up, vs the baseline); \"same\": "
             "the baseline picks the best. Mult. = how often the layer occurs in the network. "
-            "Verified = verified / tried candidates. [tf32] after a name: its error shows it "
-            "computed at that lower precision.")
+            "Verified = verified / tried candidates. [asked fp32] after a name: asked for fp32, "
+            "its error shows it computed at the lower precision of the table it is in, where it "
+            "competes (it never ranks as fp32).")
     return Section("Best verified algorithm per layer", "best",
                    (Text(text), *tables.best_tables(best, baseline)))
 
