@@ -63,6 +63,17 @@ def _kernels(prepared, calls: int = 10) -> list[tuple[str, int, float]]:
     return [(name, len(d) // calls, sum(d) / len(d)) for name, d in found.items()]
 
 
+def _use_torch_allocator() -> None:
+    import cupy
+    import torch
+
+    def allocate(size: int):
+        block = torch.empty(max(size, 1), dtype=torch.uint8, device="cuda")
+        memory = cupy.cuda.UnownedMemory(block.data_ptr(), size, block)
+        return cupy.cuda.MemoryPointer(memory, 0)
+    cupy.cuda.set_allocator(allocate)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("layer")
@@ -71,7 +82,12 @@ def main() -> None:
     parser.add_argument("layout")
     parser.add_argument("candidates", nargs="+", help="torch_gpu, cudnn:ALGO, graph:PLAN, graph:all")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--torch-allocator", action="store_true",
+                        help="allocate CuPy's buffers (the cuDNN backends' operands and workspace)"
+                             " from PyTorch's caching allocator, to see whether placement matters")
     args = parser.parse_args()
+    if args.torch_allocator:
+        _use_torch_allocator()
     executor = PointExecutor()
     for backend, algorithm in _candidates(args):
         point = _point(args.layer, args.direction, args.precision, args.layout, args.batch,
