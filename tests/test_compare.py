@@ -427,3 +427,13 @@ def test_parse_thresholds():
     assert parse_layer_thresholds(["a:b=2%", "c=0.1"]) == {"a:b": pytest.approx(0.02), "c": 0.1}
     with pytest.raises(ValueError, match="LAYER=PERCENT"):
         parse_layer_thresholds(["conv1"])
+
+
+def test_a_change_of_gpu_timer_is_refused_like_an_environment_change():
+    base, new, _ = synthetic_pair(0, rows=4)
+    base["gpu_timer"], new["gpu_timer"] = "held_stream", "cuda_graph"
+    with pytest.raises(EnvironmentMismatch) as err:
+        compare(base, new)
+    assert "gpu_timer: base 'held_stream' vs new 'cuda_graph'" in str(err.value)
+    new["gpu_timer"] = "held_stream"
+    assert environment_mismatches(base, new) == []
