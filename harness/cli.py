@@ -62,7 +62,7 @@ def _load_sweep(args: argparse.Namespace):
         sweep, backends=_csv_list(args.backend), algorithms=_csv_list(args.algorithm),
         directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
         layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
-        workspace_limits=limits, timing_mode=args.timing_mode)
+        workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer)
     if args.layer:
         wanted = set(_csv_list(args.layer))
         # "conv1" names "resnet_50:conv1": the network prefix is optional
@@ -379,6 +379,8 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace-limit", help="comma list of limits, e.g. 0,64MiB,unlimited")
     p.add_argument("--budget-ms", type=float, help="time budget per point in milliseconds")
     p.add_argument("--timing-mode", help="warm (default) or cold (caches flushed per sample)")
+    p.add_argument("--gpu-timer", help="graph (default: replay a CUDA graph of the calls, kernel "
+                                       "time) or stream (stream order, as eager frameworks run)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -444,12 +444,15 @@ def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
 # ---- the Markdown summary ------------------------------------------------------------------------
 def reproduce_command(row: RowResult) -> str:
     """The `convbench run` line that re-measures just this row: REPRODUCE_TEMPLATE, plus the
-    workspace limit and timing mode where they are not the defaults (they are part of the point)."""
+    workspace limit, timing mode and GPU timer where they are not the defaults (they are part of
+    the point)."""
     command = _fill(REPRODUCE_TEMPLATE, row)
     if row.workspace_limit is not None and row.workspace_limit >= 0:
         command += f" --workspace-limit {row.workspace_limit}"
     if row.timing_mode and row.timing_mode != "warm":
         command += f" --timing-mode {shlex.quote(row.timing_mode)}"
+    if row.point_id.endswith("+stream"):
+        command += " --gpu-timer stream"
     return command
 
 

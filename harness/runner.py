@@ -226,10 +226,11 @@ class PointExecutor:
 
 
 def _time_gpu(prepared, options, flush) -> Timing:
-    """Warm points replay a CUDA graph of the calls; cold points (an L2 flush between calls)
-    and libraries whose calls cannot be captured use the held stream. The row says which."""
+    """Warm points replay a CUDA graph of the calls unless the stream timer is asked for; cold
+    points (an L2 flush between calls) and libraries whose calls cannot be captured use the held
+    stream. The row says which."""
     from harness.timer import CaptureFailed, time_cuda, time_cuda_graph
-    if flush is None:
+    if flush is None and options.gpu_timer == "graph":
         try:
             timing = time_cuda_graph(prepared.launch, prepared.stream, options,
                                      capture=getattr(prepared, "capture", None))

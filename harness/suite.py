@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from harness.problem import ConvProblem, ProblemError, parse_benchdnn, parse_deepbench
-from harness.sweep import (DIRECTIONS, LAYOUTS, PRECISIONS, TIMING_MODES, AlgorithmChoice, Sweep,
+from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES, AlgorithmChoice, Sweep,
                            TimingOptions)
 
 SUITE_SUFFIX = ".toml"
@@ -66,7 +66,7 @@ OVERRIDE_FLAGS = {
     "backends": "--backend", "algorithms": "--algorithm", "directions": "--direction",
     "precisions": "--precision", "layouts": "--layout", "batch": "--batch",
     "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
-    "timing_mode": "--timing-mode",
+    "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
 }
 
 _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
@@ -334,6 +334,9 @@ def _timing(table: dict[str, Any]) -> TimingOptions:
     fields: dict[str, Any] = {}
     if "mode" in table:
         fields["mode"] = _choice(table["mode"], "timing.mode", TIMING_MODES, "timing mode")
+    if "gpu_timer" in table:
+        fields["gpu_timer"] = _choice(table["gpu_timer"], "timing.gpu_timer", GPU_TIMERS,
+                                      "GPU timer")
     if "budget_ms" in table:
         fields["budget_ms"] = _positive_number(table["budget_ms"], "timing.budget_ms")
     for key in ("min_samples", "max_samples"):
@@ -367,7 +370,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          layouts: Sequence[str] | None = None, batch: int | None = None,
                          budget_ms: float | None = None,
                          workspace_limits: Sequence[int | str | None] | None = None,
-                         timing_mode: str | None = None) -> Sweep:
+                         timing_mode: str | None = None,
+                         gpu_timer: str | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -454,6 +458,9 @@ def _override_timing(timing: TimingOptions, given: dict[str, Any]) -> TimingOpti
     if given["timing_mode"] is not None:
         changes["mode"] = _choice(given["timing_mode"], OVERRIDE_FLAGS["timing_mode"],
                                   TIMING_MODES, "timing mode")
+    if given["gpu_timer"] is not None:
+        changes["gpu_timer"] = _choice(given["gpu_timer"], OVERRIDE_FLAGS["gpu_timer"],
+                                       GPU_TIMERS, "GPU timer")
     return dataclasses.replace(timing, **changes)
 
 

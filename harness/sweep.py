@@ -16,6 +16,10 @@ DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp64")
 LAYOUTS = ("NCHW", "NHWC")
 TIMING_MODES = ("warm", "cold")
+# How warm GPU points are timed: "graph" replays a CUDA graph of the calls (kernel time, what
+# CUDA-graph users get); "stream" queues them in stream order behind a hold (adds the ~1 us
+# the GPU spends between stream-ordered kernels, what eager frameworks get).
+GPU_TIMERS = ("graph", "stream")
 
 # Storage bytes per element of each precision's data (tf32 is stored as float32).
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
@@ -32,6 +36,7 @@ class TimingOptions:
     max_samples: int = 1000
     noise_target: float = 0.01    # stop once the relative standard error of the median is below this
     warmup: int = 1               # untimed runs after verification, before timing
+    gpu_timer: str = "graph"      # GPU_TIMERS; cold points always use the stream
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,11 @@ class Point:
                  f"p{p.pad_top}.{p.pad_left}.{p.pad_bottom}.{p.pad_right}"
                  f"d{p.dilation_h}.{p.dilation_w}g{p.groups}")
         limit = "inf" if self.workspace_limit is None else str(self.workspace_limit)
+        timing = self.timing.mode
+        if self.timing.gpu_timer != "graph":      # default ids stay as they always were
+            timing += f"+{self.timing.gpu_timer}"
         return "|".join((p.name, shape, self.direction, self.precision, self.layout, self.backend,
-                         self.algorithm, limit, self.timing.mode))
+                         self.algorithm, limit, timing))
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ BAD_ARGUMENTS = {
     "--workspace-limit": (["--workspace-limit", "lots"], "lots"),
     "--layer": (["--layer", "nosuch"], "nosuch"),
     "--timing-mode": (["--timing-mode", "hot"], "hot"),
+    "--gpu-timer": (["--gpu-timer", "cupti"], "cupti"),
     "empty list item": (["--precision", "fp32,,fp64"], "fp32,,fp64"),
 }
 

@@ -6,6 +6,8 @@ Synthetic samples imitate the harness's adaptive timer: per row a true time betw
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 
 import numpy as np
@@ -361,6 +363,8 @@ def test_reproduce_command_quotes_and_adds_non_default_point_fields():
     assert reproduce_command(row) == (
         "convbench run 'my suite' --backend cpu --algorithm fft --direction fwd --precision fp32 "
         "--layout NCHW --batch 1 --layer 'a b' --workspace-limit 0 --timing-mode cold")
+    stream = replace(row, point_id="q|fwd|inf|warm+stream", timing_mode="warm", workspace_limit=-1)
+    assert reproduce_command(stream).endswith("--layer 'a b' --gpu-timer stream")
     c = Comparison((row,), CompareOptions())
     assert "`run p`" in markdown_summary(c, reproduce_command="run {point_id}")
     assert "`custom`" in markdown_summary(c, reproduce_command=lambda r: "custom")

@@ -109,12 +109,22 @@ def test_timers_keep_host_overhead_out():
     assert graph <= median(time_cuda(launch, stream, options))
 
 
-def test_warm_rows_are_timed_by_graph_replay_cold_rows_by_the_held_stream():
+def test_warm_rows_are_timed_by_graph_replay_cold_and_stream_rows_by_the_held_stream():
     warm = _sweep(SMALL, directions=("fwd",), precisions=("fp16",))
     cold = _sweep(SMALL, directions=("fwd",), precisions=("fp16",),
                   timing=TimingOptions(budget_ms=5, min_samples=3, max_samples=20, mode="cold"))
+    stream = _sweep(SMALL, directions=("fwd",), precisions=("fp16",),
+                    timing=TimingOptions(budget_ms=5, min_samples=3, max_samples=20,
+                                         gpu_timer="stream"))
     assert {m.extras.get("gpu_timer") for m in warm if m.ok} == {"cuda_graph"}
     assert {m.extras.get("gpu_timer") for m in cold if m.ok} == {"held_stream"}
+    assert {m.extras.get("gpu_timer") for m in stream if m.ok} == {"held_stream"}
+    # the stream timer adds the gap between stream-ordered kernels, never takes time away
+    by = {m.point.algorithm: m.median_ms for m in warm if m.ok}
+    for m in stream:
+        if m.ok and m.point.algorithm in by:
+            print(f"{m.point.algorithm}: graph {by[m.point.algorithm] * 1e3:.2f} us, "
+                  f"stream {m.median_ms * 1e3:.2f} us")
 
 
 def test_poisoned_context_becomes_crashed_and_sweep_goes_on():

@@ -192,3 +192,25 @@ def test_cold_gpu_points_use_the_held_stream_without_trying_capture(monkeypatch)
     work = _CapturelessGpuWork()
     assert runner._time_gpu(work, TimingOptions(mode="cold"), flush=lambda: None) is held
     assert work.extras == {"gpu_timer": "held_stream"}
+
+
+def test_stream_timer_asked_for_skips_graph_capture(monkeypatch):
+    from harness import timer
+
+    def must_not_capture(*args, **kwargs):
+        raise AssertionError("--gpu-timer stream: no graph replay")
+
+    held = timer.Timing((0.02,), "budget", 0.05)
+    monkeypatch.setattr(timer, "time_cuda_graph", must_not_capture)
+    monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
+    work = _CapturelessGpuWork()
+    assert runner._time_gpu(work, TimingOptions(gpu_timer="stream"), None) is held
+    assert work.extras == {"gpu_timer": "held_stream"}
+
+
+def test_the_stream_timer_is_part_of_the_point_id_and_the_default_ids_are_unchanged():
+    default = Point(PROBLEMS[0], "fwd", "fp32", "NCHW", "cudnn", "gemm")
+    stream = Point(PROBLEMS[0], "fwd", "fp32", "NCHW", "cudnn", "gemm",
+                   timing=TimingOptions(gpu_timer="stream"))
+    assert default.point_id.endswith("|inf|warm")
+    assert stream.point_id.endswith("|inf|warm+stream")

@@ -172,6 +172,7 @@ min_samples = 2
 max_samples = 9
 noise_target = 0.05
 warmup = 0
+gpu_timer = "stream"
 [compare]
 threshold = 0.02
 """.replace("TABLE", table)
@@ -184,7 +185,7 @@ threshold = 0.02
     assert sweep.workspace_limits == (0, 64 << 20, None, 1000)
     assert sweep.backends == (AlgorithmChoice("cudnn", ("implicit_gemm", "fft"), True),
                               AlgorithmChoice("torch_cpu", (), False))
-    assert sweep.timing == TimingOptions("cold", 12.5, 2, 9, 0.05, 0)
+    assert sweep.timing == TimingOptions("cold", 12.5, 2, 9, 0.05, 0, "stream")
     assert sweep.regression_threshold == 0.02
 
 
@@ -286,6 +287,8 @@ MALFORMED = [
     (GOOD_LAYER + "[[sweep.backends]]\nname = 'cpu'\nalgos = ['direct']\n",
      "sweep.backends[0].algos", ["unknown key 'algos'", "did you mean 'algorithms'"]),
     (GOOD_LAYER + "[timing]\nmode = 'hot'\n", "timing.mode", ["unknown timing mode 'hot'"]),
+    (GOOD_LAYER + "[timing]\ngpu_timer = 'events'\n", "timing.gpu_timer",
+     ["unknown GPU timer 'events'"]),
     (GOOD_LAYER + "[timing]\nbudget_ms = -5\n", "timing.budget_ms",
      ["-5 must be a positive number"]),
     (GOOD_LAYER + "[timing]\nbudget_ms = inf\n", "timing.budget_ms", ["inf"]),
