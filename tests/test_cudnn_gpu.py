@@ -119,7 +119,7 @@ def test_warm_rows_are_timed_by_graph_replay_cold_and_stream_rows_by_the_held_st
     assert {m.extras.get("gpu_timer") for m in warm if m.ok} == {"cuda_graph"}
     assert {m.extras.get("gpu_timer") for m in cold if m.ok} == {"held_stream"}
     assert {m.extras.get("gpu_timer") for m in stream if m.ok} == {"held_stream"}
-    # the stream timer adds the gap between stream-ordered kernels, never takes time away
+    # for the log: the stream timer also counts the gap between stream-ordered kernels
     by = {m.point.algorithm: m.median_ms for m in warm if m.ok}
     for m in stream:
         if m.ok and m.point.algorithm in by:
