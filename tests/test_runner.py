@@ -180,31 +180,21 @@ def test_gpu_timer_falls_back_to_the_held_stream_and_says_why(monkeypatch):
     assert "not permitted" in work.extras["capture_error"]
 
 
-def test_cold_gpu_points_use_the_held_stream_without_trying_capture(monkeypatch):
+@pytest.mark.parametrize("options, flush", [
+    (TimingOptions(mode="cold"), lambda: None),      # an L2 flush between calls: no graph
+    (TimingOptions(gpu_timer="stream"), None),       # --gpu-timer stream asked for
+], ids=["cold", "stream_timer"])
+def test_gpu_points_that_need_the_held_stream_never_try_capture(monkeypatch, options, flush):
     from harness import timer
 
     def must_not_capture(*args, **kwargs):
-        raise AssertionError("cold points flush the L2 between calls: no graph replay")
+        raise AssertionError("this point must not be timed by graph replay")
 
     held = timer.Timing((0.02,), "budget", 0.05)
     monkeypatch.setattr(timer, "time_cuda_graph", must_not_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
-    assert runner._time_gpu(work, TimingOptions(mode="cold"), flush=lambda: None) is held
-    assert work.extras == {"gpu_timer": "held_stream"}
-
-
-def test_stream_timer_asked_for_skips_graph_capture(monkeypatch):
-    from harness import timer
-
-    def must_not_capture(*args, **kwargs):
-        raise AssertionError("--gpu-timer stream: no graph replay")
-
-    held = timer.Timing((0.02,), "budget", 0.05)
-    monkeypatch.setattr(timer, "time_cuda_graph", must_not_capture)
-    monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
-    work = _CapturelessGpuWork()
-    assert runner._time_gpu(work, TimingOptions(gpu_timer="stream"), None) is held
+    assert runner._time_gpu(work, options, flush) is held
     assert work.extras == {"gpu_timer": "held_stream"}
 
 
