@@ -16,7 +16,7 @@ import argparse
 from collections import defaultdict
 
 from harness import backends, reference
-from harness.runner import PointExecutor
+from harness.runner import PointExecutor, algorithm_for
 from harness.suite import load_suite
 from harness.sweep import Point, TimingOptions
 
@@ -92,10 +92,8 @@ def main() -> None:
     for backend, algorithm in _candidates(args):
         point = _point(args.layer, args.direction, args.precision, args.layout, args.batch,
                        backend, algorithm)
-        algo = (backends.get(backend).algorithms()[0] if backend == "cudnn_graph"
-                else backends.get(backend).algorithm(algorithm))
-        m = (executor._measure_supported([point], point, algo)[0] if algo.expands
-             else executor.measure([point])[0])
+        algo = algorithm_for(point)
+        m = executor.measure_one(point)
         print(f"\n== {backend}:{algorithm}: {m.status} {m.median_ms and m.median_ms * 1e3:.2f} us"
               f" rel_error {m.rel_error} ws {m.workspace_bytes} timer {m.extras.get('gpu_timer')}"
               f" {m.reason[:160]}")

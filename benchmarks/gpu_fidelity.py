@@ -21,7 +21,7 @@ from dataclasses import replace
 import pandas as pd
 
 from harness import backends, reference
-from harness.runner import PointExecutor
+from harness.runner import PointExecutor, algorithm_for
 from harness.suite import load_suite
 from harness.sweep import Point, TimingOptions
 from harness.timer import _spin, time_cuda, time_cuda_graph
@@ -139,13 +139,6 @@ def _busy_gpu(ms: float = 50.0) -> None:
         cupy.cuda.Device().synchronize()
 
 
-def _algorithm(point: Point):
-    backend = backends.get(point.backend)
-    if point.backend == "cudnn_graph":
-        return backend.algorithms()[0]
-    return backend.algorithm(point.algorithm)
-
-
 def _median(samples) -> float:
     return sorted(samples)[len(samples) // 2]
 
@@ -165,16 +158,13 @@ def main() -> None:
     executor = PointExecutor()
     rows = []
     for point in _points(args.batch):
-        algorithm = _algorithm(point)
         _busy_gpu()
-        # A graph-API plan is a variant of the expanding "engines" algorithm: measure it alone.
-        harness_m = (executor._measure_supported([point], point, algorithm)[0]
-                     if algorithm.expands else executor.measure([point])[0])
+        harness_m = executor.measure_one(point)
         if not harness_m.ok:
             print(f"skip {point.point_id}: {harness_m.status} {harness_m.reason[:80]}")
             continue
         data = reference.make_data(point.problem, point.precision)
-        prepared = algorithm.prepare(point, data)
+        prepared = algorithm_for(point).prepare(point, data)
         prepared.launch()
         profiled, summed = _profiled_ms(prepared)
         held = _median(time_cuda(prepared.launch, prepared.stream, TIMING).samples_ms)

@@ -65,16 +65,19 @@ def _load_sweep(args: argparse.Namespace):
         workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer)
     if args.layer:
         wanted = set(_csv_list(args.layer))
-        # "conv1" names "resnet_50:conv1": the network prefix is optional
-        kept = tuple(p for p in sweep.problems
-                     if {p.name, p.name.rsplit(":", 1)[-1]} & wanted)
-        missing = wanted - {n for p in kept for n in (p.name, p.name.rsplit(":", 1)[-1])}
+        kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)
+        missing = wanted - {n for p in kept for n in _layer_names(p)}
         if missing:
             known = ", ".join(p.name for p in sweep.problems)
             raise UserError(f"--layer: no layer named {', '.join(sorted(missing))} in suite "
                             f"{sweep.name!r}; layers: {known}")
         sweep = replace(sweep, problems=kept)
     return sweep
+
+
+def _layer_names(problem) -> set[str]:
+    """What --layer accepts for a layer: "conv1" names "resnet_50:conv1" too."""
+    return {problem.name, problem.name.rsplit(":", 1)[-1]}
 
 
 def _measure(sweep, points, out: Path, resume: bool, seed: int) -> tuple[Any, bool]:

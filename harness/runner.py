@@ -97,6 +97,14 @@ class PointExecutor:
         self._cache_size = cache_size
         self._flushers: dict[str, Callable[[], None]] = {}
 
+    def measure_one(self, point: Point) -> Measurement:
+        """One point on its own, including a concrete variant of an expanding algorithm (a
+        graph-API plan by name), for scripts that study single points (benchmarks/)."""
+        algo = algorithm_for(point)
+        if algo.expands and algo.name != point.algorithm:
+            return self._measure_supported([point], point, algo)[0]
+        return self.measure([point])[0]
+
     def measure(self, group: list[Point]) -> list[Measurement]:
         point = _loosest(group)
         algo = backends.get(point.backend).algorithm(point.algorithm)
@@ -156,8 +164,8 @@ class PointExecutor:
         factor = getattr(prepared, "error_factor", algo.error_factor)
         tol = reference.tolerance(point.precision, length, factor)
         effective = _effective_precision(point.precision, rel, length, factor)
-        common = dict(family=getattr(prepared, "family", algo.family), workspace_bytes=prepared.workspace_bytes,
-                      rel_error=rel, max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
+        common = dict(family=getattr(prepared, "family", algo.family),
+                      workspace_bytes=prepared.workspace_bytes, rel_error=rel, max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
                       effective_precision=effective, deterministic=deterministic)
         if effective is None:
             why = (f"relative L2 error {rel:.3g} exceeds the {point.precision} tolerance "
@@ -223,6 +231,16 @@ class PointExecutor:
             self._references[key] = reference.reference(point.problem, point.direction, data, xp)
             _trim(self._references, self._cache_size)
         return self._references[key]
+
+
+def algorithm_for(point: Point) -> Algorithm:
+    """The algorithm that runs `point`: the one it names or, where it names a concrete variant,
+    its backend's expanding algorithm (KeyError naming the known ones otherwise)."""
+    backend = backends.get(point.backend)
+    expanding = [a for a in backend.algorithms() if a.expands]
+    if expanding and point.algorithm not in {a.name for a in backend.algorithms()}:
+        return expanding[0]
+    return backend.algorithm(point.algorithm)
 
 
 def _time_gpu(prepared, options, flush) -> Timing:

@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from harness.problem import ConvProblem, ProblemError, parse_benchdnn, parse_deepbench
-from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES, AlgorithmChoice, Sweep,
-                           TimingOptions)
+from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES,
+                           AlgorithmChoice, Sweep, TimingOptions)
 
 SUITE_SUFFIX = ".toml"
 # This module's own path, not harness.__file__: a stale editable install can load `harness` as a

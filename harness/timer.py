@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from harness.measurement import relative_noise
@@ -200,7 +200,6 @@ def _timed_batch(launch, stream, calls, hold_ms, flush, cupy) -> list[float] | N
     return [cupy.cuda.get_elapsed_time(s, e) / per_pair for s, e in events]
 
 
-
 class CaptureFailed(RuntimeError):
     """The calls could not be captured into a CUDA graph (the caller falls back to the held
     stream)."""
@@ -242,27 +241,21 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
     CUPTI records (benchmarks/gpu_fidelity.py). `capture(calls)`, when given, captures with the
     library's own machinery (PyTorch needs its allocator's graph pool) and returns the replay.
     Raises CaptureFailed when the library's calls cannot be captured."""
-    import cupy
-    host_ms = measure_host_ms(launch, stream)
-    for _ in range(options.warmup):
-        launch()
-    calls = _calls_per_graph(launch, stream, options, host_ms, max_calls_per_graph, cupy)
+    # One held batch of 3 calls (after the warm-up) gives the host cost and a per-call estimate.
+    probe = time_cuda(launch, stream, replace(options, min_samples=1, max_samples=1),
+                      batch_calls=3)
+    calls = _calls_per_graph(probe.samples_ms[0], options, max_calls_per_graph)
     if capture is None:
         graph = capture_calls(launch, stream, calls)
         replay_graph = lambda: graph.launch(stream)  # noqa: E731 - one line, named for the timer
     else:
         replay_graph = capture(calls)
     replay = time_cuda(replay_graph, stream, options, batch_calls=4)
-    return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason, host_ms)
+    return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason,
+                  probe.host_ms)
 
 
-def _calls_per_graph(launch, stream, options, host_ms, most, cupy) -> int:
+def _calls_per_graph(per_call_ms: float, options: TimingOptions, most: int) -> int:
     """Enough calls per graph to amortise the replay's start, few enough that four replays fit
     in a quarter of the budget."""
-    hold_ms = 1.5 * 3 * host_ms + MIN_HOLD_MS
-    for _ in range(6):
-        batch = _timed_batch(launch, stream, 3, hold_ms, None, cupy)
-        if batch is not None:
-            return max(1, min(most, int(options.budget_ms / 16 / max(batch[0], 1e-3))))
-        hold_ms *= 2
-    return 1
+    return max(1, min(most, int(options.budget_ms / 16 / max(per_call_ms, 1e-3))))

@@ -204,3 +204,17 @@ def test_the_stream_timer_is_part_of_the_point_id_and_the_default_ids_are_unchan
                    timing=TimingOptions(gpu_timer="stream"))
     assert default.point_id.endswith("|inf|warm")
     assert stream.point_id.endswith("|inf|warm+stream")
+
+
+def test_measure_one_runs_a_named_variant_of_an_expanding_algorithm():
+    from harness import backends
+    backends.register("plans", "planted_backends:PlansBackend")
+    variant = Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "plans", "plan_slow")
+    assert runner.algorithm_for(variant).expands
+    m = runner.PointExecutor().measure_one(variant)
+    assert m.ok and m.point.algorithm == "plan_slow"
+    plain = runner.PointExecutor().measure_one(
+        Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "fake", "exact"))
+    assert plain.ok and plain.rel_error == 0
+    with pytest.raises(KeyError, match="no algorithm 'bogus'"):
+        runner.algorithm_for(Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "fake", "bogus"))
