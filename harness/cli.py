@@ -1,19 +1,20 @@
 """The `convbench` command: argument parsing, and the only place that prints or sets exit codes.
 
-Exit codes: 0 success, 1 a confirmed regression (compare/check), 2 bad input (one message, no
-traceback), 130 interrupted (finished rows are kept).
+Exit codes: 0 success, 1 a regression (compare/check) and nothing else, 2 bad input or an unusable
+environment (one line naming the value, no traceback), 3 an internal error (one line, and the file
+holding the traceback), 130 interrupted (finished rows are kept).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class UserError(Exception):
@@ -22,7 +23,11 @@ class UserError(Exception):
 
 # ---- helpers ------------------------------------------------------------------------------------
 def _say(text: str = "") -> None:
-    print(text, flush=True)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:      # `convbench table ... | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _warn(text: str) -> None:
@@ -36,19 +41,6 @@ def _csv_list(text: str | None) -> list[str] | None:
     if not all(items):
         raise UserError(f"empty item in list {text!r}")
     return items
-
-
-def _machine_label(env: dict[str, Any]) -> str:
-    name = env.get("gpu_name") or "cpu"
-    return "".join(ch if ch.isalnum() else "-" for ch in str(name)).strip("-").lower()
-
-
-def _default_out(suite: str, env: dict[str, Any]) -> Path:
-    if not env.get("gpu_name"):
-        from harness import env as envmod
-        env = envmod.fingerprint()
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    return Path("results") / f"{suite}-{_machine_label(env)}-{stamp}.parquet"
 
 
 # ---- run ----------------------------------------------------------------------------------------
@@ -80,31 +72,97 @@ def _layer_names(problem) -> set[str]:
     return {problem.name, problem.name.rsplit(":", 1)[-1]}
 
 
-def _measure(sweep, points, out: Path, resume: bool, seed: int) -> tuple[Any, bool]:
-    """Run `points`, appending rows to `out` as they finish; (results frame, interrupted)."""
+def _measure(sweep, points, output: "RunOutput", seed: int) -> tuple[Any, bool]:
+    """Run `points`, appending rows to the output as they finish; (this run's rows, interrupted)."""
     from harness import env as envmod
     from harness import runner, store
     env = envmod.fingerprint()
-    writer = store.ResultWriter(out, resume=resume)
-    done = writer.finished_point_ids() if resume else set()
+    writer = store.ResultWriter(output.path, output.mode)
+    resuming = output.mode is store.WriteMode.RESUME
+    try:
+        done = writer.finished_point_ids() if resuming else set()
+        run_id = (writer.resumed_run_id() if resuming else None) or output.run_id
+    except BaseException:
+        writer.close()
+        raise
+    if writer.damaged_lines:
+        _warn(f"{writer.journal}: skipped {len(writer.damaged_lines)} damaged line(s) "
+              f"(line {', '.join(map(str, writer.damaged_lines[:5]))}): a killed run's last "
+              "row, or garbage; the rows after them count")
     todo = [p for p in points if p.point_id not in done]
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     _say(f"suite {sweep.name}: {len(points)} points"
          + (f", {len(points) - len(todo)} already done" if done else "")
          + f"; machine: {env.get('gpu_name') or env.get('cpu_model')}")
+    _say(f"writing {output.path}")
     interrupted = False
-    with _progress(len(todo)) as advance:
-        def on_result(m) -> None:
-            stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            writer.append(store.to_row(m, run_id, sweep.name, env, stamp))
-            advance(m)
-        try:
-            runner.run_points(todo, on_result, seed=seed)
-        except KeyboardInterrupt:
-            interrupted = True
-    df = _with_roofline(writer.finish(), env, out)
-    _say(f"wrote {len(df)} rows to {out}")
-    return df, interrupted
+    try:
+        with _progress(len(todo)) as advance:
+            def on_result(m) -> None:
+                stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                writer.append(store.to_row(m, run_id, sweep.name, env, stamp))
+                advance(m)
+            try:
+                runner.run_points(todo, on_result, seed=seed)
+            except KeyboardInterrupt:
+                interrupted = True
+    except BaseException:
+        writer.close()       # the journal stays: --resume carries on from it
+        raise
+    df = writer.finish(lambda frame: _with_roofline(frame, env))
+    total = f" ({len(df)} rows in the file)" if len(df) != writer.rows_written else ""
+    _say(f"wrote {writer.rows_written} rows to {output.path}{total}")
+    return (df[df["run_id"] == run_id] if len(df) else df), interrupted
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """Where a run writes, and what it may do to what is there already."""
+    path: Path
+    mode: Any            # store.WriteMode
+    run_id: str
+
+
+def _run_output(args: argparse.Namespace, suite_name: str, tag: str = "") -> RunOutput:
+    """--out / --resume / --append / --force, checked before anything is measured."""
+    from harness import env as envmod
+    from harness import runs, store
+    from harness.locks import OutputLock
+    chosen = [flag for flag in ("resume", "append", "force") if getattr(args, flag, False)]
+    if len(chosen) > 1:
+        raise UserError(f"--{chosen[0]} and --{chosen[1]} cannot be combined")
+    mode = store.WriteMode.NEW
+    if chosen:
+        mode = {"resume": store.WriteMode.RESUME, "append": store.WriteMode.APPEND,
+                "force": store.WriteMode.REPLACE}[chosen[0]]
+    run_id = runs.new_run_id()
+    if args.out:
+        path = _checked_out_path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        OutputLock(path).release()       # another run writing there is the first thing to say
+        store.check_output(path, mode)
+        return RunOutput(path, mode, run_id)
+    env = envmod.fingerprint()
+    if mode is store.WriteMode.RESUME:
+        unfinished = runs.latest_unfinished(suite_name, env)
+        if unfinished is None:
+            raise UserError(f"--resume: no unfinished run of suite {suite_name!r} on this "
+                            f"machine in {runs.RESULTS_DIR}/; name its file with --out")
+        return RunOutput(unfinished, mode, run_id)
+    if mode is not store.WriteMode.NEW:
+        raise UserError(f"--{chosen[0]} needs --out naming the results file")
+    return RunOutput(runs.new_run_path(suite_name, env, run_id, tag), mode, run_id)
+
+
+def _checked_out_path(text: str) -> Path:
+    from harness import store
+    path = Path(text)
+    if path.is_dir():
+        raise UserError(f"--out {text} is a folder: give a file name ending in .parquet or .csv")
+    if path.suffix not in store.RESULT_SUFFIXES:
+        raise UserError(f"--out {text}: a results file ends in .parquet or .csv")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UserError(f"--out {text}: {path.parent} is not a folder")
+    return path
 
 
 def _planned(sweep):
@@ -116,11 +174,10 @@ def _planned(sweep):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness import env as envmod
     sweep = _load_sweep(args)
+    output = _run_output(args, sweep.name)
     points = _planned(sweep)
-    out = Path(args.out) if args.out else _default_out(sweep.name, envmod.fingerprint(False))
-    df, interrupted = _measure(sweep, points, out, args.resume, args.seed)
+    df, interrupted = _measure(sweep, points, output, args.seed)
     _print_best(df)
     if interrupted:
         _warn("interrupted: finished rows were kept; rerun with --resume to finish")
@@ -128,18 +185,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _with_roofline(df, env: dict[str, Any], out: Path):
+def _with_roofline(df, env: dict[str, Any]):
     """Add roofline columns to GPU rows when this GPU's peaks were measured (convbench peaks)."""
     if not env.get("gpu_name"):
         return df
-    from harness import peaks, store
+    from harness import peaks
     measured = peaks.load_cached(env)
     if measured is None:
         _say("note: no measured peaks for this GPU; run `convbench peaks` to get roofline columns")
         return df
-    df = peaks.annotate(df, measured)
-    store.write(df, out)
-    return df
+    return peaks.annotate(df, measured)
 
 
 class _progress:
@@ -201,11 +256,23 @@ def _format_limit(limit: int) -> str:
     return f"{limit / (1 << 20):g}MiB"
 
 
-def cmd_table(args: argparse.Namespace) -> int:
-    from harness import store
-    frames = [store.load(path) for path in args.results]
+def _results_paths(arguments: list[str]) -> list[Path]:
+    """Files, folders, globs, or suite names (the latest finished run of the suite here)."""
+    from harness import env as envmod
+    from harness import runs
+    return [path for argument in arguments
+            for path in runs.resolve(argument, envmod.fingerprint)]
+
+
+def _load_results(arguments: list[str]):
     import pandas as pd
-    df = pd.concat(frames, ignore_index=True)
+    from harness import store
+    frames = [store.load(path) for path in _results_paths(arguments)]
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    df = _load_results(args.results)
     if args.selection:
         from harness import selection
         _say(selection.format_selection(df))
@@ -302,24 +369,23 @@ def _verdict_exit(comparison, args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness import store
-    base, new = store.load(args.baseline), store.load(args.candidate)
+    base, new = _load_results([args.baseline]), _load_results([args.candidate])
     return _verdict_exit(_judge(base, new, _compare_options(args)), args)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the suite, compare with the baseline, re-measure flagged rows up to --confirm times,
     and fail only for regressions that every round confirms."""
-    from harness import compare, store
+    from harness import compare
     sweep = _load_sweep(args)
     timing = replace(sweep.timing, min_samples=max(sweep.timing.min_samples, args.min_samples),
                      max_samples=max(sweep.timing.max_samples, args.min_samples))
     sweep = replace(sweep, timing=timing)
     options = _compare_options(args, sweep.regression_threshold)
-    base = store.load(args.baseline)
+    base = _load_results([args.baseline])
+    output = _run_output(args, sweep.name, tag="check")
     points = _planned(sweep)
-    out = Path(args.out) if args.out else Path("results") / f"{sweep.name}-check.parquet"
-    new, interrupted = _measure(sweep, points, out, resume=False, seed=args.seed)
+    new, interrupted = _measure(sweep, points, output, seed=args.seed)
     if interrupted:
         return EXIT_INTERRUPTED
     wanted = {p.point_id for p in points}
@@ -331,8 +397,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             break
         _say(f"confirmation round {round_number}: re-measuring {len(flagged)} flagged points")
         again = [p for p in points if p.point_id in flagged]
-        rerun_out = out.with_name(f"{out.stem}-confirm{round_number}{out.suffix}")
-        rerun, interrupted = _measure(sweep, again, rerun_out, resume=False, seed=args.seed)
+        path = output.path.with_name(f"{output.path.stem}-confirm{round_number}"
+                                     f"{output.path.suffix}")
+        rerun, interrupted = _measure(sweep, again, replace(output, path=path), seed=args.seed)
         if interrupted:
             return EXIT_INTERRUPTED
         comparison = compare.confirm(comparison, base, rerun, options)
@@ -386,15 +453,33 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                                        "time) or stream (stream order, as eager frameworks run)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line naming the value, exit 2 (subcommands inherit this class)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"convbench: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_existing_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--append", action="store_true",
+                   help="--out exists: keep its rows and add this run's as a run of their own")
+    p.add_argument("--force", action="store_true",
+                   help="--out exists: replace it with this run's rows (atomically, at the end)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="convbench", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="convbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="sweep a suite and write verified timings")
     run.add_argument("suite", nargs="?", default="quick", help="suite name or TOML path")
     _add_sweep_flags(run)
-    run.add_argument("--out", help="results file (.parquet or .csv); default results/…")
-    run.add_argument("--resume", action="store_true", help="skip points already in --out")
+    run.add_argument("--out", help="results file (.parquet or .csv); default: a new file "
+                                   "results/<suite>-<machine>-<run id>.parquet")
+    run.add_argument("--resume", action="store_true",
+                     help="continue an unfinished run: the one in --out, else the latest "
+                          "unfinished run of the suite on this machine")
+    _add_existing_output_flags(run)
     run.add_argument("--seed", type=int, default=0, help="seed of the random test data")
     run.set_defaults(func=cmd_run)
 
@@ -449,7 +534,9 @@ def _add_regression_parsers(sub) -> None:
     check.add_argument("--confirm", type=int, default=1, help="confirmation rounds (default 1)")
     check.add_argument("--min-samples", type=int, default=20,
                        help="samples per point (fewer can never reach significance)")
-    check.add_argument("--out", help="results of this run (default results/<suite>-check.parquet)")
+    check.add_argument("--out", help="results of this run (default: a new file "
+                                     "results/<suite>-<machine>-<run id>-check.parquet)")
+    _add_existing_output_flags(check)
     check.add_argument("--seed", type=int, default=0)
     _add_sweep_flags(check)
     _add_compare_flags(check)
@@ -461,19 +548,48 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from harness.backends.base import BackendUnavailable
     from harness.problem import ProblemError
     from harness.runner import PlanError
+    from harness.locks import OutputBusy
+    from harness.runs import RunNotFound
     from harness.store import ResultsError
     from harness.suite import SuiteError
     return (UserError, SuiteError, PlanError, ProblemError, BackendUnavailable, ResultsError,
-            FileNotFoundError, IsADirectoryError)
+            OutputBusy, RunNotFound, FileNotFoundError, IsADirectoryError)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:      # --help (0) or a bad argument (2, already said in one line)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_BAD_INPUT
     try:
         return args.func(args)
     except _user_errors() as err:
-        _warn(f"error: {err}")
+        _warn(f"error: {_one_line(err)}")
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        _warn("interrupted")
+        return EXIT_INTERRUPTED
+    except Exception as err:  # noqa: BLE001 - a harness bug: one line here, the traceback on disk
+        where = _save_traceback()
+        _warn(f"internal error: {type(err).__name__}: {_one_line(err)} (a convbench bug; the "
+              f"full traceback is in {where})")
+        return EXIT_INTERNAL
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _save_traceback() -> str:
+    import tempfile
+    import traceback
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(tempfile.gettempdir()) / f"convbench-traceback-{stamp}-{os.getpid()}.txt"
+    try:
+        path.write_text(f"convbench {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}")
+    except OSError:
+        return "(could not be written)"
+    return str(path)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Callable, Iterable
 
 import pandas as pd
 
 from harness.env import ENV_FIELDS
+from harness.locks import OutputLock
 from harness.measurement import Measurement, relative_noise
 from harness.problem import to_benchdnn
 from harness.sweep import ELEMENT_BYTES
+
+class ResultsError(ValueError):
+    """A file that is not a convbench results file; the message names it."""
+
 
 SCHEMA_VERSION = 1
 UNLIMITED_BYTES = -1   # how an unlimited workspace limit is stored (NaN would vanish in groupbys)
@@ -119,11 +127,7 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
 
 def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Rows -> a DataFrame with exactly COLUMNS, in order, with their dtypes."""
-    df = pd.DataFrame(list(rows))
-    for name in COLUMNS:
-        if name not in df.columns:
-            df[name] = None
-    df = df[list(COLUMNS)]
+    df = pd.DataFrame(list(rows)).reindex(columns=list(COLUMNS))   # missing columns: None
     for name, dtype in COLUMNS.items():
         if dtype != "object":
             df[name] = df[name].astype(dtype)
@@ -135,16 +139,42 @@ def journal_path(results: Path) -> Path:
     return results.with_name(results.name + ".partial.jsonl")
 
 
-class ResultWriter:
-    """Appends each row to the journal at once; `finish()` writes the Parquet file."""
+RESULT_SUFFIXES = (".parquet", ".csv")
 
-    def __init__(self, results: Path, resume: bool = False):
+
+class OutputExists(ResultsError):
+    """The output a run was pointed at already holds results, and the user did not say what to do
+    with them; the message names the file and the three ways on."""
+
+
+class WriteMode(StrEnum):
+    """What a run may do to an output that already exists. A run never deletes, truncates or
+    rewrites results it was not asked to touch."""
+    NEW = "new"            # the file and its journal must not exist yet
+    RESUME = "resume"      # continue that run: its finished points are skipped
+    APPEND = "append"      # keep every row there and add this run's rows as a run of their own
+    REPLACE = "replace"    # --force: this run's rows replace the file (atomically, at the end)
+
+
+class ResultWriter:
+    """Owns one results file for one run: holds its lock, appends each row to the journal at once,
+    and `finish()` folds the journal into the file (temp file + rename, so a reader never sees
+    half a file)."""
+
+    def __init__(self, results: Path, mode: WriteMode = WriteMode.NEW):
         self.results = Path(results)
         self.journal = journal_path(self.results)
+        self.mode = WriteMode(mode)
+        self.damaged_lines: tuple[int, ...] = ()    # journal lines that could not be read
         self.results.parent.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            self.journal.unlink(missing_ok=True)
-        self._file = self.journal.open("a", encoding="utf-8")
+        self._lock = OutputLock(self.results)        # refuses while another run writes here
+        try:
+            check_output(self.results, self.mode)
+        except BaseException:
+            self._lock.release()
+            raise
+        self.rows_written = 0
+        self._file = _open_for_append(self.journal, truncate=self.mode is WriteMode.REPLACE)
 
     def finished_point_ids(self) -> set[str]:
         """Points already measured by an earlier, interrupted or completed, run of this file."""
@@ -153,37 +183,96 @@ class ResultWriter:
             return set()
         return set(existing["point_id"]) | set(existing["planned_point_id"].dropna())
 
+    def resumed_run_id(self) -> str | None:
+        """The run id a resumed run carries on with: that of the last row already written."""
+        existing = self._existing_rows()
+        ids = existing["run_id"].dropna() if len(existing) else ()
+        return str(ids.iloc[-1]) if len(ids) else None
+
     def append(self, row: dict[str, Any]) -> None:
         self._file.write(json.dumps(row, default=_json_default) + "\n")
         self._file.flush()
+        self.rows_written += 1
 
-    def finish(self) -> pd.DataFrame:
+    def finish(self, annotate: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+               ) -> pd.DataFrame:
+        """Write the file (its earlier rows, unless replacing, then this run's) and release it.
+        `annotate` adds derived columns before the single write."""
+        try:
+            self._file.close()
+            df = self._existing_rows()
+            key = ["run_id", "point_id"] if len(df) else "point_id"
+            df = df.drop_duplicates(key, keep="last").reset_index(drop=True)
+            if annotate is not None:
+                df = annotate(df)
+            write(df, self.results)
+            self.journal.unlink(missing_ok=True)
+            return df
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """Give up the output without folding the journal (it stays for --resume)."""
         self._file.close()
-        df = self._existing_rows()
-        df = df.drop_duplicates("point_id", keep="last").reset_index(drop=True)
-        write(df, self.results)
-        self.journal.unlink(missing_ok=True)
-        return df
+        self._lock.release()
 
     def _existing_rows(self) -> pd.DataFrame:
         parts = []
-        if self.results.exists():
+        if self.results.exists() and self.mode is not WriteMode.REPLACE:
             parts.append(read_parquet_or_csv(self.results))
         if self.journal.exists():
             if not self._file.closed:
                 self._file.flush()
-            parts.append(read_journal(self.journal))
+            journal = read_journal_lines(self.journal)
+            self.damaged_lines = journal.damaged_lines
+            parts.append(journal.rows)
         parts = [p for p in parts if len(p)]
         return pd.concat(parts, ignore_index=True) if parts else frame([])
 
 
+def check_output(results: Path, mode: WriteMode) -> None:
+    """OutputExists when `mode` may not touch what is at `results` (checked again under the lock)."""
+    journal = journal_path(results)
+    file, unfinished = results.exists(), journal.exists()
+    if mode is WriteMode.NEW and (file or unfinished):
+        what = results if file else journal
+        raise OutputExists(
+            f"{what} already exists{'' if file else ' (an unfinished run)'}: pass --resume "
+            "to continue that run, --append to add this run's rows, --force to replace it, "
+            "or leave out --out for a new file")
+    if mode is WriteMode.APPEND and unfinished:
+        raise OutputExists(f"{journal} holds an unfinished run: finish it with --resume "
+                           f"before appending another run to {results}")
+
+
+def _open_for_append(journal: Path, truncate: bool) -> IO[str]:
+    """The journal, opened to append whole lines. A killed run may have left its last line cut
+    short; a newline first keeps our first row from being glued onto it."""
+    torn = False
+    if journal.exists() and not truncate and journal.stat().st_size:
+        with journal.open("rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+    handle = journal.open("w" if truncate else "a", encoding="utf-8")
+    if torn:
+        handle.write("\n")
+    return handle
+
+
 def write(df: pd.DataFrame, path: Path) -> None:
+    """Write a results file atomically: a reader sees the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".csv":
-        export_csv(df, path)
-    else:
-        df.to_parquet(path, index=False)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if path.suffix == ".csv":
+            export_csv(df, temporary)
+        else:
+            # Page checksums make a corrupted file fail to load instead of loading changed numbers.
+            df.to_parquet(temporary, index=False, write_page_checksum=True)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def export_csv(df: pd.DataFrame, path: Path) -> None:
@@ -213,47 +302,94 @@ def load(path: str | Path) -> pd.DataFrame:
     return read_parquet_or_csv(path)
 
 
-class ResultsError(ValueError):
-    """A file that is not a convbench results file; the message names it."""
-
-
 def read_parquet_or_csv(path: Path) -> pd.DataFrame:
     try:
         df = _read_table(path)
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
         raise ResultsError(f"{path} is not a readable convbench results file "
-                           f"({type(err).__name__}: {str(err)[:200]})") from None
-    missing = {"schema_version", "point_id", "status", "samples_ms"} - set(df.columns)
+                           f"({type(err).__name__}: {_one_line(err)})") from None
+    return _checked(df, path)
+
+
+REQUIRED_COLUMNS = tuple(_CORE_COLUMNS)   # extras and env columns may be absent (older files)
+
+
+def _checked(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """A frame of COLUMNS from what a file held, or ResultsError naming what is wrong with it."""
+    missing = [name for name in REQUIRED_COLUMNS if name not in df.columns]
     if missing:
-        raise ResultsError(f"{path} is not a convbench results file: no column "
-                           f"{', '.join(sorted(missing))}")
-    version = int(df["schema_version"].iloc[0]) if len(df) else SCHEMA_VERSION
-    if version > SCHEMA_VERSION:
-        raise ResultsError(f"{path} has schema version {version}; this convbench reads up to "
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6
+                                          else "")
+        raise ResultsError(f"{path} is not a convbench results file: no column {shown}")
+    versions = pd.to_numeric(df["schema_version"], errors="coerce")
+    if len(df) and versions.isna().any():
+        raise ResultsError(f"{path} has a schema_version that is not a number")
+    newest = int(versions.max()) if len(df) else SCHEMA_VERSION
+    if newest > SCHEMA_VERSION:
+        raise ResultsError(f"{path} has schema version {newest}; this convbench reads up to "
                            f"{SCHEMA_VERSION}: upgrade convbench")
-    return frame(df.to_dict("records"))
+    try:
+        return frame(df.to_dict("records"))
+    except (ValueError, TypeError) as err:
+        raise ResultsError(f"{path} has a column of the wrong type ({_one_line(err)})") from None
 
 
 def _read_table(path: Path) -> pd.DataFrame:
     if path.suffix == ".csv":
         df = pd.read_csv(path)
-        df["samples_ms"] = df["samples_ms"].map(
-            lambda s: [float(v) for v in str(s).split()] if isinstance(s, str) else [])
+        if "samples_ms" in df.columns:
+            df["samples_ms"] = df["samples_ms"].map(
+                lambda s: [float(v) for v in str(s).split()] if isinstance(s, str) else [])
     else:
-        df = pd.read_parquet(path)
-        df["samples_ms"] = df["samples_ms"].map(lambda s: list(s) if _is_list(s) else [])
+        df = pd.read_parquet(path, page_checksum_verification=True)
+        if "samples_ms" in df.columns:
+            df["samples_ms"] = df["samples_ms"].map(lambda s: list(s) if _is_list(s) else [])
     return df
 
 
+@dataclass(frozen=True)
+class JournalRead:
+    rows: pd.DataFrame
+    damaged_lines: tuple[int, ...]    # 1-based numbers of lines that were not whole rows
+
+
 def read_journal(path: Path) -> pd.DataFrame:
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # the last line of a killed run may be cut short; what came before stands
-    return frame(rows)
+    """The rows of a journal; ResultsError when it has none and is not empty."""
+    journal = read_journal_lines(path)
+    if not len(journal.rows) and journal.damaged_lines:
+        raise ResultsError(f"{path} holds no readable rows ({len(journal.damaged_lines)} "
+                           "damaged lines)")
+    return journal.rows
+
+
+def read_journal_lines(path: Path) -> JournalRead:
+    """Every whole row of a journal. A line cut short by a kill, or garbage, is skipped and
+    counted, and the rows after it still count (a resumed run appends after a torn line)."""
+    rows, damaged = [], []
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            row = _journal_row(raw)
+            if row is None:
+                if raw.strip():
+                    damaged.append(number)
+                continue
+            rows.append(row)
+    if not rows:
+        return JournalRead(frame([]), tuple(damaged))
+    return JournalRead(_checked(pd.DataFrame(rows), path), tuple(damaged))
+
+
+def _journal_row(raw: bytes) -> dict[str, Any] | None:
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    whole = isinstance(row, dict) and all(name in row for name in REQUIRED_COLUMNS)
+    return row if whole else None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:200]
 
 
 def _is_list(value: Any) -> bool:
