@@ -170,6 +170,8 @@ def _planned(sweep):
     planned = runner.plan(sweep)
     for note in planned.notes:
         _say(f"note: {note}")
+    from harness import memory
+    memory.require_some_fit(planned.points)     # a suite no point of which fits: exit 2
     return planned.points
 
 
@@ -288,7 +290,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         state = "available" if reason is None else f"unavailable: {reason}"
         _say(f"{name} ({backend.device}) - {backend.description} [{state}]")
         for algo in backend.algorithms():
-            _say(f"    {algo.name:<28} family={algo.family}")
+            _say(f"    {algo.name:<22} {algo.family:<14} {algo.description}")
     return EXIT_OK
 
 
@@ -361,10 +363,13 @@ def _verdict_exit(comparison, args: argparse.Namespace) -> int:
     from harness import compare
     summary = compare.markdown_summary(comparison)
     _say(summary)
-    if args.report:
-        Path(args.report).write_text(summary)
-    if args.verdicts:
-        comparison.to_frame().to_csv(args.verdicts, index=False)
+    try:
+        if args.report:
+            Path(args.report).write_text(summary)
+        if args.verdicts:
+            comparison.to_frame().to_csv(args.verdicts, index=False)
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename}: {err.strerror}") from None
     return EXIT_REGRESSION if comparison.has_regression else EXIT_OK
 
 
@@ -422,19 +427,55 @@ def _add_compare_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from harness import report
-    out = Path(args.out) if args.out else Path("reports") / Path(args.results[0]).stem
-    peaks = None
-    if args.peaks:
-        import json
-        peaks = json.loads(Path(args.peaks).read_text())
+    results = _results_paths(args.results)
+    out = _report_folder(Path(args.out) if args.out else
+                         Path("reports") / Path(results[0].name.removesuffix(".partial.jsonl")).stem,
+                         bool(args.out))
     try:
-        paths = report.render_report(args.results, out, baseline_policy=args.baseline_policy,
+        peaks = report.read_peaks(args.peaks) if args.peaks else None
+        paths = report.render_report(results, out, baseline_policy=args.baseline_policy,
                                      peaks=peaks, embed_images=args.embed_images,
                                      title=args.title, jobs=args.jobs)
+    except report.PeaksError as err:
+        raise UserError(f"--peaks {err}") from None
     except (report.PolicyError, report.EmptyResults) as err:
         raise UserError(str(err)) from None
     _say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
     return EXIT_OK
+
+
+def _report_folder(out: Path, given: bool) -> Path:
+    """The report's folder; an existing file there (or in its way) is refused, never replaced."""
+    flag = "--out " if given else "the default report folder "
+    for folder in (out, *out.parents):
+        if folder.exists() and not folder.is_dir():
+            what = "" if folder == out else f": {folder} is a file"
+            raise UserError(f"{flag}{out} is not a folder{what}; a report is a folder "
+                            "(index.html, index.md, figures/): name another with --out")
+    return out
+
+
+def _utf8_text(text: str) -> str:
+    """An argparse type: text that can be written as UTF-8 (a shell passes undecodable bytes
+    as lone surrogates, which no page can hold)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid UTF-8 text") from None
+    return text
+
+
+def _count(lowest: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= lowest, named in the one-line error when not."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at least {lowest}")
+        return value
+    return parse
 
 
 # ---- parser -------------------------------------------------------------------------------------
@@ -480,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue an unfinished run: the one in --out, else the latest "
                           "unfinished run of the suite on this machine")
     _add_existing_output_flags(run)
-    run.add_argument("--seed", type=int, default=0, help="seed of the random test data")
+    run.add_argument("--seed", type=_count(0), default=0, help="seed of the random test data")
     run.set_defaults(func=cmd_run)
 
     table = sub.add_parser("table", help="best verified algorithm per layer from results")
@@ -512,8 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--peaks", help="peaks JSON (convbench peaks) for the roofline figure")
     report.add_argument("--embed-images", action="store_true",
                         help="put the figures inside index.html (one self-contained file)")
-    report.add_argument("--title", help="page title (default: from the data)")
-    report.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    report.add_argument("--title", type=_utf8_text, help="page title (default: from the data)")
+    report.add_argument("--jobs", type=_count(1), default=os.cpu_count() or 1,
                         help="processes drawing figures (default: all cores)")
     report.set_defaults(func=cmd_report)
     return parser
@@ -531,13 +572,14 @@ def _add_regression_parsers(sub) -> None:
                                          "confirming flagged rows before failing")
     check.add_argument("suite")
     check.add_argument("--baseline", required=True)
-    check.add_argument("--confirm", type=int, default=1, help="confirmation rounds (default 1)")
-    check.add_argument("--min-samples", type=int, default=20,
+    check.add_argument("--confirm", type=_count(0), default=1,
+                       help="confirmation rounds (default 1)")
+    check.add_argument("--min-samples", type=_count(1), default=20,
                        help="samples per point (fewer can never reach significance)")
     check.add_argument("--out", help="results of this run (default: a new file "
                                      "results/<suite>-<machine>-<run id>-check.parquet)")
     _add_existing_output_flags(check)
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=_count(0), default=0)
     _add_sweep_flags(check)
     _add_compare_flags(check)
     check.set_defaults(func=cmd_check)
@@ -586,7 +628,8 @@ def _save_traceback() -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = Path(tempfile.gettempdir()) / f"convbench-traceback-{stamp}-{os.getpid()}.txt"
     try:
-        path.write_text(f"convbench {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}")
+        path.write_text(f"convbench {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}",
+                        errors="backslashreplace")
     except OSError:
         return "(could not be written)"
     return str(path)

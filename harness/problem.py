@@ -17,6 +17,12 @@ class ProblemError(ValueError):
     """An impossible convolution shape; the message names the value and the rule it broke."""
 
 
+# Every count a problem implies (a field, a tensor's float64 bytes, FLOPs) is stored as an int64
+# column; 2**62 leaves headroom for sums of a few of them. No real layer comes near it.
+MAX_COUNT = 2**62
+_MAX_DIGITS = len(str(MAX_COUNT))
+
+
 @dataclass(frozen=True)
 class ConvProblem:
     batch: int
@@ -51,6 +57,9 @@ class ConvProblem:
             value = getattr(self, attr)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ProblemError(f"{label}: {attr}={value!r} must be a non-negative integer")
+        for attr in (*positive, "pad_top", "pad_left", "pad_bottom", "pad_right"):
+            if getattr(self, attr) > MAX_COUNT:
+                raise ProblemError(f"{label}: {attr}={getattr(self, attr)} is larger than 2**62")
         for channels in ("in_channels", "out_channels"):
             if getattr(self, channels) % self.groups:
                 raise ProblemError(f"{label}: {channels}={getattr(self, channels)} is not divisible "
@@ -63,6 +72,7 @@ class ConvProblem:
             raise ProblemError(f"{label}: dilated kernel width {self.effective_kernel_w} "
                                f"(kernel_w={self.kernel_w}, dilation_w={self.dilation_w}) is larger "
                                f"than the padded input width {self.padded_w}")
+        _check_counts(self, label)
         # Bottom/right padding that no output reads changes nothing: store the canonical value
         # so equivalent problems compare equal and symmetric ones stay expressible to cuDNN.
         object.__setattr__(self, "pad_bottom", _canonical_end_pad(
@@ -177,6 +187,19 @@ class ConvProblem:
                 + (f" g{self.groups}" if self.groups > 1 else ""))
 
 
+def _check_counts(problem: "ConvProblem", label: str) -> None:
+    """Refuse shapes whose tensors or FLOPs no 64-bit count (nor any memory) can hold."""
+    for what, shape in (("input", problem.input_shape), ("weight", problem.weight_shape),
+                        ("output", problem.output_shape)):
+        if _prod(shape) * 8 > MAX_COUNT:
+            raise ProblemError(f"{label}: the {what} tensor {'x'.join(map(str, shape))} has "
+                               f"{_prod(shape)} elements; in float64 that is more than 2**62 "
+                               "bytes")
+    if problem.flops > MAX_COUNT:
+        raise ProblemError(f"{label}: {problem.flops} FLOPs ({problem.short_shape}, batch "
+                           f"{problem.batch}) is more than 2**62")
+
+
 def _taps_per_element(kernel: int, stride: int, dilation: int) -> int:
     return min(kernel, -(-kernel * math.gcd(stride, dilation) // stride))
 
@@ -222,14 +245,36 @@ def to_benchdnn(p: ConvProblem) -> str:
 
 
 def _valid_taps(size: int, out: int, kernel: int, stride: int, dilation: int, pad: int) -> int:
-    """Count (output position, kernel tap) pairs along one axis that read real input."""
-    count = 0
-    for o in range(out):
-        start = o * stride - pad
-        for t in range(kernel):
-            if 0 <= start + t * dilation < size:
-                count += 1
-    return count
+    """Count (output position, kernel tap) pairs along one axis that read real input: those
+    with 0 <= o*stride - pad + t*dilation < size. Closed form, so in_h = 10**12 takes no time."""
+    return (_pairs_below(size + pad, out, kernel, stride, dilation)
+            - _pairs_below(pad, out, kernel, stride, dilation))
+
+
+def _pairs_below(bound: int, out: int, kernel: int, stride: int, dilation: int) -> int:
+    """How many pairs (o < out, t < kernel) have o*stride + t*dilation < bound."""
+    if bound <= 0:
+        return 0
+    taps = min(kernel, -(-bound // dilation))                # taps that reach some output
+    full = min(taps, max(0, -(-(bound - (out - 1) * stride) // dilation)))  # reach all `out`
+    # Tap t in [full, taps) reaches ceil((bound - t*d) / s) outputs; with u = taps-1-t the
+    # sum runs over an increasing arithmetic progression.
+    offset = bound - (taps - 1) * dilation + stride - 1
+    return full * out + _floor_sum(taps - full, stride, dilation, offset)
+
+
+def _floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """sum(floor((a*i + b) / m) for i in range(n)) in O(log) steps (a, b >= 0, m >= 1); the
+    Euclid-like reduction of AtCoder Library's floor_sum."""
+    total = 0
+    while n > 0:
+        total += (n - 1) * n // 2 * (a // m) + n * (b // m)
+        a, b = a % m, b % m
+        top = a * n + b
+        if top < m:
+            break
+        n, b, m, a = top // m, top % m, a, m
+    return total
 
 
 def _prod(shape: tuple[int, ...]) -> int:
@@ -332,7 +377,7 @@ def _entry_value(desc: str, key: str, digits: str, seen: dict[str, int]) -> int:
     if key in seen:
         # benchdnn silently keeps the last; a repeated entry is almost always a typo.
         raise ProblemError(f"descriptor {desc!r}: {key}{digits} repeats {key}{seen[key]}")
-    value = int(digits)
+    value = _int_text(digits, f"descriptor {desc!r}: {key}")
     lowest = 0 if key in _NON_NEGATIVE_KEYS else 1
     if value < lowest:
         rule = "a non-negative" if lowest == 0 else "a positive"
@@ -358,7 +403,7 @@ def _split_name(raw: str | None) -> tuple[str, int]:
     match = _MULTIPLICITY.fullmatch(raw)
     if match is None:
         return raw, 1
-    multiplicity = int(match.group(2))
+    multiplicity = _int_text(match.group(2), f"name {raw!r}: multiplicity")
     if multiplicity < 1:
         raise ProblemError(f"name {raw!r}: multiplicity *{match.group(2)} must be at least 1")
     return match.group(1), multiplicity
@@ -495,7 +540,7 @@ def _deepbench_numbers(fields: Sequence[int] | str, label: str) -> list[int]:
                            f"{len(DEEPBENCH_FIELDS)}: {', '.join(DEEPBENCH_FIELDS)}")
     numbers = []
     for field_name, item in zip(DEEPBENCH_FIELDS, items):
-        value = _deepbench_int(item)
+        value = _deepbench_int(item, f"DeepBench tuple {label}: {field_name}")
         lowest = 0 if field_name.startswith("pad") else 1
         if value is None or value < lowest:
             rule = "a non-negative" if lowest == 0 else "a positive"
@@ -516,12 +561,21 @@ def _deepbench_items(text: str) -> list[str]:
     return [item.strip() for item in body.split(",")] if body else []
 
 
-def _deepbench_int(item: object) -> int | None:
+def _deepbench_int(item: object, what: str) -> int | None:
     """An integer field value; None for anything else (bools and floats included)."""
     if isinstance(item, bool):
         return None
     if isinstance(item, int):
         return item
     if isinstance(item, str) and re.fullmatch(r"[-+]?\d+", item.strip()):
-        return int(item)
+        return _int_text(item.strip(), what)
     return None
+
+
+def _int_text(digits: str, what: str) -> int:
+    """int(digits), refusing numbers too long to be a count (int() of 4300+ digits raises a
+    plain ValueError; anything over 2**62 is refused by ConvProblem anyway)."""
+    if len(digits.lstrip("+-").lstrip("0")) > _MAX_DIGITS:
+        shown = digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits)} digits)"
+        raise ProblemError(f"{what} {shown} is larger than 2**62")
+    return int(digits)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 from typing import Any, Callable, Iterable, Iterator
 
-from harness import backends, reference
+from harness import backends, memory, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, ProblemData, Unsupported,
                                    WorkspaceExceeded)
 from harness.measurement import Measurement
@@ -107,8 +107,10 @@ class PointExecutor:
 
     def measure(self, group: list[Point]) -> list[Measurement]:
         point = _loosest(group)
-        algo = backends.get(point.backend).algorithm(point.algorithm)
-        reason = algo.supports(point)
+        backend = backends.get(point.backend)
+        algo = backend.algorithm(point.algorithm)
+        # Buffers that cannot fit are known before allocating: a row, not a MemoryError.
+        reason = algo.supports(point) or memory.refusal(point, backend.device)
         if reason:
             return [Measurement(p, "unsupported", reason, algo.family) for p in group]
         if algo.expands:

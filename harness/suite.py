@@ -4,7 +4,8 @@ runner checks backend and algorithm names, this module only checks that they are
 
 The format (suites/quick.toml shows every key):
 
-    name = "quick"                       # optional; defaults to the file name
+    name = "quick"                       # optional; defaults to the file name; a plain name
+                                         # (letters, digits, _ - .), since it names files
     description = "what the suite is for"   # optional
     layers = [                           # required, at least one; three forms, freely mixed:
       'mb2ic64ih56oc64oh56kh3ph1n"resnet_50:res2a_branch2b*3"',   # a benchdnn descriptor
@@ -82,6 +83,8 @@ _UNLIMITED_WORDS = ("unlimited", "none", "inf")
 _SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
                "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)")
+# A suite name becomes part of file names: one plain path component, never "..", "/" or "\\".
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
 class SuiteError(ValueError):
@@ -143,16 +146,33 @@ def _display(path: Path) -> str:
 def load_suite(name_or_path: str | Path, *, search_dirs: Sequence[Path] | None = None) -> Sweep:
     """The Sweep a suite file describes; `search_dirs` replaces the default name lookup."""
     path = resolve_suite(name_or_path, search_dirs)
-    return parse_suite(path.read_text(encoding="utf-8"), source=_display(path),
-                       default_name=path.stem)
+    return parse_suite(_read_text(path), source=_display(path), default_name=path.stem)
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; SuiteError naming the file when it is unreadable or binary."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise SuiteError(f"{_display(path)}: cannot read it: {error.strerror or error}",
+                         file=str(path)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad = data[error.start:error.start + 4]
+        raise SuiteError(f"{_display(path)}: not a UTF-8 text file (byte {error.start} is "
+                         f"{bad!r}); a suite file is TOML text", file=str(path)) from None
 
 
 def parse_suite(text: str, source: str = "<suite>", default_name: str = "suite") -> Sweep:
     """A Sweep from suite text; `source` is the file name errors carry."""
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise SuiteError(f"{source}: not valid TOML: {error}", file=source) from None
+    except (ValueError, RecursionError) as error:
+        # TOMLDecodeError is a ValueError; so is an integer of 4300+ digits, which tomllib
+        # lets int() refuse; arrays nested thousands deep exhaust the recursion limit.
+        what = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise SuiteError(f"{source}: not valid TOML: {what}", file=source) from None
     try:
         return _sweep_from_table(data, default_name)
     except _Invalid as error:
@@ -161,7 +181,8 @@ def parse_suite(text: str, source: str = "<suite>", default_name: str = "suite")
 
 def _sweep_from_table(data: dict[str, Any], default_name: str) -> Sweep:
     _check_keys(data, _TOP_KEYS, "")
-    name = _text(data.get("name", default_name), "name")
+    name = (_plain_name(data["name"], "name") if "name" in data
+            else _plain_name(_plain_from_file(default_name), "name (from the file name)"))
     _text(data.get("description", ""), "description", allow_empty=True)
     axes = _table(data.get("sweep", {}), "sweep")
     _check_keys(axes, _SWEEP_KEYS, "sweep")
@@ -201,6 +222,9 @@ def _layers(value: Any, batch: int | None) -> tuple[ConvProblem, ...]:
     for index, entry in enumerate(entries):
         where = f"layers[{index}]"
         problem = _layer(entry, where, batch)
+        if not problem.name.isprintable():
+            raise _Invalid(f"{where}.name", f"{problem.name!r} holds a control character or "
+                                            "an unpaired surrogate; a layer name is printable text")
         if batch is not None and problem.batch != batch:
             problem = problem.with_batch(batch)
         if problem in problems:
@@ -529,6 +553,21 @@ def _text(value: Any, where: str, allow_empty: bool = False) -> str:
     if not allow_empty and not value.strip():
         raise _Invalid(where, f"{value!r} is empty; expected a name")
     return value
+
+
+def _plain_from_file(stem: str) -> str:
+    """A file called 'my suite.toml' is suite 'my-suite': a name the user never typed is made
+    plain rather than refused."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).replace("..", "-").lstrip(".-")[:100] or "suite"
+
+
+def _plain_name(value: Any, where: str) -> str:
+    name = _text(value, where)
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise _Invalid(where, f"{name!r} is not a plain name: use letters, digits, '_', '-' and "
+                              "'.', not starting with '.' or '-', no '..', at most 100 "
+                              "characters; it becomes part of file names")
+    return name
 
 
 def _is_int(value: Any) -> bool:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness import backends
+
+# The fake backend is for tests only: registered here, never in harness/backends/__init__.py.
+# Worker processes receive backends.registry(), so GPU-path tests see it too.
+backends.register("fake", "harness.backends.fake:FakeBackend")
+
 
 def gpu_unavailable_reason() -> str | None:
     from harness import backends

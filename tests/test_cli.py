@@ -146,3 +146,158 @@ def test_layer_names_work_without_the_network_prefix(tmp_path, capsys):
                  "--budget-ms", "1", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     assert set(store.load(out)["layer"]) == {"resnet_50:res5a_branch2c"}
+
+
+# ---- issue 12: list, memory, reports, check arguments -------------------------------------------
+def test_list_shows_real_algorithms_with_descriptions_and_not_the_test_backend():
+    import subprocess
+    import sys
+    from harness import backends
+    # A fresh process: these tests register `fake` themselves (conftest.py).
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "list"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "fake" not in out and "wrong_fast" not in out
+    for name in backends.names():
+        if name == "fake":
+            continue
+        assert f"{name} (" in out
+        for algo in backends.get(name).algorithms():
+            assert algo.description, f"{name}:{algo.name} has no description"
+            line = next(l for l in out.splitlines() if l.split()[:1] == [algo.name]
+                        and algo.description in l)
+            assert len(line) < 160, line
+
+
+def test_cudnn_descriptions_say_what_the_numbered_algorithms_are():
+    from harness.backends import cudnn
+    assert "non-deterministic" in cudnn.DESCRIPTIONS["algo_0"]
+    assert "deterministic" in cudnn.DESCRIPTIONS["algo_1"]
+    assert "ALGO_3" in cudnn.DESCRIPTIONS["algo_3"]
+
+
+BIG = ("{batch=2, in_channels=4, in_h=1000000000000, in_w=8, out_channels=4, kernel_h=3, "
+       "kernel_w=3, name='huge'}")
+SMALL = ("{batch=2, in_channels=4, in_h=8, in_w=8, out_channels=4, kernel_h=3, kernel_w=3, "
+         "name='small'}")
+WIDE = ("{batch=2, in_channels=512, in_h=56, in_w=56, out_channels=512, kernel_h=3, kernel_w=3, "
+        "name='wide'}")
+
+
+@pytest.mark.parametrize("backend, flags", [("cpu", ["--algorithm", "direct"]), ("fake", [])])
+def test_a_layer_too_big_for_memory_is_an_unsupported_row(tmp_path, capsys, backend, flags):
+    suite = _suite(tmp_path, f"layers = [{SMALL}, {BIG}]\n[[sweep.backends]]\nname='{backend}'\n")
+    out = tmp_path / "r.parquet"
+    assert main(["run", suite, *flags, "--budget-ms", "1", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out and "error" not in captured.err
+    df = store.load(out)
+    huge, small = df[df["layer"] == "huge"], df[df["layer"] == "small"]
+    assert len(huge) and (huge["status"] == "unsupported").all()
+    assert huge["reason"].str.contains("of host memory for its buffers").all()
+    assert (small["status"] != "unsupported").any()
+
+
+def test_batch_100000_makes_the_wide_layer_unsupported_and_the_small_one_runs(tmp_path, capsys):
+    suite = _suite(tmp_path, f"layers = [{SMALL}, {WIDE}]\n[[sweep.backends]]\nname='fake'\n")
+    out = tmp_path / "r.parquet"
+    assert main(["run", suite, "--batch", "100000", "--algorithm", "exact", "--out",
+                 str(out)]) == 0
+    df = store.load(out).set_index("layer")
+    assert df.loc["wide", "status"] == "unsupported" and "TB of host memory" in df.loc["wide",
+                                                                                      "reason"]
+    assert df.loc["small", "status"] == "ok"
+
+
+def test_a_suite_where_no_point_fits_exits_2_naming_the_layer(tmp_path, capsys):
+    suite = _suite(tmp_path, f"layers = [{BIG}]\n[[sweep.backends]]\nname='cpu'\n")
+    out = tmp_path / "r.parquet"
+    assert main(["run", suite, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'huge'" in err[0] and "of host memory" in err[0], err
+    assert not list(tmp_path.glob("r.parquet*"))
+
+
+def test_2_to_the_70_in_a_suite_file_exits_2_naming_the_field(tmp_path, capsys):
+    suite = _suite(tmp_path, "layers = [{batch=2, in_channels=4, in_h=1180591620717411303424, "
+                             "in_w=8, out_channels=4, kernel_h=3, kernel_w=3}]\n")
+    for argv in (["run", suite, "--out", str(tmp_path / "r.parquet")], ["shapes", suite]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "in_h=1180591620717411303424" in err[0], err
+    assert main(["shapes", "quick", "--batch", str(2**70)]) == 2
+    assert "batch=1180591620717411303424" in capsys.readouterr().err
+
+
+def test_a_suite_name_that_would_leave_the_results_folder_exits_2(tmp_path, capsys,
+                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    suite = _suite(tmp_path, "name = '../../esc'\n" + GOOD_LAYER + "[[sweep.backends]]\n"
+                             "name='fake'\n")
+    monkeypatch.chdir(tmp_path / "work")
+    assert main(["run", suite]) == 2
+    assert "'../../esc'" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["bad.toml", "work"]
+
+
+@pytest.fixture
+def results_file(tmp_path) -> str:
+    return _results(tmp_path)
+
+
+REPORT_ARGUMENTS = {
+    "--jobs 0": (["--jobs", "0"], "'0'"),
+    "--jobs -1": (["--jobs", "-1"], "'-1'"),
+    "--peaks bad JSON": (["--peaks", "{bad"], "not a readable JSON file"),
+    "--peaks not an object": (["--peaks", "[1, 2]"], "got list"),
+    "--peaks wrong shape": (["--peaks", '{"fp32": {"x": 1}}'], "peaks['fp32']"),
+    "--peaks unknown key": (["--peaks", '{"fp33": 1.0}'], "'fp33'"),
+    "--peaks negative": (["--peaks", '{"fp32": -4}'], "-4"),
+    "--peaks not UTF-8": (["--peaks", b"\xff\xfe{}"], "peaks.json"),
+    "--peaks missing": (["--peaks", None], "peaks.json"),
+    "--out a file": (["--out", "FILE"], "is not a folder"),
+    "--title not UTF-8": (["--title", "\udcff"], "not valid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPORT_ARGUMENTS))
+def test_bad_report_arguments_exit_2_with_one_line(case, tmp_path, results_file, capsys,
+                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)          # the default report folder, should one be made
+    flags, named = REPORT_ARGUMENTS[case]
+    flags = list(flags)
+    if flags[0] == "--peaks":
+        peaks = tmp_path / "peaks.json"
+        if flags[1] is not None:
+            (peaks.write_bytes if isinstance(flags[1], bytes) else peaks.write_text)(flags[1])
+        flags[1] = str(peaks)
+    if flags[1] == "FILE":
+        (tmp_path / "existing.html").write_text("keep me")
+        flags[1] = str(tmp_path / "existing.html")
+    jobs = [] if flags[0] == "--jobs" else ["--jobs", "1"]
+    code = main(["report", results_file, *flags, *jobs])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("convbench: error:") and named in err[0], err
+    if case == "--out a file":
+        assert (tmp_path / "existing.html").read_text() == "keep me"
+
+
+def test_a_report_with_good_peaks_is_written(tmp_path, results_file, capsys):
+    peaks = tmp_path / "peaks.json"
+    peaks.write_text('{"fp32": 0.5, "bandwidth_gbps": 40}')
+    out = tmp_path / "rep"
+    assert main(["report", results_file, "--peaks", str(peaks), "--out", str(out),
+                 "--jobs", "1"]) == 0
+    assert (out / "index.md").exists()
+
+
+@pytest.mark.parametrize("flags, named", [(["--confirm", "-1"], "'-1'"),
+                                          (["--min-samples", "0"], "'0'")])
+def test_check_refuses_negative_confirmation_rounds_and_no_samples(tmp_path, capsys, flags,
+                                                                    named):
+    assert main(["check", "quick", "--baseline", str(tmp_path / "b.parquet"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0] and flags[0] in err[0], err

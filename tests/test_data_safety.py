@@ -284,6 +284,8 @@ def test_a_suite_name_means_its_latest_run_on_this_machine(tmp_path, monkeypatch
     assert main(["table", "tiny"]) == 0
     assert main(["table", "results/tiny-*.parquet"]) == 0
     assert main(["compare", "results", "tiny"]) in (0, 1)
+    assert main(["report", "tiny", "--jobs", "1"]) == 0
+    assert (tmp_path / "reports" / latest.name.split(".")[0] / "index.html").exists()
     assert main(["table", "nosuchsuite"]) == 2
     assert "nosuchsuite" in _one_error_line(capsys)
 

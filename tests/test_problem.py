@@ -334,3 +334,65 @@ def test_deepbench_text_forms(text):
 def test_bad_deepbench_tuples(fields, fragment):
     with pytest.raises(ProblemError, match=r"^DeepBench tuple .*" + re.escape(fragment)):
         parse_deepbench(fields)
+
+
+# ---- absurd sizes: refused where they enter, counted without loops --------------------------
+@pytest.mark.parametrize("field", ["batch", "in_channels", "in_h", "kernel_w", "pad_top",
+                                   "multiplicity"])
+def test_values_beyond_2_62_are_problem_errors_naming_the_field(field):
+    with pytest.raises(ProblemError, match=re.escape(f"{field}={2**70}")):
+        square(**{field: 2**70})
+
+
+@pytest.mark.parametrize("changes, tensor", [
+    (dict(in_channels=10**9, out_channels=10**9, in_h=8, in_w=8), "weight"),
+    (dict(batch=10**9, in_channels=10**9), "input"),
+    (dict(batch=2**40, out_channels=2**22, kernel_h=1, kernel_w=1), "output"),
+])
+def test_tensors_whose_float64_bytes_overflow_are_refused(changes, tensor):
+    with pytest.raises(ProblemError, match=f"the {tensor} tensor"):
+        square(**changes)
+
+
+def test_flops_beyond_2_62_are_refused():
+    with pytest.raises(ProblemError, match="FLOPs"):
+        square(in_channels=2**20, out_channels=2**20, in_h=2**12, in_w=2**12, kernel_h=2**5,
+               kernel_w=2**5)
+
+
+@pytest.mark.parametrize("text", ["ic3ih" + "9" * 5000 + "oc4kh3",
+                                  'ic3ih8oc4kh3n"x*' + "9" * 5000 + '"'])
+def test_descriptor_numbers_with_thousands_of_digits_are_problem_errors(text):
+    with pytest.raises(ProblemError, match="larger than 2\\*\\*62"):
+        parse_benchdnn(text)
+
+
+def test_deepbench_field_with_thousands_of_digits_is_a_problem_error():
+    with pytest.raises(ProblemError, match="DeepBench tuple .*: W"):
+        parse_deepbench(", ".join(["9" * 5000] + ["1"] * 10))
+
+
+def _taps_by_loop(p: ConvProblem) -> int:
+    def axis(size, out, kernel, stride, dilation, pad):
+        return sum(1 for o in range(out) for t in range(kernel)
+                   if 0 <= o * stride - pad + t * dilation < size)
+    return (axis(p.in_h, p.out_h, p.kernel_h, p.stride_h, p.dilation_h, p.pad_top)
+            * axis(p.in_w, p.out_w, p.kernel_w, p.stride_w, p.dilation_w, p.pad_left))
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 40), kernel=st.integers(1, 9), stride=st.integers(1, 6),
+       dilation=st.integers(1, 5), pads=st.tuples(st.integers(0, 12), st.integers(0, 12)))
+def test_flops_without_padding_match_counting_every_tap(size, kernel, stride, dilation, pads):
+    try:
+        p = square(in_h=size, kernel_h=kernel, stride_h=stride, dilation_h=dilation,
+                   pad_top=pads[0], pad_bottom=pads[1])
+    except ProblemError:
+        return   # the dilated kernel is wider than the padded input
+    per_tap = p.flops // (p.out_h * p.kernel_h * p.out_w * p.kernel_w)
+    assert p.flops_no_padding == per_tap * _taps_by_loop(p)
+
+
+def test_flops_without_padding_of_a_huge_layer_take_no_time():
+    p = square(in_h=10**9, kernel_h=10**4, pad_top=3, pad_bottom=3)   # 10**13 (o, t) pairs
+    assert p.flops_no_padding < p.flops   # padding taps left out; returned at once

@@ -385,3 +385,34 @@ def test_a_plan_delivering_lower_precision_ranks_there_not_as_asked(small: pd.Da
     asked = f"cudnn:{row['algorithm']} [asked fp32]"
     assert asked not in set(fp32_best)
     assert set(tf32_best) == {asked}
+
+
+# ---- hostile names ------------------------------------------------------------------------------
+HOSTILE = "[x](javascript:alert(1)) <script>alert(2)</script> _em_ *b* a|b &amp; `c`\n# h"
+
+
+def test_title_and_layer_names_are_text_on_both_pages(tmp_path: Path) -> None:
+    df = cpu_frame()
+    df["layer"] = df["layer"].where(df["layer"] != "conv1", HOSTILE)
+    paths = render_report(df, tmp_path, title="<b>T</b> [t](javascript:x) *t*")
+    assert not re.search(r"(?<!\\)\]\(\s*javascript:", paths.markdown.read_text("utf-8"))
+    for page in (paths.markdown, paths.html):
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"(href|src)\s*=\s*[\"']?\s*javascript:", text), page.name
+        assert "<script>alert" not in text and "<b>" not in text, page.name
+    markdown = paths.markdown.read_text(encoding="utf-8")
+    assert markdown.startswith("# &lt;b&gt;T&lt;/b&gt; \\[t\\](javascript:x) \\*t\\*\n")
+    assert "\\_em\\_" in markdown and "\n# h" not in markdown
+    # undoing the escapes gives the name back, with its line break made a space
+    row = next(line for line in markdown.splitlines() if line.startswith("| \\[x\\]"))
+    cell = re.split(r"(?<!\\)\|", row)[1].strip()
+    unescaped = re.sub(r"\\(.)", r"\1", cell).replace("&lt;", "<").replace("&gt;", ">")
+    assert unescaped.replace("&amp;", "&") == HOSTILE.replace("\n", " ")
+
+
+def test_figure_paths_can_only_be_relative() -> None:
+    from harness.report.document import Image
+    for path in ("javascript:alert(1)", "/etc/passwd", "../x.png", "data:image/png;base64,"):
+        with pytest.raises(ValueError, match="must be relative"):
+            Image(path, "caption")
+    Image("figures/heatmap_fp32.png", "caption")

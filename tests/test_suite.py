@@ -425,3 +425,60 @@ def test_batch_override_that_merges_layers_is_an_error(tmp_path):
     sweep = load_suite(write(tmp_path, "layers = ['mb1ic3ih8oc4kh3', 'mb2ic3ih8oc4kh3']\n"))
     with pytest.raises(SuiteError, match="--batch: batch 4 makes layer"):
         sweep_with_overrides(sweep, batch=4)
+
+
+# ---- input that is not a suite at all, names that would become paths ---------------------------
+@pytest.mark.parametrize("content, fragment", [
+    (b"layers = ['ic3ih8oc4kh3']\n# caf\xe9\n", "not a UTF-8 text file (byte 31"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not a UTF-8 text file (byte 0"),
+    (b"\x00\x01\x02layers", "not valid TOML"),
+    (b"a = " + b"9" * 5000 + b"\n", "not valid TOML"),
+    (b"a = " + b"[" * 50000 + b"\n", "not valid TOML: nested too deeply"),
+])
+def test_binary_and_non_utf8_files_are_suite_errors_naming_the_file(tmp_path, content, fragment):
+    path = tmp_path / "junk.toml"
+    path.write_bytes(content)
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    assert str(info.value).startswith(f"{path}: ") and fragment in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["../../esc", "a/b", "a\\\\b", "..", ".hidden", "-flag",
+                                  "x" * 101, "two words", "a..b", "", "caf\u00e9"])
+def test_a_suite_name_that_is_not_a_plain_name_is_refused(tmp_path, name):
+    path = write(tmp_path, f'name = "{name}"\n' + GOOD_LAYER)
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    assert info.value.entry == "name"
+    assert repr(name.replace("\\\\", "\\")) in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["quick", "resnet50-v1.5", "My_Suite", "x" * 100, "1st"])
+def test_plain_suite_names_are_kept(tmp_path, name):
+    assert load_suite(write(tmp_path, f'name = "{name}"\n' + GOOD_LAYER)).name == name
+
+
+def test_the_file_name_is_the_default_suite_name(tmp_path):
+    assert load_suite(write(tmp_path, GOOD_LAYER)).name == "bad"
+    # a name the user never typed is made plain, not refused (a shell passes undecodable
+    # bytes as surrogates)
+    for stem, plain in (("two words", "two-words"), ("\udcff", "suite"), ("..x", "x")):
+        path = tmp_path / f"{stem}.toml"
+        path.write_text(GOOD_LAYER)
+        assert load_suite(path).name == plain
+
+
+@pytest.mark.parametrize("text, entry, fragment", [
+    ("layers = [{batch = 1, in_channels = 3, in_h = 1180591620717411303424, in_w = 8, "
+     "out_channels = 4, kernel_h = 3, kernel_w = 3}]\n", "layers[0]",
+     "in_h=1180591620717411303424 is larger than 2**62"),
+    ("layers = ['ic3ih" + "9" * 30 + "oc4kh3']\n", "layers[0]", "larger than 2**62"),
+    ('layers = ["ic3ih8oc4kh3n\\"a\\u0007b\\""]\n', "layers[0].name", "control character"),
+    ("layers = [{batch = 1, in_channels = 3, in_h = 8, in_w = 8, out_channels = 4, "
+     "kernel_h = 3, kernel_w = 3, name = \"x\\ud7ff\\n\"}]\n", "layers[0].name",
+     "control character"),
+])
+def test_absurd_layers_name_the_entry(tmp_path, text, entry, fragment):
+    with pytest.raises(SuiteError) as info:
+        load_suite(write(tmp_path, text))
+    assert info.value.entry == entry and fragment in str(info.value), str(info.value)

@@ -13,8 +13,9 @@ _REGISTRY = {
     "cudnn": "harness.backends.cudnn:CudnnBackend",
     "cudnn_graph": "harness.backends.cudnn_graph:CudnnGraphBackend",
     "torch_gpu": "harness.backends.torch_gpu:TorchGpuBackend",
-    "fake": "harness.backends.fake:FakeBackend",
 }
+# The seeded `fake` backend (harness/backends/fake.py) is not listed: tests register it
+# (tests/conftest.py), so users never see its planted faults as an available backend.
 
 _instances: dict[str, Backend] = {}
 

@@ -69,6 +69,7 @@ class Algorithm:
     backend: ClassVar[str]
     name: ClassVar[str]
     family: ClassVar[str]          # direct, gemm, implicit_gemm, fft, winograd, library, ...
+    description: ClassVar[str] = ""  # one line for `convbench list`: what the algorithm does
     # Directions the algorithm exists for; a sweep makes no rows for the others (cuDNN's backward
     # filter has no "gemm", say), unlike `supports`, whose refusals are rows with a reason.
     directions: ClassVar[tuple[str, ...]] = DIRECTIONS

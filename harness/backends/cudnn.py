@@ -34,6 +34,26 @@ FAMILIES = {"implicit_gemm": "implicit_gemm", "implicit_precomp_gemm": "implicit
             "gemm": "gemm", "direct": "direct", "fft": "fft", "fft_tiling": "fft",
             "winograd": "winograd", "winograd_nonfused": "winograd", "algo_0": "implicit_gemm",
             "algo_1": "implicit_gemm", "algo_3": "implicit_gemm"}
+# What each name is, with its cudnnConvolution*Algo_t enum per direction (cudnn_lib.ALGOS).
+DESCRIPTIONS = {
+    "implicit_gemm": "fwd IMPLICIT_GEMM (0): GEMM without building the im2col matrix, "
+                     "no workspace",
+    "implicit_precomp_gemm": "fwd IMPLICIT_PRECOMP_GEMM (1): implicit GEMM with precomputed "
+                             "indices in a small workspace",
+    "gemm": "fwd GEMM (2): explicit im2col matrix in the workspace, then a GEMM",
+    "direct": "fwd DIRECT (3): direct convolution (cuDNN rarely supports it)",
+    "fft": "FFT (fwd 4, bwd_data 2, bwd_filter 2): whole-image FFTs, a large workspace",
+    "fft_tiling": "FFT_TILING (fwd 5, bwd_data 3, bwd_filter 6): FFTs of input tiles, less "
+                  "workspace than fft on large images",
+    "winograd": "WINOGRAD (fwd 6, bwd_data 4; bwd_filter 4 is 'not implemented'): fused "
+                "Winograd transforms",
+    "winograd_nonfused": "WINOGRAD_NONFUSED (fwd 7, bwd_data 5, bwd_filter 5): Winograd with "
+                         "separate transform kernels, a large workspace",
+    "algo_0": "ALGO_0 (bwd_data 0, bwd_filter 0): implicit GEMM summing with atomic adds, "
+              "non-deterministic",
+    "algo_1": "ALGO_1 (bwd_data 1, bwd_filter 1): implicit GEMM, deterministic",
+    "algo_3": "bwd_filter ALGO_3 (3): ALGO_0 with a small workspace, non-deterministic",
+}
 
 
 class CudnnAlgorithm(Algorithm):
@@ -42,6 +62,7 @@ class CudnnAlgorithm(Algorithm):
     def __init__(self, name: str, owner: "CudnnBackend"):
         self.name = name
         self.family = FAMILIES[name]
+        self.description = DESCRIPTIONS[name]
         self.directions = tuple(d for d, algos in lib.ALGOS.items() if name in algos)
         # Transform-based algorithms round in a transformed domain; measured on an H200 in fp32
         # Winograd (non-fused) errs ~5x and FFT ~1x a plain dot product, so 4x the dot-product

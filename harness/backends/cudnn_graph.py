@@ -96,6 +96,8 @@ class EnginesAlgorithm(Algorithm):
     name = "engines"
     expands = True
     family = "engine"      # each prepared plan says its own family and error factor
+    description = ("every execution plan the graph-API heuristics (modes A, B, FALLBACK) "
+                   "offer, one row each")
 
     def __init__(self, owner: "CudnnGraphBackend"):
         self._owner = owner

@@ -69,6 +69,7 @@ class Conv2d(Algorithm):
     backend = "torch_cpu"
     name = "conv2d"
     family = "library"
+    description = "torch.nn.functional.conv2d and its autograd (oneDNN for fp32)"
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in _DTYPES:

@@ -108,6 +108,7 @@ class CudnnBenchmark(Algorithm):
     backend = "torch_gpu"
     name = "cudnn_benchmark"
     family = "library"
+    description = "PyTorch with cudnn.benchmark = True: its autotuner picks the cuDNN kernel"
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in _DTYPES:

@@ -17,11 +17,20 @@ import pandas as pd
 
 from harness.report.analysis import PolicyError
 
-__all__ = ["render_report", "ReportPaths", "PolicyError", "EmptyResults", "load_frames"]
+__all__ = ["render_report", "ReportPaths", "PolicyError", "EmptyResults", "PeaksError",
+           "load_frames", "read_peaks"]
 
 
 class EmptyResults(ValueError):
     """The given results hold no rows."""
+
+
+class PeaksError(ValueError):
+    """A peaks table that is not {precision: TFLOP/s, "bandwidth_gbps": GB/s}."""
+
+
+# What a peaks table may hold: the precisions' matrix rates and the copy bandwidth.
+PEAK_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp64", "bandwidth_gbps")
 
 FrameOrPath = Union[pd.DataFrame, str, Path]
 FIGURES = "figures"
@@ -98,10 +107,34 @@ def _resolve_baseline(df: pd.DataFrame, policy: str | None) -> str | None:
     return None if policy == analysis.ORACLE else policy
 
 
+def read_peaks(path: str | Path) -> dict[str, float]:
+    """The peaks table in a JSON file (as `convbench peaks` caches it), checked; PeaksError
+    names the file and what is wrong with it."""
+    import json
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        # JSONDecodeError is a ValueError; a file nested thousands deep is a RecursionError
+        raise PeaksError(f"{path}: not a readable JSON file: {type(err).__name__}: "
+                         f"{err}") from None
+    if not isinstance(data, dict):
+        raise PeaksError(f"{path}: expected a JSON object such as "
+                         f'{{"fp32": 51.0, "bandwidth_gbps": 4220}}, got {type(data).__name__}')
+    try:
+        _check_peaks(data)
+    except PeaksError as err:
+        raise PeaksError(f"{path}: {err}") from None
+    return data
+
+
 def _check_peaks(peaks: dict[str, float] | None) -> None:
     for name, value in (peaks or {}).items():
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"peaks[{name!r}]={value!r} must be a positive number "
+        if name not in PEAK_KEYS:
+            raise PeaksError(f"unknown peak {name!r}; expected keys among "
+                             f"{', '.join(PEAK_KEYS)}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value <= 0):
+            raise PeaksError(f"peaks[{name!r}]={value!r} must be a positive number "
                              "(TFLOP/s per precision, GB/s for bandwidth_gbps)")
 
 

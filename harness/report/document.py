@@ -33,6 +33,12 @@ class Image:
     path: str        # relative to the report folder, POSIX separators
     caption: str
 
+    def __post_init__(self) -> None:
+        # Both pages link this path: a scheme (javascript:, data:) or an absolute path here
+        # would be a bug in a section builder, never something the data may ask for.
+        if ":" in self.path or self.path.startswith("/") or ".." in self.path.split("/"):
+            raise ValueError(f"figure path {self.path!r} must be relative, inside the report")
+
 
 @dataclass(frozen=True)
 class Fold:

@@ -1,13 +1,16 @@
 """The report as GitHub-flavoured Markdown: figures linked beside it, long tables in <details>."""
 from __future__ import annotations
 
+import html
+import re
+
 from harness.report.document import Block, Document, Fold, Image, Section, Table, Text
 
 
 def render(doc: Document) -> str:
-    parts = [f"# {doc.title}\n"]
+    parts = [f"# {_escape(doc.title)}\n"]
     parts += [_block(b) for b in doc.intro]
-    parts.append("\n".join(f"{i}. [{s.title}](#{s.anchor})" for i, s in
+    parts.append("\n".join(f"{i}. [{_escape(s.title)}](#{s.anchor})" for i, s in
                            enumerate(doc.sections, 1)) + "\n")
     parts += [_section(s) for s in doc.sections]
     return "\n".join(parts)
@@ -15,7 +18,7 @@ def render(doc: Document) -> str:
 
 def _section(section: Section) -> str:
     # An explicit anchor: GitHub's own slug of the title would differ from the HTML page's.
-    head = f'<a id="{section.anchor}"></a>\n\n## {section.title}\n'
+    head = f'<a id="{html.escape(section.anchor)}"></a>\n\n## {_escape(section.title)}\n'
     return "\n".join([head, *(_block(b) for b in section.blocks)])
 
 
@@ -27,9 +30,11 @@ def _block(block: Block) -> str:
     if isinstance(block, Image):
         return f"![{_escape(block.caption)}]({block.path})\n\n*{_escape(block.caption)}*\n"
     if isinstance(block, Fold):
-        # Blank lines around the content let GitHub render Markdown inside the HTML element.
+        # Blank lines around the content let GitHub render Markdown inside the HTML element;
+        # the summary itself sits in raw HTML, where only HTML escapes work.
         inner = "\n".join(_block(b) for b in block.blocks)
-        return f"<details><summary>{_escape(block.summary)}</summary>\n\n{inner}\n</details>\n"
+        summary = html.escape(" ".join(block.summary.split()))
+        return f"<details><summary>{summary}</summary>\n\n{inner}\n</details>\n"
     raise TypeError(f"unknown report block {type(block).__name__}")
 
 
@@ -42,7 +47,16 @@ def _table(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+# An underscore next to a non-alphanumeric character could open or close emphasis; one inside
+# a word (res2a_branch2b) cannot, and stays unescaped so names read as they are.
+_EMPHASIS_UNDERSCORE = re.compile(r"_(?![^\W_])|(?<![^\W_])_")
+_BACKSLASHED = str.maketrans({c: "\\" + c for c in "|*[]~"})
+
+
 def _escape(text: str) -> str:
-    """Pipes would split a cell; angle brackets would open HTML; asterisks would emphasise."""
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
-            .replace(">", "&gt;").replace("*", "\\*"))
+    """Data (titles, layer names) as literal text: no link, image, HTML tag, entity, emphasis,
+    table cell or new line can start inside it, so a layer named `[x](javascript:...)` stays
+    text. Backticks stay: the report's own sentences use code spans."""
+    text = " ".join(text.splitlines()).replace("\\", "\\\\")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _EMPHASIS_UNDERSCORE.sub(r"\\_", text.translate(_BACKSLASHED))

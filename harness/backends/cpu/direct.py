@@ -61,6 +61,7 @@ def _window(p: ConvProblem, xpad: np.ndarray, block: Block, r: int, s: int) -> n
 class Direct(CpuAlgorithm):
     name = "direct"
     family = "direct"
+    description = "one GEMM per kernel tap over a strided window, no expanded copy of the input"
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem

@@ -237,6 +237,7 @@ _X_PHASES = "n g cg hs sh ws sw"
 class Fft(CpuAlgorithm):
     name = "fft"
     family = "fft"
+    description = "real 2-D FFTs (pocketfft) and a per-frequency channel contraction"
     # Rounding is spread over every transform element, not just the L products an output sums,
     # and the column DFTs (GEMMs) add O(lh) terms where an FFT adds O(log lh). Measured over
     # 3600 random problems per precision (the tests' strategies): fp32 errors a median 0.10 of

@@ -96,6 +96,7 @@ def _fill_windows(p: ConvProblem, col: np.ndarray, xpad: np.ndarray, n0: int, im
 class Im2col(CpuAlgorithm):
     name = "im2col"
     family = "gemm"
+    description = "receptive fields copied into a column matrix, then one BLAS GEMM per block"
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem

@@ -337,6 +337,7 @@ class _Winograd(CpuAlgorithm):
 
 class WinogradF2(_Winograd):
     name = "winograd_f2x2_3x3"
+    description = "Winograd F(2x2,3x3): 2x2 outputs per 4x4 tile, 2.25x fewer multiplies"
     m = 2
     # Transform entries are 0, +-1, +-1/2. Measured over 2400 random 3x3 problems per precision:
     # errors a median 0.12 of the factor-1 tolerance (2.4x the GEMM algorithms' 0.05), at most
@@ -347,6 +348,7 @@ class WinogradF2(_Winograd):
 
 class WinogradF4(_Winograd):
     name = "winograd_f4x4_3x3"
+    description = "Winograd F(4x4,3x3): 4x4 outputs per 6x6 tile, 4x fewer multiplies"
     m = 4
     # Points 0, +-1, 1/2, -2: measured 25-30% less fp32 error than Lavin & Gray's 0, +-1, +-2
     # (and than 0, +-1, +-1/2) on random data, as Barabasz et al. (2020) also found.
