@@ -337,16 +337,22 @@ def cmd_peaks(args: argparse.Namespace) -> int:
 
 
 # ---- regression checks --------------------------------------------------------------------------
-def _compare_options(args: argparse.Namespace, suite_threshold: float | None = None):
+def _compare_options(args: argparse.Namespace, row_threshold: float | None = None):
+    """CompareOptions from the flags; `row_threshold` is the suite file's [compare] threshold."""
     from harness import compare
     try:
         threshold = (compare.parse_threshold(args.threshold) if args.threshold is not None
-                     else suite_threshold if suite_threshold is not None
+                     else row_threshold if row_threshold is not None
                      else compare.DEFAULT_THRESHOLD)
         return compare.CompareOptions(
             alpha=args.alpha, threshold=threshold,
             layer_thresholds=compare.parse_layer_thresholds(args.layer_threshold or []),
-            correction=args.correction, allow_env_mismatch=args.allow_env_mismatch)
+            correction=args.correction, allow_env_mismatch=args.allow_env_mismatch,
+            suite_threshold=(compare.parse_threshold(args.suite_threshold)
+                             if args.suite_threshold is not None
+                             else compare.DEFAULT_SUITE_THRESHOLD),
+            # `check` has no candidate file: its candidate is the run it makes
+            labels=(args.baseline, getattr(args, "candidate", None) or "this run"))
     except ValueError as err:
         raise UserError(str(err)) from None
 
@@ -370,7 +376,7 @@ def _verdict_exit(comparison, args: argparse.Namespace) -> int:
             comparison.to_frame().to_csv(args.verdicts, index=False)
     except OSError as err:
         raise UserError(f"cannot write {err.filename}: {err.strerror}") from None
-    return EXIT_REGRESSION if comparison.has_regression else EXIT_OK
+    return EXIT_REGRESSION if comparison.fails(args.fail_on) else EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -416,6 +422,11 @@ def _add_compare_flags(p: argparse.ArgumentParser) -> None:
                                        "(default: the suite's, else 5%%)")
     p.add_argument("--layer-threshold", action="append", metavar="LAYER=PCT",
                    help="a threshold for one layer (repeatable)")
+    p.add_argument("--suite-threshold",
+                   help="threshold of the suite verdict on the geometric-mean ratio (default 3%%)")
+    p.add_argument("--fail-on", default="slower", choices=["slower", "ambiguous", "never"],
+                   help="exit 1 for: slower = a SLOWER row or suite (default); ambiguous = also "
+                        "an AMBIGUOUS or MISSING row or an AMBIGUOUS suite; never = only report")
     p.add_argument("--alpha", type=float, default=0.002, help="significance level (0.002)")
     p.add_argument("--correction", default="bh", choices=["bh", "holm", "none"],
                    help="multiple-comparison control across rows (default bh)")
@@ -561,15 +572,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_regression_parsers(sub) -> None:
+    verdicts = """\
+Judge every point measured in both runs: SLOWER / FASTER beyond the threshold and significant
+(one-sided Mann-Whitney U, corrected across rows), SAME within it, AMBIGUOUS beyond it but not
+significant, MISSING when the candidate lost it. Then the run as a whole, printed first: the
+geometric-mean ratio new/base of the matched rows with a 99% bootstrap interval over rows, SLOWER
+when the whole interval lies above the suite threshold (3%), so a slowdown of every row is caught
+even where too few samples a point leave each row AMBIGUOUS."""
+    exit_codes = """\
+exit codes:
+  0  no regression under the --fail-on policy
+  1  a regression under the policy (and nothing else)
+  2  bad input or unusable environment: unreadable, empty or other-schema files, no point in
+     common, different GPUs/drivers/libraries without --allow-env-mismatch (one line)
+  3  internal error (one line, and where the full traceback was written)"""
     compare = sub.add_parser("compare", help="regression verdicts between two results; "
-                                             "exit 1 on a confirmed slowdown")
+                                             "exit 1 on a slower row or suite",
+                             description=verdicts, epilog=exit_codes,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     compare.add_argument("baseline")
     compare.add_argument("candidate")
     _add_compare_flags(compare)
     compare.set_defaults(func=cmd_compare)
 
     check = sub.add_parser("check", help="run a suite and compare it with a baseline, "
-                                         "confirming flagged rows before failing")
+                                         "confirming flagged rows before failing",
+                           description=verdicts + "\n\nFlagged rows are re-measured up to "
+                           "--confirm times (every row when the suite is SLOWER);\nonly verdicts "
+                           "that every round repeats fail the check.", epilog=exit_codes,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("suite")
     check.add_argument("--baseline", required=True)
     check.add_argument("--confirm", type=_count(0), default=1,

@@ -6,10 +6,13 @@ Verdicts, with r = median(new) / median(base), effect = r - 1, t the row's pract
 (`CompareOptions.threshold`, or `layer_thresholds[layer]`):
 
   SLOWER     effect > +t  and the one-sided Mann-Whitney U test "new is slower" is significant
-             (p after Holm/BH correction across all matched rows <= alpha).
+             (p after Holm/BH correction across all matched rows <= alpha), and |log r| clears
+             the pair's run-to-run scatter floor (below).
   FASTER     effect < -t  and the one-sided test "new is faster" is significant likewise.
   AMBIGUOUS  |effect| > t  but the test in that direction is not significant: the samples are too
-             few or too noisy to call it; rerun with more samples (or `--confirm`).
+             few or too noisy to call it; rerun with more samples (or `--confirm`). Or it is
+             significant but within the scatter floor: two runs of unchanged code on this
+             machine differ that much.
   SAME       |effect| <= t, significant or not. A significant effect below the threshold is real
              but too small to matter; with enough samples every run-to-run drift is significant,
              so significance alone must never produce a verdict.
@@ -32,6 +35,30 @@ row can reach depends on its sample counts: 5.4e-6 with 10 samples a side (exact
 passes alpha/m for m = 200 rows; with 5 samples a side it is 0.004, never significant. Rows with
 few samples therefore come out AMBIGUOUS, not SLOWER: regression runs need 15-30 samples a point.
 
+Why a scatter floor as well as the rank test: the test sees the noise inside each row's window
+only, and on a shared machine the rows of two runs of unchanged code disagree by far more than
+that (8-13% on the 2-core CI VM against ~2% inside a window; harness/stats.py). The rows of the
+pair itself measure that: their log ratios' robust spread about the median (stats.
+run_to_run_scatter), and a row must move stats.SCATTER_ROW_K of them before it can be SLOWER or
+FASTER. Re-judging a subset (confirm) keeps the first comparison's scatter.
+
+The suite verdict (`Comparison.suite`) asks the same question of the run as a whole, because a
+uniform slowdown that no row can prove alone (3-5 samples a point) is still a regression: the
+geometric-mean ratio of the matched rows with a bootstrap interval over rows (harness/stats.py),
+at `suite_confidence` (99%: it is one test, not a family of many), against `suite_threshold`:
+SLOWER when the whole interval lies above +threshold and above stats.SCATTER_SUITE_K scatters,
+FASTER likewise below, SAME inside ±threshold, AMBIGUOUS otherwise; no verdict (None) with fewer
+than stats.MIN_ROWS rows.
+Why a 3% default suite threshold, below the 5% row threshold: averaging many rows removes most
+row noise, so a 3-5% suite-wide shift is measurable and worth a look; but a whole run also drifts
+as a unit (clocks, thermals, neighbours: ~1% on a GPU, as the A/A self-tests model it), which the
+interval over rows cannot see, and 3% keeps that drift 3 sigma away from a false SLOWER where 2%
+would leave ~2% of A/A comparisons of large suites failing. Where the machine drifts far more
+(the CI VM: up to 37% between two runs), the scatter floor is what holds.
+
+`Comparison.fails(policy)` is what a regression check exits on (FAIL_ON): "slower" any SLOWER row
+or a SLOWER suite; "ambiguous" also any AMBIGUOUS or MISSING row or an AMBIGUOUS suite; "never".
+
 Pure logic: nothing here prints or decides exit codes (harness/cli.py does).
 """
 from __future__ import annotations
@@ -47,11 +74,16 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from harness import stats
 from harness.env import COMPARABILITY_FIELDS
+from harness.store import ResultsError
 
 DEFAULT_ALPHA = 0.002          # asv's default significance level
 DEFAULT_THRESHOLD = 0.05       # 5% change before anyone should care
+DEFAULT_SUITE_THRESHOLD = 0.03  # the whole run: see the module docstring
+DEFAULT_SUITE_CONFIDENCE = 0.99
 CORRECTIONS = ("bh", "holm", "none")
+FAIL_ON = ("slower", "ambiguous", "never")
 
 
 class Verdict(StrEnum):
@@ -81,14 +113,22 @@ class CompareOptions:
     layer_thresholds: Mapping[str, float] = field(default_factory=dict)   # {layer name: fraction}
     correction: str = "bh"                             # "bh" (FDR), "holm" (FWER) or "none"
     allow_env_mismatch: bool = False
+    suite_threshold: float = DEFAULT_SUITE_THRESHOLD   # fraction, for the geometric mean
+    suite_confidence: float = DEFAULT_SUITE_CONFIDENCE
+    labels: tuple[str, str] = ("the baseline", "the candidate")   # named in IncomparableResults
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha={self.alpha!r} must lie strictly between 0 and 1")
+        if not 0.5 <= self.suite_confidence <= 0.999:     # where stats.t_quantile is exact
+            raise ValueError(f"suite_confidence={self.suite_confidence!r} must lie between 0.5 "
+                             "and 0.999")
         if self.correction not in CORRECTIONS:
             raise ValueError(f"correction={self.correction!r} must be one of "
                              f"{', '.join(CORRECTIONS)}")
-        for name, value in [("threshold", self.threshold), *self.layer_thresholds.items()]:
+        thresholds = [("threshold", self.threshold), ("suite_threshold", self.suite_threshold),
+                      *self.layer_thresholds.items()]
+        for name, value in thresholds:
             if not (isinstance(value, (int, float)) and 0 <= value <= 1):
                 raise ValueError(f"threshold for {name!r} is {value!r}: give a fraction such as "
                                  f"0.05 for 5%")
@@ -148,12 +188,45 @@ class EnvironmentMismatch(ValueError):
             "(CompareOptions.allow_env_mismatch) to compare anyway; the report is then marked.")
 
 
+class IncomparableResults(ResultsError):
+    """Two results that cannot be compared at all (empty, other schema, nothing in common)."""
+
+
+@dataclass(frozen=True)
+class SuiteVerdict:
+    """The run as a whole (module docstring). `verdict` is None when there is no interval (too
+    few matched rows): then the per-row verdicts decide alone."""
+    verdict: Verdict | None
+    ratio: float | None                # geometric mean of new/base medians over the matched rows
+    low: float | None                  # the confidence interval of `ratio`
+    high: float | None
+    n_rows: int                        # matched rows with a finite positive ratio
+    threshold: float
+    confidence: float
+    reason: str
+
+
 @dataclass(frozen=True)
 class Comparison:
     rows: tuple[RowResult, ...]
     options: CompareOptions
     env_mismatches: tuple[EnvMismatch, ...] = ()
     confirmation_rounds: int = 0       # how many times flagged rows were re-measured
+    suite: SuiteVerdict | None = None  # None: judged from `rows` (confirm() passes its own)
+    scatter: float | None = None       # the pair's run-to-run scatter (log ratio; stats module)
+
+    def __post_init__(self) -> None:
+        if self.suite is None:
+            object.__setattr__(self, "suite", judge_suite(self.rows, self.options, self.scatter))
+
+    def fails(self, policy: str = "slower") -> bool:
+        """Whether a regression check fails under `policy` (one of FAIL_ON)."""
+        if policy not in FAIL_ON:
+            raise ValueError(f"fail-on policy {policy!r} must be one of {', '.join(FAIL_ON)}")
+        slower = self.suite.verdict is Verdict.SLOWER or bool(self.of(Verdict.SLOWER))
+        unsure = (self.suite.verdict is Verdict.AMBIGUOUS
+                  or any(r.verdict in (Verdict.AMBIGUOUS, Verdict.MISSING) for r in self.rows))
+        return policy != "never" and (slower or (policy == "ambiguous" and unsure))
 
     @property
     def counts(self) -> dict[str, int]:
@@ -165,13 +238,12 @@ class Comparison:
     @property
     def geomean_ratio(self) -> float | None:
         """Geometric mean of new/base medians over the matched rows; None when there are none."""
-        ratios = [r.ratio for r in self.rows
-                  if r.verdict in MATCHED and r.ratio is not None and 0 < r.ratio < math.inf]
-        return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+        return stats.geomean(_matched_ratios(self.rows))
 
     @property
     def has_regression(self) -> bool:
-        return any(r.verdict is Verdict.SLOWER for r in self.rows)
+        """A SLOWER row or a SLOWER suite: the default policy's failure."""
+        return self.fails("slower")
 
     @property
     def underpowered(self) -> list[RowResult]:
@@ -195,43 +267,160 @@ def compare(base: pd.DataFrame, new: pd.DataFrame,
             options: CompareOptions | None = None) -> Comparison:
     """Judge every point of `base` and `new` (frames of store.COLUMNS); see the module docstring.
 
-    Raises EnvironmentMismatch when the COMPARABILITY_FIELDS differ, unless allowed."""
+    Raises IncomparableResults when no verdict can come from the two (an empty frame, other
+    schema versions, no point with timings on both sides), and EnvironmentMismatch when the
+    COMPARABILITY_FIELDS differ, unless allowed."""
     options = options or CompareOptions()
+    shared = _refuse_incomparable(base, new, options.labels)
+    comparison = _judge_frames(base, new, options)
+    if not any(r.verdict in MATCHED for r in comparison.rows):
+        raise IncomparableResults(
+            f"no point has timings in both {options.labels[0]} and {options.labels[1]}: none of "
+            f"their {shared} common points is ok on both sides, so there is nothing to compare")
+    return comparison
+
+
+_ESTIMATE = object()     # _judge_frames: estimate the scatter from the rows being judged
+
+
+def _judge_frames(base: pd.DataFrame, new: pd.DataFrame, options: CompareOptions,
+                  scatter: Any = _ESTIMATE) -> Comparison:
     mismatches = environment_mismatches(base, new)
     if mismatches and not options.allow_env_mismatch:
         raise EnvironmentMismatch(mismatches)
     base_pts, new_pts = _points(base), _points(new)
     matched = [pid for pid, p in base_pts.items() if p.samples.size and _has_samples(new_pts, pid)]
-    rows = dict(zip(matched, _judge_matched(matched, base_pts, new_pts, options)))
+    if scatter is _ESTIMATE:
+        scatter = _scatter(matched, base_pts, new_pts)
+    rows = dict(zip(matched, _judge_matched(matched, base_pts, new_pts, options, scatter)))
     for pid, point in base_pts.items():
         if point.samples.size and pid not in rows:
             rows[pid] = _missing(point, new_pts.get(pid))
     for pid, point in new_pts.items():
         if point.samples.size and pid not in rows:
             rows[pid] = _new(point, base_pts.get(pid))
-    return Comparison(tuple(rows.values()), options, tuple(mismatches))
+    return Comparison(tuple(rows.values()), options, tuple(mismatches), scatter=scatter)
+
+
+def _refuse_incomparable(base: pd.DataFrame, new: pd.DataFrame, labels: tuple[str, str]) -> int:
+    """IncomparableResults naming the file for inputs no verdict can come from; else the number
+    of point ids the two share."""
+    for df, label in zip((base, new), labels):
+        if not len(df):
+            raise IncomparableResults(f"{label} has no rows")
+        if "samples_ms" not in df.columns:     # store.load refuses it; frames made in code may not
+            raise IncomparableResults(f"{label} has no samples_ms column (no raw samples)")
+    versions = _distinct(base, "schema_version"), _distinct(new, "schema_version")
+    if all(versions) and versions[0] != versions[1]:
+        raise IncomparableResults(
+            f"{labels[0]} has schema version {_values_text(versions[0])} and {labels[1]} "
+            f"{_values_text(versions[1])}: re-measure the older one with this convbench")
+    shared = len(set(base["point_id"].astype(str)) & set(new["point_id"].astype(str)))
+    if not shared:
+        suites = _distinct(base, "suite"), _distinct(new, "suite")
+        which = (f" ({labels[0]} is suite {_values_text(suites[0])}, {labels[1]} suite "
+                 f"{_values_text(suites[1])})" if suites[0] != suites[1] else "")
+        raise IncomparableResults(f"{labels[0]} and {labels[1]} have no point in common{which}: "
+                                  "compare two runs of the same suite")
+    return shared
 
 
 def flagged_point_ids(comparison: Comparison) -> list[str]:
-    """The points a `--confirm` round must re-measure: every SLOWER row."""
+    """The points a `--confirm` round must re-measure: every SLOWER row, and every matched row
+    when the suite is SLOWER (a suite verdict can only be re-judged on a rerun of all of it)."""
+    if comparison.suite.verdict is Verdict.SLOWER:
+        return [r.point_id for r in comparison.rows if r.verdict in MATCHED]
     return [r.point_id for r in comparison.rows if r.verdict is Verdict.SLOWER]
 
 
 def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame,
             options: CompareOptions | None = None) -> Comparison:
-    """Merge a confirmation round: a flagged row stays SLOWER only if the rerun flags it again.
+    """Merge a confirmation round: a flagged row stays SLOWER only if the rerun flags it again,
+    and a SLOWER suite stays SLOWER only if the rerun of all its rows is SLOWER as a suite.
 
     The rerun is judged on its own samples (never pooled with the first run's, which were selected
-    for looking slow) and its correction family is just the flagged rows. Unflagged rows keep
-    their first verdict."""
+    for looking slow); the correction family of the rows is just the SLOWER rows. Other rows keep
+    their first verdict, even where a suite rerun re-measured them."""
     options = options or first.options
-    flagged = flagged_point_ids(first)
-    rerun = compare(_only(rerun_base, flagged), _only(rerun_new, flagged), options)
-    again = {r.point_id: r for r in rerun.rows}
+    slower = [r.point_id for r in first.rows if r.verdict is Verdict.SLOWER]
+    reruns = [_judge_frames(_only(rerun_base, slower), _only(rerun_new, slower), options,
+                            first.scatter)]
+    suite = first.suite
+    if suite.verdict is Verdict.SLOWER:
+        every = flagged_point_ids(first)
+        reruns.append(_judge_frames(_only(rerun_base, every), _only(rerun_new, every), options))
+        suite = _confirmed_suite(suite, reruns[-1].suite)
+    again = {r.point_id: r for r in reruns[0].rows}
     rows = tuple(_confirmed(r, again.get(r.point_id)) if r.verdict is Verdict.SLOWER else r
                  for r in first.rows)
-    mismatches = tuple(dict.fromkeys(first.env_mismatches + rerun.env_mismatches))
-    return Comparison(rows, first.options, mismatches, first.confirmation_rounds + 1)
+    seen = first.env_mismatches + tuple(m for rerun in reruns for m in rerun.env_mismatches)
+    return Comparison(rows, first.options, tuple(dict.fromkeys(seen)),
+                      first.confirmation_rounds + 1, suite, first.scatter)
+
+
+def judge_suite(rows: Sequence[RowResult], options: CompareOptions,
+                scatter: float | None = None) -> SuiteVerdict:
+    """The suite verdict of the module docstring over the matched rows' ratios, given the pair's
+    run-to-run scatter (None: no floor)."""
+    ratios = _matched_ratios(rows)
+    t, confidence = options.suite_threshold, options.suite_confidence
+    left_out = sum(r.verdict in MATCHED for r in rows) - len(ratios)
+    note = f"; {left_out} rows with a zero median left out" if left_out else ""
+    interval = stats.geomean_interval(ratios, confidence)
+    if interval is None:
+        reason = (f"only {len(ratios)} matched rows, a suite interval needs {stats.MIN_ROWS}: "
+                  "the per-row verdicts decide")
+        return SuiteVerdict(None, stats.geomean(ratios), None, None, len(ratios), t, confidence,
+                            reason + note)
+    verdict, reason = _suite_rule(interval.low, interval.high, t,
+                                  stats.scatter_floor(scatter, stats.SCATTER_SUITE_K))
+    return SuiteVerdict(verdict, interval.ratio, interval.low, interval.high, interval.n, t,
+                        confidence, reason + note)
+
+
+def _suite_rule(low: float, high: float, t: float, floor: float) -> tuple[Verdict, str]:
+    """The suite verdict from its interval (ratios), the threshold t (a fraction) and the
+    scatter floor (a log ratio): SLOWER and FASTER must clear both."""
+    if low - 1 > t or high - 1 < -t:
+        slower = low - 1 > t
+        bound, sign = (low, "+") if slower else (high, "-")
+        if abs(math.log(bound)) > floor:
+            side = "above" if slower else "below"
+            return (Verdict.SLOWER if slower else Verdict.FASTER,
+                    f"the whole interval lies {side} {sign}{_pct(t)}" + _floor_note(floor, t))
+        return Verdict.AMBIGUOUS, (f"the whole interval lies beyond ±{_pct(t)} but within "
+                                   f"{_floor_text(floor)}: two runs of unchanged code on this "
+                                   "machine differ that much")
+    if low - 1 >= -t and high - 1 <= t:
+        return Verdict.SAME, f"the interval lies within ±{_pct(t)}"
+    return Verdict.AMBIGUOUS, (f"the interval crosses ±{_pct(t)}: measure more samples per "
+                               "point or more points")
+
+
+def _floor_text(floor: float) -> str:
+    return f"±{math.expm1(floor):.1%}, this pair's run-to-run scatter floor"
+
+
+def _floor_note(floor: float, t: float) -> str:
+    """Said only where the floor, not the threshold, was the bar that had to be cleared."""
+    return f" and beyond {_floor_text(floor)}" if math.expm1(floor) > t else ""
+
+
+def _confirmed_suite(first: SuiteVerdict, again: SuiteVerdict) -> SuiteVerdict:
+    before = f"first run {_interval_text(first)}"
+    if again.verdict is None:
+        return replace(again, verdict=Verdict.AMBIGUOUS,
+                       reason=f"SLOWER at first ({before}) but the rerun has only "
+                              f"{again.n_rows} matched rows, too few for a suite interval")
+    if again.verdict is Verdict.SLOWER:
+        return replace(again, reason=f"confirmed on a rerun of every row: {again.reason} "
+                                     f"({before})")
+    return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
+
+
+def _matched_ratios(rows: Iterable[RowResult]) -> list[float]:
+    return [r.ratio for r in rows
+            if r.verdict in MATCHED and r.ratio is not None and 0 < r.ratio < math.inf]
 
 
 # How the times were taken: a change of GPU timer moves small kernels by ~5% (graph replay leaves
@@ -308,6 +497,28 @@ def smallest_p(n1: int, n2: int) -> float:
     return 1.0 / math.comb(n1 + n2, n1) if n1 and n2 else 1.0
 
 
+def samples_floor(rows: int, alpha: float = DEFAULT_ALPHA) -> int:
+    """The fewest samples a point needs (the same count in base and new) for a single regressed
+    row among `rows` matched rows to be called SLOWER even when one stray sample overlaps.
+
+    With one regressed row, Benjamini-Hochberg (and Holm) accept it only at p <= alpha / rows.
+    Complete separation reaches that once 1/C(2n, n) <= alpha / rows (smallest_p): 8 samples for
+    18 rows, 12 for 3,646. But real samples overlap: one slow hiccup in the baseline (a context
+    switch, a page fault, a clock step) ranks above all n new samples and costs n inversions,
+    U = n instead of 0. So the floor is the smallest n with P(U <= n) <= alpha / rows under the
+    exact null distribution of U: 12 samples for 18 rows, 15 for 200, 17 for 3,646, 19 for
+    21,487. It grows with the logarithm of the rows (one sample more per 2-6 times as many), so
+    a row count estimated a few times too high or too low moves it by a sample or two."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha={alpha!r} must lie strictly between 0 and 1")
+    needed = alpha / max(rows, 1)
+    most = math.isqrt(EXACT_MAX_PAIRS)     # beyond it compare() leaves the exact distribution
+    for n in range(1, most + 1):
+        if _u_cdf(n, n)[n] <= needed:
+            return n
+    raise ValueError(f"{rows} rows at alpha {alpha:g} need more than {most} samples a point")
+
+
 def adjust_p_values(p: Sequence[float], method: str) -> np.ndarray:
     """Holm step-down (family-wise error) or Benjamini-Hochberg step-up (false discovery rate)."""
     p = np.asarray(p, dtype=float)
@@ -373,20 +584,21 @@ def _points(df: pd.DataFrame) -> dict[str, _Point]:
 
 
 def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Point],
-                   options: CompareOptions) -> list[RowResult]:
+                   options: CompareOptions, scatter: float | None) -> list[RowResult]:
     tests = [mann_whitney_u(new[pid].samples, base[pid].samples) for pid in ids]
+    floor = stats.scatter_floor(scatter, stats.SCATTER_ROW_K)
     slower_adj = adjust_p_values([t[1] for t in tests], options.correction)
     faster_adj = adjust_p_values([t[2] for t in tests], options.correction)
     rows = []
     for i, pid in enumerate(ids):
         b, n = base[pid], new[pid]
         base_med, new_med = _median(b.samples), _median(n.samples)
-        ratio = new_med / base_med if base_med > 0 else math.inf
+        ratio = _ratio(b, n)
         slower = ratio >= 1.0
         p, adj = (tests[i][1], slower_adj[i]) if slower else (tests[i][2], faster_adj[i])
         threshold = options.threshold_for(b.meta.get("layer"))
         verdict, reason = _verdict(ratio, slower_adj[i], faster_adj[i], threshold, options.alpha,
-                                   (b.samples.size, n.samples.size))
+                                   (b.samples.size, n.samples.size), floor)
         rows.append(RowResult(pid, verdict, reason, **b.meta, base_median_ms=base_med,
                               new_median_ms=new_med, ratio=ratio, p_value=float(p),
                               adjusted_p=float(adj), threshold=threshold,
@@ -395,13 +607,18 @@ def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Poin
 
 
 def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, alpha: float,
-             sizes: tuple[int, int]) -> tuple[Verdict, str]:
-    """The rules of the module docstring, with a reason a person can act on."""
+             sizes: tuple[int, int], floor: float = 0.0) -> tuple[Verdict, str]:
+    """The rules of the module docstring, with a reason a person can act on; `floor` is the
+    scatter floor as a log ratio (0: none)."""
     effect = ratio - 1.0
     if abs(effect) <= threshold:
         return Verdict.SAME, f"{effect:+.1%} within ±{threshold:.1%}"
     slower = effect > 0
     p, p_other = (p_slower, p_faster) if slower else (p_faster, p_slower)
+    if p <= alpha and 0 < ratio < math.inf and abs(math.log(ratio)) <= floor:
+        return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} and significant "
+                                   f"(adjusted p {p:.2g}) but within {_floor_text(floor)}: two "
+                                   "runs of unchanged code on this machine differ that much")
     if p <= alpha:
         return (Verdict.SLOWER if slower else Verdict.FASTER,
                 f"{effect:+.1%} beyond ±{threshold:.1%}, adjusted p {p:.2g} <= {alpha:g}")
@@ -459,15 +676,16 @@ def reproduce_command(row: RowResult) -> str:
 def markdown_summary(comparison: Comparison,
                      reproduce_command: str | Callable[[RowResult], str] = reproduce_command,
                      title: str = "convbench comparison") -> str:
-    """Counts, geometric-mean ratio and one line per changed row with the command that reproduces
+    """The suite verdict, counts and one line per changed row with the command that reproduces
     it. `reproduce_command` is a template over RowResult fields (values are shell-quoted) or a
     callable taking the row."""
-    lines = [f"## {title}", ""]
+    lines = [f"## {title}", "", _suite_line(comparison.suite, comparison.scatter), ""]
     if comparison.env_mismatches:
         lines += ["> **Environment mismatch: compared anyway (--allow-env-mismatch); timings may "
                   "differ for reasons other than the change.**"]
         lines += [f"> - {m.describe()}" for m in comparison.env_mismatches] + [""]
-    lines += [_counts_line(comparison), "", _geomean_line(comparison), ""]
+    lines += [_counts_line(comparison), ""]
+    lines += _noisy_pair_lines(comparison)
     weak = comparison.underpowered
     if weak:
         lines += [f"**{len(weak)} of {sum(r.verdict in MATCHED for r in comparison.rows)} matched "
@@ -475,8 +693,9 @@ def markdown_summary(comparison: Comparison,
                   f"{min(min(r.n_base, r.n_new) for r in weak)} a side): collect more samples "
                   "per point (`[timing] min_samples`, 20 or more for regression runs).", ""]
     if comparison.confirmation_rounds:
-        lines += [f"SLOWER rows were re-measured {comparison.confirmation_rounds} time(s); only "
-                  "rows flagged every time stay SLOWER.", ""]
+        lines += [f"SLOWER rows (every matched row when the suite was SLOWER) were re-measured "
+                  f"{comparison.confirmation_rounds} time(s); only rows and a suite flagged every "
+                  "time stay SLOWER.", ""]
     changed = sorted((r for r in comparison.rows if r.verdict in CHANGED),
                      key=lambda r: (CHANGED.index(r.verdict), -(r.ratio or 0.0)))
     if not changed:
@@ -494,12 +713,39 @@ def _counts_line(c: Comparison) -> str:
                      else f"{counts[v.value]} {v.value}" for v in Verdict)
 
 
-def _geomean_line(c: Comparison) -> str:
-    g = c.geomean_ratio
-    matched = sum(r.verdict in MATCHED for r in c.rows)
-    if g is None:
-        return "Geometric-mean ratio new/base: n/a (no matched rows)"
-    return f"Geometric-mean ratio new/base over {matched} matched rows: {g:.4f} ({g - 1:+.2%})"
+def _noisy_pair_lines(comparison: Comparison) -> list[str]:
+    """Warn where the scatter floor, not the threshold, decides what a row can be called."""
+    floor = stats.scatter_floor(comparison.scatter, stats.SCATTER_ROW_K)
+    if math.expm1(floor) <= comparison.options.threshold:
+        return []
+    return [f"**Noisy pair: the rows of these two runs scatter "
+            f"±{math.expm1(comparison.scatter):.1%} beyond their sampling noise, so no row "
+            f"can be called SLOWER or FASTER within ±{math.expm1(floor):.0%}.** Two runs of "
+            "unchanged code on this machine differ that much; compare runs from a quieter "
+            "machine, or re-measure with `convbench check`.", ""]
+
+
+def _suite_line(s: SuiteVerdict, scatter: float | None) -> str:
+    """e.g. "**suite: +24.8% [+23.9%, +25.6%] SLOWER** (...)": the verdict people read first."""
+    if s.ratio is None:
+        return "**suite: n/a** (no matched rows with timings)"
+    mean = f"geometric-mean ratio new/base {s.ratio:.4f} over {s.n_rows} matched rows"
+    if s.verdict is None:
+        return f"suite: {_interval_text(s)}, no verdict ({mean}): {s.reason}"
+    noise = "" if scatter is None else f", run-to-run scatter ±{math.expm1(scatter):.1%}"
+    return (f"**suite: {_interval_text(s)} {s.verdict.value}** ({mean}, {_pct(s.confidence)} "
+            f"interval, threshold {_pct(s.threshold)}{noise}): {s.reason}")
+
+
+def _interval_text(s: SuiteVerdict) -> str:
+    middle = "n/a" if s.ratio is None else f"{s.ratio - 1:+.1%}"
+    if s.low is None or s.high is None:
+        return middle
+    return f"{middle} [{s.low - 1:+.1%}, {s.high - 1:+.1%}]"
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.4g}%"
 
 
 def _table_row(r: RowResult, command: str) -> str:
@@ -560,6 +806,20 @@ def _meta(rec: dict[str, Any]) -> dict[str, Any]:
     for name in ("batch", "workspace_limit"):
         meta[name] = None if meta[name] is None else int(float(meta[name]))
     return meta
+
+
+def _scatter(ids: list[str], base: dict[str, _Point], new: dict[str, _Point]) -> float | None:
+    """The pair's run-to-run scatter over the matched rows `ids` (harness/stats.py)."""
+    ratios = [_ratio(base[pid], new[pid]) for pid in ids]
+    sampling = [math.hypot(stats.log_median_se(base[pid].samples),
+                           stats.log_median_se(new[pid].samples)) for pid in ids]
+    return stats.run_to_run_scatter(ratios, sampling)
+
+
+def _ratio(base: _Point, new: _Point) -> float:
+    """median(new) / median(base); infinite when the baseline's median is 0."""
+    base_med = _median(base.samples)
+    return _median(new.samples) / base_med if base_med > 0 else math.inf
 
 
 def _median(samples: np.ndarray) -> float:

@@ -19,7 +19,7 @@ from harness import backends, memory, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, ProblemData, Unsupported,
                                    WorkspaceExceeded)
 from harness.measurement import Measurement
-from harness.sweep import Point, Sweep
+from harness.sweep import Point, Sweep, TimingOptions
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
 
 
@@ -56,7 +56,26 @@ def plan(sweep: Sweep) -> Plan:
         kept.append(choice)
     trimmed = replace(sweep, backends=tuple(kept))
     points = [p for p in trimmed.points(_algorithm_names) if _exists(p)]
+    timing, raised = with_samples_floor(sweep.timing, len(points))
+    points = [replace(p, timing=timing) for p in points]
+    notes += [raised] if raised else []
     return Plan(tuple(sorted(points, key=_locality(sweep))), tuple(notes))
+
+
+def with_samples_floor(timing: TimingOptions, rows: int) -> tuple[TimingOptions, str | None]:
+    """`timing` with at least compare.samples_floor(rows) samples a point, and a note when that
+    raised the suite's min_samples. Below the floor `convbench compare` of two runs could never
+    call a lone regressed row SLOWER, so a CI gate on them could not fail. The planned points
+    stand in for the rows: unsupported points make fewer rows and expanding algorithms more,
+    which the floor's logarithmic growth makes cheap to get wrong (compare.samples_floor)."""
+    from harness.compare import samples_floor   # pulls in pandas, which workers never need
+    floor = samples_floor(rows)
+    if rows == 0 or timing.min_samples >= floor:
+        return timing, None
+    raised = replace(timing, min_samples=floor, max_samples=max(timing.max_samples, floor))
+    return raised, (f"min_samples raised from {timing.min_samples} to {floor} for {rows} points: "
+                    f"the fewest with which `convbench compare` can call one regressed row "
+                    f"SLOWER (README: Regression checks)")
 
 
 def _locality(sweep: Sweep) -> Callable[[Point], tuple]:

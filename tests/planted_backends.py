@@ -1,9 +1,12 @@
 """Backends planted by tests that run convbench in a subprocess: a slow one, so a sweep can be
-killed half-way on purpose."""
+killed half-way on purpose, and the real `cpu` backend made slower, the regression that
+scripts/aa_check.sh must catch (tests/run_planted.py registers it under the name "cpu")."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
+from harness.backends.cpu import CpuBackend
 from harness.backends.fake import FakeBackend, FakeExact
 
 
@@ -45,3 +48,55 @@ class PlansBackend(FakeBackend):
 
     def algorithms(self):
         return [Plans()]
+
+
+# Three times slower: what two runs on the 2-core CI VM can tell apart every time. Its rows
+# scatter 5-34% between runs of unchanged code (median 13%), so compare's scatter floor (harness/
+# stats.py) keeps anything under ~2x AMBIGUOUS there; results/logs/power-cpu-*.md: +100% on all
+# rows was a SLOWER suite in 17 of 20 pairs, +200% in 20 of 20. The check tests the gate end to
+# end on a real rerun; benchmarks/power.py measures where its edge lies.
+SLOWDOWN = 2.0
+
+
+class _SlowedLaunch:
+    """A prepared CPU point whose every launch busy-waits `slowdown` times its own duration
+    afterwards: a real, noisy slowdown of the timed call (a sleep would free the core and be
+    rounded to the scheduler's tick)."""
+
+    def __init__(self, inner: Any, slowdown: float):
+        self._inner = inner
+        self._slowdown = slowdown
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def launch(self) -> None:
+        start = time.perf_counter()
+        self._inner.launch()
+        until = time.perf_counter() + (time.perf_counter() - start) * self._slowdown
+        while time.perf_counter() < until:
+            pass
+
+
+class _SlowedAlgorithm:
+    """A real algorithm, unchanged (name, family, supports, directions) except its launches."""
+
+    def __init__(self, inner: Any, slowdown: float):
+        self._inner = inner
+        self._slowdown = slowdown
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def prepare(self, point, data) -> _SlowedLaunch:
+        return _SlowedLaunch(self._inner.prepare(point, data), self._slowdown)
+
+
+class SlowCpuBackend(CpuBackend):
+    """The real `cpu` backend with every launch `slowdown` slower. Registered under the name
+    "cpu", its points keep the ids of a real baseline's; CPU points run in the process that
+    registered it (only GPU points go to worker processes), so `slowdown` set there holds."""
+    slowdown = SLOWDOWN
+
+    def algorithms(self) -> list:
+        return [_SlowedAlgorithm(a, self.slowdown) for a in super().algorithms()]

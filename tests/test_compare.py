@@ -16,12 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import store
-from harness.compare import (Comparison, CompareOptions, EnvironmentMismatch, RowResult, Verdict,
-                             adjust_p_values, compare, confirm, environment_mismatches,
-                             flagged_point_ids, mann_whitney_u, markdown_summary,
-                             parse_layer_thresholds, parse_threshold, reproduce_command,
-                             smallest_p)
+from harness import stats, store
+from harness.cli import main
+from harness.compare import (Comparison, CompareOptions, EnvironmentMismatch,
+                             IncomparableResults, RowResult, Verdict, adjust_p_values, compare,
+                             confirm, environment_mismatches, flagged_point_ids, mann_whitney_u,
+                             markdown_summary, parse_layer_thresholds, parse_threshold,
+                             reproduce_command, smallest_p)
 from harness.env import COMPARABILITY_FIELDS
 
 SEEDS = range(20)
@@ -48,11 +49,13 @@ def _row(pid: str, samples: list[float] | None, status: str = "ok", reason: str 
 
 def synthetic_pair(seed: int, rows: int = ROWS, slowdown: float = 0.0,
                    slowed_fraction: float = 1.0, drift: float = 0.0,
-                   samples: tuple[int, int] = (10, 30)
+                   samples: tuple[int, int] = (10, 30), jitter: float = 0.0
                    ) -> tuple[pd.DataFrame, pd.DataFrame, set[str]]:
     """Baseline and candidate frames and the ids of the rows whose true time was multiplied by
     1 + slowdown. `drift` is a whole-run shift (clocks, thermals) of N(0, drift) on the candidate;
-    `samples` the range of sample counts per side."""
+    `jitter` a shift of each row of the candidate on its own, lognormal(0, jitter): what a shared
+    machine does between runs and no row's samples show; `samples` the range of sample counts
+    per side."""
     rng = np.random.default_rng(seed)
     run_shift = 1.0 + drift * rng.standard_normal()
     base, new, slowed = [], [], set()
@@ -64,7 +67,9 @@ def synthetic_pair(seed: int, rows: int = ROWS, slowdown: float = 0.0,
         if factor != 1.0:
             slowed.add(pid)
         base.append(_row(pid, _samples(rng, true_ms, n_base, sigma)))
-        new.append(_row(pid, _samples(rng, true_ms * factor * run_shift, n_new, sigma)))
+        row_shift = rng.lognormal(0.0, jitter) if jitter else 1.0
+        new.append(_row(pid, _samples(rng, true_ms * factor * run_shift * row_shift, n_new,
+                                      sigma)))
     return pd.DataFrame(base), pd.DataFrame(new), slowed
 
 
@@ -249,8 +254,9 @@ def test_missing_and_new_rows():
 
 
 def test_rows_not_ok_on_both_sides_are_left_out():
-    base, new = _frames([_row("x", None, status="unsupported")], [_row("x", None, status="failed")])
-    assert compare(base, new).rows == ()
+    base, new = _frames([_row("x", None, status="unsupported"), _row("a", [1.0])],
+                        [_row("x", None, status="failed"), _row("a", [1.0])])
+    assert [r.point_id for r in compare(base, new).rows] == ["a"]
 
 
 def test_duplicate_points_pool_their_samples():
@@ -353,7 +359,8 @@ def test_markdown_lists_changed_rows_with_their_reproduce_command():
             "--layer resnet_50:res2a_branch2b`") in text
     assert "| SLOWER |" in text and "| MISSING |" in text and "steady" not in text
     assert "**1 SLOWER**" in text and "1 SAME" in text and "**1 MISSING**" in text
-    assert "Geometric-mean ratio new/base over 2 matched rows" in text
+    assert text.splitlines()[2].startswith("suite: +9.3%, no verdict (geometric-mean ratio "
+                                           "new/base 1.0935 over 2 matched rows)")
 
 
 def test_reproduce_command_quotes_and_adds_non_default_point_fields():
@@ -441,3 +448,346 @@ def test_a_change_of_gpu_timer_is_refused_like_an_environment_change():
     assert "gpu_timer: base 'held_stream' vs new 'cuda_graph'" in str(err.value)
     new["gpu_timer"] = "held_stream"
     assert environment_mismatches(base, new) == []
+
+
+# ---- the suite verdict: statistics ---------------------------------------------------------------
+def test_t_quantile_matches_scipy_where_it_is_used():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df in (stats.MIN_ROWS - 1, 10, 17, 50, 199, 3645):
+        for p in (0.9, 0.975, 0.995, 0.9995):
+            assert stats.t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=3e-3)
+
+
+@pytest.mark.parametrize("n", [stats.MIN_ROWS, 18, 200])
+def test_bootstrap_interval_is_as_wide_as_student_t_on_normal_rows(n):
+    """The expanded percentile interval must not be the too-narrow plain one: on normal log
+    ratios it lands within 25% of the exact Student-t interval's half-width (plain percentiles
+    at n = 8 are ~30% narrower)."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    logs = np.random.default_rng(n).normal(0.0, 0.05, n)
+    interval = stats.geomean_interval(np.exp(logs), 0.99)
+    half_t = scipy_stats.t.ppf(0.995, n - 1) * logs.std(ddof=1) / math.sqrt(n)
+    half = (math.log(interval.high) - math.log(interval.low)) / 2
+    assert half == pytest.approx(half_t, rel=0.25)
+    assert interval.ratio == pytest.approx(math.exp(logs.mean()))
+    assert interval.low < interval.ratio < interval.high
+
+
+def test_suite_interval_is_deterministic_and_ignores_row_order():
+    ratios = list(np.exp(np.random.default_rng(5).normal(0.02, 0.03, 40)))
+    first = stats.geomean_interval(ratios, 0.99)
+    assert stats.geomean_interval(ratios[::-1], 0.99) == first
+    assert stats.geomean_interval(ratios, 0.99) == first
+
+
+def test_suite_interval_needs_enough_finite_positive_rows():
+    assert stats.geomean_interval([2.0] * (stats.MIN_ROWS - 1), 0.99) is None
+    with_bad = [2.0] * (stats.MIN_ROWS - 1) + [math.inf, 0.0, math.nan]
+    assert stats.geomean_interval(with_bad, 0.99) is None       # zero/inf/nan have no log
+    assert stats.geomean(with_bad) == pytest.approx(2.0)
+    tied = stats.geomean_interval([2.0] * stats.MIN_ROWS, 0.99)   # all ties: no spread at all
+    assert (tied.ratio, tied.low, tied.high) == pytest.approx((2.0, 2.0, 2.0))
+
+
+# ---- the suite verdict: A/A and power ------------------------------------------------------------
+TRIALS = range(100, 150)      # 50 seeds apart from SEEDS
+
+
+def _suite_verdicts(rows: int, samples: tuple[int, int], slowdown: float = 0.0,
+                    drift: float = 0.0) -> tuple[dict[str, int], int]:
+    """({suite verdict: trials}, SLOWER rows over all trials)."""
+    verdicts: dict[str, int] = {}
+    slower_rows = 0
+    for seed in TRIALS:
+        base, new, _ = synthetic_pair(seed, rows=rows, slowdown=slowdown, drift=drift,
+                                      samples=samples)
+        c = compare(base, new)
+        name = "none" if c.suite.verdict is None else c.suite.verdict.value
+        verdicts[name] = verdicts.get(name, 0) + 1
+        slower_rows += c.counts["SLOWER"]
+    return verdicts, slower_rows
+
+
+def test_aa_suite_is_never_slower():
+    """A/A, 50 trials: 200 rows x 20 samples a side (measured: 50 SAME) and the quick suite's
+    size, 18 rows x 3-5 samples (45 SAME, 5 AMBIGUOUS): not one SLOWER suite, not one SLOWER
+    row. With a whole-run drift of N(0, 1%) on 200 rows: 50 SAME suites (the rows' own test
+    calls 2 of 10,000 rows SLOWER there: their concern, not the suite's)."""
+    assert _suite_verdicts(200, (20, 20)) == ({"SAME": 50}, 0)
+    verdicts, slower_rows = _suite_verdicts(18, (3, 5))
+    assert "SLOWER" not in verdicts and slower_rows == 0, verdicts
+    assert _suite_verdicts(200, (20, 20), drift=0.01)[0] == {"SAME": 50}
+
+
+def test_suite_finds_a_uniform_slowdown_no_row_can_prove():
+    """+10% on every row: 200 rows x 20 samples, SLOWER suite in 50 of 50 trials; 18 rows x 3-5
+    samples, where no row can be SLOWER on its own (smallest p 0.004 > alpha), 47 of 50 (94%: a
+    row whose 3 base samples hold outliers widens the interval); +25% there, 50 of 50."""
+    verdicts, _ = _suite_verdicts(200, (20, 20), slowdown=0.10)
+    assert verdicts == {"SLOWER": 50}
+    verdicts, slower_rows = _suite_verdicts(18, (3, 5), slowdown=0.10)
+    assert verdicts.get("SLOWER", 0) >= 45 and slower_rows == 0, verdicts
+    assert _suite_verdicts(18, (3, 5), slowdown=0.25)[0] == {"SLOWER": 50}
+
+
+# ---- the suite verdict: rules --------------------------------------------------------------------
+def _scaled(pairs: list[tuple[str, float]], n: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows with n steady samples a side, the candidate's scaled by each pair's factor."""
+    base = [_row(pid, _steady(1.0, n, seed=i)) for i, (pid, _) in enumerate(pairs)]
+    new = [_row(pid, _steady(factor, n, seed=100 + i)) for i, (pid, factor) in enumerate(pairs)]
+    return _frames(base, new)
+
+
+def test_suite_verdicts_slower_faster_same_ambiguous():
+    def suite(factors):
+        return compare(*_scaled([(f"r{i}", f) for i, f in enumerate(factors)])).suite
+    assert suite([1.25] * 18).verdict is Verdict.SLOWER
+    assert suite([0.8] * 18).verdict is Verdict.FASTER
+    assert suite([1.0] * 18).verdict is Verdict.SAME
+    mixed = suite([1.25, 0.8] * 9)
+    assert mixed.verdict is Verdict.AMBIGUOUS and "crosses ±3%" in mixed.reason
+    assert mixed.low < 1 < mixed.high and mixed.n_rows == 18
+
+
+def test_one_wild_row_cannot_make_the_suite_slower():
+    factors = [1.0] * 17 + [4.0]          # one row 4x slower: the geometric mean reads +8%
+    c = compare(*_scaled([(f"r{i}", f) for i, f in enumerate(factors)]))
+    assert c.suite.ratio == pytest.approx(4 ** (1 / 18), rel=0.01)
+    assert c.suite.verdict is Verdict.AMBIGUOUS
+
+
+@pytest.mark.parametrize("rows", [1, 2, stats.MIN_ROWS - 1])
+def test_too_few_rows_give_no_suite_verdict_and_the_rows_decide(rows):
+    c = compare(*_scaled([(f"r{i}", 2.0) for i in range(rows)]))
+    assert c.suite.verdict is None and c.suite.low is None
+    assert f"only {rows} matched rows" in c.suite.reason
+    assert c.suite.ratio == pytest.approx(2.0, rel=0.05)
+    assert not c.fails("slower") and c.fails("ambiguous")      # the rows are AMBIGUOUS
+
+
+def test_rows_with_a_zero_median_are_left_out_of_the_suite():
+    base, new = _scaled([(f"r{i}", 1.3) for i in range(stats.MIN_ROWS)])
+    base = pd.concat([base, pd.DataFrame([_row("zero", [0.0, 0.0, 0.0])])], ignore_index=True)
+    new = pd.concat([new, pd.DataFrame([_row("zero", [1.0, 1.0, 1.0])])], ignore_index=True)
+    c = compare(base, new)
+    assert {r.point_id: r.ratio for r in c.rows}["zero"] == math.inf
+    assert c.suite.verdict is Verdict.SLOWER and c.suite.n_rows == stats.MIN_ROWS
+    assert "1 rows with a zero median left out" in c.suite.reason
+
+
+def test_suite_threshold_and_confidence_are_options():
+    base, new = _scaled([(f"r{i}", 1.04) for i in range(18)], n=20)
+    assert compare(base, new).suite.verdict is Verdict.SLOWER                 # beyond 3%
+    strict = compare(base, new, CompareOptions(suite_threshold=0.05)).suite
+    assert strict.verdict is Verdict.SAME and strict.threshold == 0.05
+    assert compare(base, new, CompareOptions(suite_confidence=0.9)).suite.confidence == 0.9
+    with pytest.raises(ValueError, match="suite_confidence=1"):
+        CompareOptions(suite_confidence=1)
+    with pytest.raises(ValueError, match="'suite_threshold'"):
+        CompareOptions(suite_threshold=2)
+
+
+# ---- the fail-on policy --------------------------------------------------------------------------
+def test_fail_on_policies():
+    def judged(factors, n=4):
+        return compare(*_scaled([(f"r{i}", f) for i, f in enumerate(factors)], n=n))
+    suite_only = judged([2.0] * 18)                 # every row AMBIGUOUS, the suite SLOWER
+    assert suite_only.counts["SLOWER"] == 0 and suite_only.suite.verdict is Verdict.SLOWER
+    ambiguous_only = judged([1.25, 0.8] * 9)        # AMBIGUOUS rows and suite, nothing SLOWER
+    row_slower = judged([1.3] + [1.0] * 2, n=30)    # a SLOWER row, too few rows for a suite
+    clean = judged([1.0] * 18)
+    table = {name: tuple(c.fails(p) for p in ("slower", "ambiguous", "never"))
+             for name, c in [("suite_only", suite_only), ("ambiguous_only", ambiguous_only),
+                             ("row_slower", row_slower), ("clean", clean)]}
+    assert table == {"suite_only": (True, True, False), "ambiguous_only": (False, True, False),
+                     "row_slower": (True, True, False), "clean": (False, False, False)}
+    assert suite_only.has_regression and not ambiguous_only.has_regression
+    with pytest.raises(ValueError, match="'sometimes'"):
+        clean.fails("sometimes")
+
+
+def test_a_missing_row_fails_only_the_ambiguous_policy():
+    base, new = _scaled([(f"r{i}", 1.0) for i in range(18)], n=20)
+    c = compare(base, new.iloc[1:])
+    assert c.counts["MISSING"] == 1 and c.suite.verdict is Verdict.SAME
+    assert (c.fails("slower"), c.fails("ambiguous")) == (False, True)
+
+
+# ---- the suite verdict: confirmation -------------------------------------------------------------
+def test_a_slower_suite_reruns_every_row_and_is_judged_again():
+    ids = [f"r{i}" for i in range(18)]
+    first = compare(*_scaled([(pid, 1.25) for pid in ids]))
+    assert first.suite.verdict is Verdict.SLOWER and first.counts["SLOWER"] == 0
+    assert flagged_point_ids(first) == ids
+    base, still_slow = _scaled([(pid, 1.25) for pid in ids])
+    kept = confirm(first, base, still_slow)
+    assert kept.suite.verdict is Verdict.SLOWER and kept.fails("slower")
+    assert kept.suite.reason.startswith("confirmed on a rerun of every row")
+    _, recovered = _scaled([(pid, 1.0) for pid in ids])
+    gone = confirm(first, base, recovered)
+    assert gone.suite.verdict is Verdict.SAME and not gone.fails("slower")
+    assert gone.suite.reason.startswith("not confirmed (first run +25.")
+    assert gone.rows == first.rows and gone.confirmation_rounds == 1
+    lost = confirm(first, base, recovered.iloc[:3])     # the rerun timed too few rows
+    assert lost.suite.verdict is Verdict.AMBIGUOUS and "only 3 matched rows" in lost.suite.reason
+
+
+def test_markdown_prints_the_suite_line_first():
+    c = compare(*_scaled([(f"r{i}", 1.25) for i in range(18)]))
+    lines = markdown_summary(c).splitlines()
+    assert lines[2].startswith("**suite: +25.")
+    assert "SLOWER** (geometric-mean ratio new/base 1.25" in lines[2]
+    assert "over 18 matched rows, 99% interval, threshold 3%, run-to-run scatter ±" in lines[2]
+    assert "**18 AMBIGUOUS**" in lines[4] and "| AMBIGUOUS |" in markdown_summary(c)
+
+
+# ---- comparisons that cannot be made -------------------------------------------------------------
+def test_incomparable_results_are_refused_in_one_line_naming_the_file():
+    base, new = _scaled([("a", 1.0), ("b", 1.0)])
+    labels = CompareOptions(labels=("base.parquet", "new.parquet"))
+    cases = [
+        (base, new.iloc[:0], "new.parquet has no rows"),
+        (base.drop(columns="samples_ms"), new, "base.parquet has no samples_ms column"),
+        (base.assign(schema_version=1), new.assign(schema_version=2),
+         "base.parquet has schema version '1' and new.parquet '2'"),
+        (base, new.assign(point_id=["x", "y"], suite="resnet50"),
+         "base.parquet and new.parquet have no point in common (base.parquet is suite 'quick', "
+         "new.parquet suite 'resnet50')"),
+        (base, new.assign(status="failed"),
+         "no point has timings in both base.parquet and new.parquet: none of their 2 common"),
+    ]
+    for b, n, message in cases:
+        with pytest.raises(IncomparableResults) as err:
+            compare(b, n, labels)
+        assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- through the command line --------------------------------------------------------------------
+QUICK_SIZED = """layers = ['mb2ic4ih8oc4oh8kh3ph1n"a"', 'mb2ic8ih8oc8oh8kh3ph1n"b"',
+          'mb2ic4ih12oc8oh12kh1n"c"']
+[sweep]
+directions = ['fwd', 'bwd_data', 'bwd_filter']
+[[sweep.backends]]
+name = 'fake'
+algorithms = ['exact', 'exact_slow']
+"""
+
+
+@pytest.fixture(scope="module")
+def quick_sized_run(tmp_path_factory) -> pd.DataFrame:
+    """A fake-backend run of 18 points cut to 3-5 samples a point, like the quick suite's."""
+    folder = tmp_path_factory.mktemp("quick_sized")
+    (folder / "suite.toml").write_text(QUICK_SIZED)
+    assert main(["run", str(folder / "suite.toml"), "--out", str(folder / "run.parquet")]) == 0
+    df = store.load(folder / "run.parquet")
+    assert len(df) == 18 and set(df["status"]) == {"ok"}
+    df["samples_ms"] = [list(s[:3 + i % 3]) for i, s in enumerate(df["samples_ms"])]
+    df["n_samples"] = df["samples_ms"].map(len)
+    return df
+
+
+def _cli_pair(tmp_path, run: pd.DataFrame, factors: list[float]) -> tuple[str, str]:
+    new = run.copy()
+    new["samples_ms"] = [[v * f for v in s] for s, f in zip(run["samples_ms"], factors)]
+    base_path, new_path = tmp_path / "base.parquet", tmp_path / "new.parquet"
+    store.write(run, base_path)
+    store.write(new, new_path)
+    return str(base_path), str(new_path)
+
+
+def test_cli_twice_as_slow_quick_sized_run_fails_by_the_suite(tmp_path, quick_sized_run, capsys):
+    """The issue's case: every sample x2, 3-5 samples a point, so every row is AMBIGUOUS; the
+    suite verdict makes `compare` exit 1, unless --fail-on never."""
+    base, slow = _cli_pair(tmp_path, quick_sized_run, [2.0] * 18)
+    assert main(["compare", base, slow]) == 1
+    out = capsys.readouterr().out
+    assert "**suite: +100.0% [+100.0%, +100.0%] SLOWER**" in out and "**18 AMBIGUOUS**" in out
+    assert main(["compare", base, slow, "--fail-on", "never"]) == 0
+    assert main(["compare", base, base]) == 0
+
+
+def test_cli_fail_on_ambiguous(tmp_path, quick_sized_run, capsys):
+    base, mixed = _cli_pair(tmp_path, quick_sized_run, [1.25, 0.8] * 9)
+    assert main(["compare", base, mixed]) == 0
+    assert "**18 AMBIGUOUS**" in capsys.readouterr().out
+    assert main(["compare", base, mixed, "--fail-on", "ambiguous"]) == 1
+    assert main(["compare", base, mixed, "--fail-on", "never"]) == 0
+
+
+def test_cli_refuses_incomparable_files_with_exit_2(tmp_path, quick_sized_run, capsys):
+    base, _ = _cli_pair(tmp_path, quick_sized_run, [1.0] * 18)
+    empty, other, bare = (tmp_path / f"{name}.parquet" for name in ("empty", "other", "bare"))
+    store.write(quick_sized_run.iloc[:0], empty)
+    store.write(quick_sized_run.assign(point_id=quick_sized_run["point_id"] + "x",
+                                       suite="other"), other)
+    quick_sized_run.drop(columns="samples_ms").to_parquet(bare)   # store.load refuses it
+    for candidate, message in [(empty, f"{empty} has no rows"),
+                               (other, f"{base} and {other} have no point in common"),
+                               (bare, "no column samples_ms")]:
+        assert main(["compare", base, str(candidate)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert main(["compare", base, base, "--suite-threshold", "3"]) == 2
+    assert "threshold '3' is ambiguous" in capsys.readouterr().err
+
+
+def test_cli_compare_help_documents_exit_codes_and_the_policy(capsys):
+    assert main(["compare", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--fail-on {slower,ambiguous,never}" in text and "--suite-threshold" in text
+    for line in ("0  no regression under the --fail-on policy",
+                 "1  a regression under the policy (and nothing else)",
+                 "2  bad input or unusable environment", "3  internal error"):
+        assert line in text
+
+
+# ---- the run-to-run scatter floor (harness/stats.py) ----------------------------------------------
+def test_scatter_is_near_zero_when_rows_only_differ_by_their_samples():
+    """Same distributions both sides: the rows spread no more than their samples explain."""
+    base, new, _ = synthetic_pair(0)
+    assert compare(base, new).scatter < 0.003
+
+
+def test_scatter_measures_row_jitter_between_runs():
+    base, new, _ = synthetic_pair(0, jitter=0.13)
+    assert 0.09 < compare(base, new).scatter < 0.18
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_noisy_machine_a_a_pair_is_not_slower(seed):
+    """Rows jittering 13% between runs (the 2-core CI VM) with tight samples: the rank test alone
+    calls many rows SLOWER (see the next test); the scatter floor makes them AMBIGUOUS."""
+    base, new, _ = synthetic_pair(seed, jitter=0.13)
+    comparison = compare(base, new)
+    assert not comparison.of(Verdict.SLOWER) and comparison.suite.verdict is not Verdict.SLOWER
+    assert not comparison.fails("slower")
+
+
+def test_without_the_floor_a_noisy_a_a_pair_cries_wolf(monkeypatch):
+    """The planted fault: no floor (k = 0), and the same noisy A/A pairs fail the gate."""
+    monkeypatch.setattr(stats, "SCATTER_ROW_K", 0.0)
+    failing = [compare(*synthetic_pair(seed, jitter=0.13)[:2]).fails("slower")
+               for seed in range(10)]
+    assert sum(failing) >= 8
+
+
+def test_noisy_machine_still_sees_three_times_slower():
+    base, new, _ = synthetic_pair(0, jitter=0.13, slowdown=2.0)
+    comparison = compare(base, new)
+    assert comparison.suite.verdict is Verdict.SLOWER and comparison.fails("slower")
+    assert "scatter floor" in comparison.suite.reason
+
+
+def test_noisy_pair_is_named_in_the_summary():
+    base, new, _ = synthetic_pair(0, jitter=0.13)
+    text = markdown_summary(compare(base, new))
+    assert "Noisy pair: the rows of these two runs scatter" in text
+
+
+def test_confirm_judges_flagged_rows_with_the_first_scatter():
+    """A re-measured subset of SLOWER rows are all slow: their own spread would say 'no noise';
+    the floor must come from the first comparison's rows."""
+    base, new, slowed = synthetic_pair(1, jitter=0.02, slowdown=0.3, slowed_fraction=0.2)
+    first = compare(base, new)
+    again = confirm(first, base, new)
+    assert again.scatter == first.scatter

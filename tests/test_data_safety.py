@@ -363,3 +363,4 @@ def test_a_closed_pipe_is_no_traceback():
                           text=True, env={**os.environ, "PYTHONPATH": str(TESTS.parent)})
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode == 0
+

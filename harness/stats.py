@@ -1,0 +1,178 @@
+"""Statistics over a whole comparison (pure functions of numbers; shared/design/architecture.md).
+
+This holds the suite-level interval and the pair's run-to-run scatter; the per-row rank test and
+p-value adjustment still live in harness/compare.py until they move here.
+
+The suite-level question: over the rows matched between two runs, is the run as a whole slower?
+The figure is the geometric mean of the per-row ratios new/base of medians, i.e. exp(mean of the
+log ratios), and its confidence interval comes from a bootstrap over rows.
+
+Why a bootstrap over rows of the mean log ratio (and not a Wilcoxon signed-rank test):
+- it is an interval for exactly the figure people read, the geometric-mean ratio, so the printed
+  estimate always lies inside its own interval; the signed-rank test's interval is one for the
+  Hodges-Lehmann pseudo-median, which a few regressed rows pull apart from the geometric mean;
+- it assumes nothing about the shape of the log ratios (a regression that slows one algorithm
+  family makes them bimodal), only that rows are independent draws;
+- one wild row cannot carry the suite: it is left out of about a third of the resamples, so the
+  interval stretches to cover the suite without it.
+
+Why "expanded" percentiles (Hesterberg, "What teachers should know about the bootstrap", 2015):
+the plain percentile interval is too narrow for few rows: it behaves like mean +- z * s / sqrt(n)
+with the plug-in s, where Student's t with n - 1 degrees of freedom is due (at n = 8 and 99% it
+covers ~95%). Reading the bootstrap distribution at the tail probability where a normal
+quantile equals sqrt(n / (n - 1)) * t fixes both, and costs nothing but more resamples.
+
+Why MIN_ROWS = 8: a bootstrap cannot reach beyond the range of its rows, and for fewer than about
+8 rows the honest (Student t) 99% interval of a mean is wider than the rows' range; the interval
+would then claim more than the data hold. With fewer rows there is no suite-level verdict and the
+per-row verdicts decide.
+
+What rows being independent leaves out: a whole-run drift (clocks, thermals, a busy neighbour)
+moves every row together, so the interval is narrow around the drift. The scatter floor below,
+not the interval, is what keeps an A/A pair with drift from being called slower.
+
+The run-to-run scatter of a pair (`run_to_run_scatter`): how much more the rows' log ratios
+spread about their median (robust sd, 1.4826 x MAD) than their own sampling noise explains
+(sqrt of the difference of the squares, with the median row's sampling variance). A row's samples
+come from one window of one run, so its rank test sees only the noise inside that window; what
+else differs between two runs of unchanged code (a neighbour on a shared host, the memory the
+buffers landed in) moves each row by its own amount and shows up only as rows disagreeing with
+each other by more than their samples can. On the 2-core CI VM
+(results/logs/power-cpu-*.md; 21 runs of `quick`): rows moved 8-13% (sd) between runs while their
+medians' standard errors inside a run were ~2%, so 25-30% of A/A rows came out "significantly"
+slower by more than 5%; spreading a row's samples over the run or re-allocating its buffers
+between samples did not shrink that (12-13% either way). On an H100 it is well under 1%, and with
+samples drawn from one distribution for both runs (the synthetic tests) about 0. The median and MAD ignore up to half of the rows, so a regression in a minority of rows does
+not hide itself by widening the scatter; a shift of every row moves the median, not the MAD.
+Verdicts (harness/compare.py) must clear a multiple of it:
+- a row: |log ratio| > SCATTER_ROW_K x scatter. 8 because row noise has heavy tails: over 20
+  A/A pairs of 18 rows on the CI VM the worst row lay 7.5 scatters from no change (k = 6 let 2 of
+  360 rows through once a few other rows were planted slower). On a GPU pair with a 0.5%
+  scatter the floor is 4%, below the 5% threshold, so it costs nothing there.
+- the suite: the interval must clear SCATTER_SUITE_K x scatter as well as the suite threshold. A
+  whole-run drift moved the geometric mean by up to 2 scatters in those 20 pairs (37% at worst),
+  its interval's near end by up to 1.2.
+With fewer than MIN_ROWS rows there is no estimate and no floor.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Sequence
+
+import numpy as np
+
+MIN_ROWS = 8                    # fewer rows: no suite-level interval (module docstring)
+BOOTSTRAP_SEED = 0              # fixed: the same rows always give the same interval
+_TAIL_RESAMPLES = 50            # resamples expected beyond each end of the interval
+_MIN_RESAMPLES, _MAX_RESAMPLES = 2_000, 1_000_000
+_CHUNK_CELLS = 4_000_000        # resampled values held at once (32 MB of float64)
+SCATTER_ROW_K = 8.0             # a row must move this many scatters (module docstring)
+SCATTER_SUITE_K = 2.5           # the suite's interval must clear this many
+_MAD_TO_SD = 1.4826             # MAD of a normal sample x this = its standard deviation
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """The geometric-mean ratio of n rows and its confidence interval (ratios, not logs)."""
+    ratio: float
+    low: float
+    high: float
+    n: int
+    confidence: float
+
+
+def geomean(ratios: Sequence[float]) -> float | None:
+    """exp(mean(log r)) over the finite positive ratios; None when there are none."""
+    logs = _logs(ratios)
+    return math.exp(float(logs.mean())) if logs.size else None
+
+
+def geomean_interval(ratios: Sequence[float], confidence: float,
+                     seed: int = BOOTSTRAP_SEED) -> RatioInterval | None:
+    """The geometric-mean ratio with an expanded-percentile bootstrap interval over rows;
+    None with fewer than MIN_ROWS finite positive ratios (the others are left out: a zero or
+    infinite ratio has no logarithm). Rows are sorted first, so their order does not matter."""
+    logs = np.sort(_logs(ratios))
+    n = logs.size
+    if n < MIN_ROWS:
+        return None
+    tail = expanded_tail(n, confidence)
+    means = _bootstrap_means(logs, _resamples(tail), seed)
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return RatioInterval(math.exp(float(logs.mean())), math.exp(float(low)),
+                         math.exp(float(high)), n, confidence)
+
+
+def run_to_run_scatter(ratios: Sequence[float], sampling_sd: Sequence[float]) -> float | None:
+    """The scatter of the log ratios beyond their sampling noise (module docstring), a log-ratio
+    standard deviation; `sampling_sd[i]` is the standard error of log(ratios[i]) that its samples
+    alone explain (log_median_se of each side, combined). None with fewer than MIN_ROWS finite
+    positive ratios."""
+    r = np.asarray(ratios, dtype=float)
+    keep = np.isfinite(r) & (r > 0)
+    if keep.sum() < MIN_ROWS:
+        return None
+    logs = np.log(r[keep])
+    spread = _MAD_TO_SD * float(np.median(np.abs(logs - np.median(logs))))
+    sampling = float(np.median(np.square(np.asarray(sampling_sd, dtype=float)[keep])))
+    return math.sqrt(max(spread ** 2 - sampling, 0.0))
+
+
+def log_median_se(samples: Sequence[float]) -> float:
+    """Standard error of log(median) of positive samples: sqrt(pi/2) x robust sd / sqrt(n), the
+    median's large-sample efficiency against the mean (0 for fewer than 2 samples)."""
+    x = np.asarray(samples, dtype=float)
+    x = np.log(x[np.isfinite(x) & (x > 0)])
+    if x.size < 2:
+        return 0.0
+    robust_sd = _MAD_TO_SD * float(np.median(np.abs(x - np.median(x))))
+    return math.sqrt(math.pi / 2) * robust_sd / math.sqrt(x.size)
+
+
+def scatter_floor(scatter: float | None, k: float) -> float:
+    """The smallest |log ratio| that k scatters allow to be a change; 0 without an estimate."""
+    return 0.0 if scatter is None else k * scatter
+
+
+def expanded_tail(n: int, confidence: float) -> float:
+    """The bootstrap tail probability that gives a Student-t sized interval for a mean of n
+    values: Phi(-sqrt(n / (n - 1)) * t(1 - (1 - confidence) / 2, n - 1))."""
+    t = t_quantile(1.0 - (1.0 - confidence) / 2.0, n - 1)
+    return NormalDist().cdf(-math.sqrt(n / (n - 1)) * t)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile by the Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5), so that
+    NumPy is enough: within 0.3% of the exact value for df >= 7 and 0.5 <= p <= 0.9995, the
+    range MIN_ROWS and the usual confidences need."""
+    z = NormalDist().inv_cdf(p)
+    terms = ((z ** 3 + z) / 4,
+             (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
+             (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
+             (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
+    return z + sum(term / df ** (k + 1) for k, term in enumerate(terms))
+
+
+def _resamples(tail: float) -> int:
+    """Enough resamples that each end of the interval is read from ~50 of them."""
+    return int(min(max(math.ceil(_TAIL_RESAMPLES / tail), _MIN_RESAMPLES), _MAX_RESAMPLES))
+
+
+def _bootstrap_means(values: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Means of `resamples` resamples with replacement, drawn in chunks to bound memory."""
+    rng = np.random.default_rng(seed)
+    n = values.size
+    means = np.empty(resamples)
+    step = max(1, _CHUNK_CELLS // n)
+    for start in range(0, resamples, step):
+        stop = min(start + step, resamples)
+        means[start:stop] = values[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    return means
+
+
+def _logs(ratios: Sequence[float]) -> np.ndarray:
+    r = np.asarray(ratios, dtype=float)
+    r = r[np.isfinite(r) & (r > 0)]
+    return np.log(r)
