@@ -16,7 +16,7 @@ import argparse
 from collections import defaultdict
 
 from harness import backends, reference
-from harness.runner import PointExecutor, algorithm_for
+from harness.executor import PointExecutor, algorithm_for
 from harness.suite import load_suite
 from harness.sweep import Point, TimingOptions
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 import pandas as pd
 
 from harness import backends, reference
-from harness.runner import PointExecutor, algorithm_for
+from harness.executor import PointExecutor, algorithm_for
 from harness.suite import load_suite
 from harness.sweep import Point, TimingOptions
 from harness.timer import _spin, time_cuda, time_cuda_graph

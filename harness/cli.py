@@ -72,8 +72,9 @@ def _layer_names(problem) -> set[str]:
     return {problem.name, problem.name.rsplit(":", 1)[-1]}
 
 
-def _measure(sweep, points, output: "RunOutput", seed: int) -> tuple[Any, bool]:
-    """Run `points`, appending rows to the output as they finish; (this run's rows, interrupted)."""
+def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tuple[Any, bool]:
+    """Run `points` here or on `cluster` (harness.cluster.Cluster), appending rows to the output
+    as they finish; (this run's rows, interrupted)."""
     from harness import env as envmod
     from harness import runner, store
     env = envmod.fingerprint()
@@ -97,12 +98,16 @@ def _measure(sweep, points, output: "RunOutput", seed: int) -> tuple[Any, bool]:
     interrupted = False
     try:
         with _progress(len(todo)) as advance:
-            def on_result(m) -> None:
-                stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-                writer.append(store.to_row(m, run_id, sweep.name, env, stamp))
+            def on_result(m, measured_on: dict[str, Any] = env,
+                          finished_at: str | None = None) -> None:
+                stamp = finished_at or store.finished_now()
+                writer.append(store.to_row(m, run_id, sweep.name, measured_on, stamp))
                 advance(m)
             try:
-                runner.run_points(todo, on_result, seed=seed)
+                if cluster is None:
+                    runner.run_points(todo, on_result, seed=seed)
+                else:
+                    _measure_on_cluster(cluster, todo, on_result, seed)
             except KeyboardInterrupt:
                 interrupted = True
     except BaseException:
@@ -112,6 +117,61 @@ def _measure(sweep, points, output: "RunOutput", seed: int) -> tuple[Any, bool]:
     total = f" ({len(df)} rows in the file)" if len(df) != writer.rows_written else ""
     _say(f"wrote {writer.rows_written} rows to {output.path}{total}")
     return (df[df["run_id"] == run_id] if len(df) else df), interrupted
+
+
+def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int) -> None:
+    """Shards go out largest first; each finished shard's rows are written with the
+    environment of the worker that measured them and the time each point finished there (not
+    when the shard came back), and a line counts shards per worker."""
+    from collections import Counter
+    from harness import runner
+    shards = runner.shards(points)
+    per_worker: Counter[str] = Counter()
+    for number, shard in enumerate(cluster.run(shards, seed), 1):
+        for m, finished_at in zip(shard.measurements, shard.finished_at):
+            on_result(m, shard.env, finished_at)
+        per_worker[shard.worker] += 1
+        counts = ", ".join(f"{name} {n}" for name, n in sorted(per_worker.items()))
+        _say(f"shard {number}/{len(shards)} done on worker {shard.worker} "
+             f"({len(shard.measurements)} rows; shards per worker: {counts})")
+
+
+def _cluster(args: argparse.Namespace, points):
+    """The cluster --cluster names, connected and checked (a context that closes it), or a
+    context holding None; harness.cluster, and with it dask, is imported only here."""
+    import contextlib
+    if not args.cluster:
+        if args.workers is not None or args.cluster_config is not None:
+            flag = "--workers" if args.workers is not None else "--cluster-config"
+            raise UserError(f"{flag} needs --cluster")
+        return contextlib.nullcontext(None)
+    from harness import cluster as clustermod
+    gpu = clustermod.needs_gpu(list(points))
+    try:
+        cluster = clustermod.connect(args.cluster, args.workers, args.cluster_config, gpu)
+    except clustermod.ClusterError as err:
+        raise UserError(str(err)) from None
+    try:
+        _refuse_mixed(cluster.environments(), gpu, args.allow_mixed)
+    except BaseException:
+        cluster.close()
+        raise
+    names = cluster.worker_names()
+    _say(f"cluster {args.cluster}: {len(names)} worker(s): {', '.join(names)}"
+         + (f"; dashboard {cluster.dashboard}" if cluster.dashboard else ""))
+    return cluster
+
+
+def _refuse_mixed(environments: dict[str, dict[str, Any]], gpu: bool, allowed: bool) -> None:
+    """Workers that differ in what makes timings comparable would make one table of rows that
+    cannot be ranked together: refused unless --allow-mixed (every row names its machine)."""
+    from harness.env import COMPARABILITY_FIELDS
+    fields = [f for f in COMPARABILITY_FIELDS if not (gpu and f == "cpu_model")]
+    for field in fields:
+        seen = {str(env.get(field)) for env in environments.values()}
+        if len(seen) > 1 and not allowed:
+            raise UserError(f"--cluster: workers differ in {field} ({', '.join(sorted(seen))}); "
+                            "pass --allow-mixed to run on all of them anyway")
 
 
 @dataclass(frozen=True)
@@ -179,7 +239,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sweep = _load_sweep(args)
     output = _run_output(args, sweep.name)
     points = _planned(sweep)
-    df, interrupted = _measure(sweep, points, output, args.seed)
+    with _cluster(args, points) as cluster:
+        df, interrupted = _measure(sweep, points, output, args.seed, cluster)
     _print_best(df)
     if interrupted:
         _warn("interrupted: finished rows were kept; rerun with --resume to finish")
@@ -387,7 +448,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the suite, compare with the baseline, re-measure flagged rows up to --confirm times,
     and fail only for regressions that every round confirms."""
-    from harness import compare
     sweep = _load_sweep(args)
     timing = replace(sweep.timing, min_samples=max(sweep.timing.min_samples, args.min_samples),
                      max_samples=max(sweep.timing.max_samples, args.min_samples))
@@ -396,7 +456,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     base = _load_results([args.baseline])
     output = _run_output(args, sweep.name, tag="check")
     points = _planned(sweep)
-    new, interrupted = _measure(sweep, points, output, seed=args.seed)
+    with _cluster(args, points) as cluster:
+        return _check_rounds(args, sweep, points, output, base, options, cluster)
+
+
+def _check_rounds(args, sweep, points, output: "RunOutput", base, options, cluster) -> int:
+    from harness import compare
+    new, interrupted = _measure(sweep, points, output, args.seed, cluster)
     if interrupted:
         return EXIT_INTERRUPTED
     wanted = {p.point_id for p in points}
@@ -410,7 +476,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         again = [p for p in points if p.point_id in flagged]
         path = output.path.with_name(f"{output.path.stem}-confirm{round_number}"
                                      f"{output.path.suffix}")
-        rerun, interrupted = _measure(sweep, again, replace(output, path=path), seed=args.seed)
+        rerun, interrupted = _measure(sweep, again, replace(output, path=path), args.seed,
+                                      cluster)
         if interrupted:
             return EXIT_INTERRUPTED
         comparison = compare.confirm(comparison, base, rerun, options)
@@ -512,6 +579,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"convbench: error: {message} (see {self.prog} --help)\n")
 
 
+def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", metavar="local|tcp://HOST:PORT|slurm",
+                   help="spread the sweep over Dask workers (pip install 'convbench[cluster]'): "
+                        "local = one per visible GPU (or --workers CPU workers), tcp:// = an "
+                        "existing scheduler, slurm = dask-jobqueue (--cluster-config)")
+    p.add_argument("--workers", type=_count(1),
+                   help="--cluster local: how many workers (default: one per visible GPU; "
+                        "2 for a CPU sweep)")
+    p.add_argument("--cluster-config", metavar="TOML",
+                   help="--cluster slurm: a file with a [cluster] table (examples/cluster-slurm.toml)")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="--cluster: run even where workers differ in GPU, driver, CUDA or cuDNN")
+
+
 def _add_existing_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--append", action="store_true",
                    help="--out exists: keep its rows and add this run's as a run of their own")
@@ -533,6 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "unfinished run of the suite on this machine")
     _add_existing_output_flags(run)
     run.add_argument("--seed", type=_count(0), default=0, help="seed of the random test data")
+    _add_cluster_flags(run)
     run.set_defaults(func=cmd_run)
 
     table = sub.add_parser("table", help="best verified algorithm per layer from results")
@@ -611,6 +693,7 @@ exit codes:
                                      "results/<suite>-<machine>-<run id>-check.parquet)")
     _add_existing_output_flags(check)
     check.add_argument("--seed", type=_count(0), default=0)
+    _add_cluster_flags(check)
     _add_sweep_flags(check)
     _add_compare_flags(check)
     check.set_defaults(func=cmd_check)

@@ -3,8 +3,8 @@
 A point whose test data, float64 reference and backend buffers cannot fit in the memory this
 machine has free is an `unsupported` row saying how many bytes it needs, not a MemoryError with a
 traceback; a sweep where no point fits is bad input (the CLI's exit 2) naming the layers. The
-counts are upper estimates of what the runner and the backends allocate (harness/reference.py,
-runner.PointExecutor); the backends' blocked scratch is small and not counted.
+counts are upper estimates of what the executor and the backends allocate (harness/reference.py,
+executor.PointExecutor); the backends' blocked scratch is small and not counted.
 """
 from __future__ import annotations
 

@@ -1,26 +1,19 @@
-"""For each point: supports -> prepare -> verify against the float64 reference -> time -> a row.
+"""Plan a sweep into points, order and group them, and hand the groups to be measured.
 
-Every point yields exactly one Measurement. What a backend raises becomes a `failed` row; a GPU
-error that kills or poisons the process becomes `crashed` (GPU points run in a worker process that
-is restarted); an output outside the tolerance is `wrong` and is never timed. Points that differ
-only in their workspace limit are measured once: the algorithm and its kernels are the same, and
-the limit only decides whether each row is `ok` or `workspace_exceeded`.
+Every point yields exactly one Measurement (harness.executor measures it). A GPU error that kills
+or poisons the process becomes `crashed`: GPU points run in a worker process that is restarted
+(harness.worker). The cluster path (harness.cluster) takes the same groups as its shards.
 """
 from __future__ import annotations
 
-import time
-import traceback
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from itertools import groupby
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from harness import backends, memory, reference
-from harness.backends.base import (Algorithm, AlgorithmFailed, ProblemData, Unsupported,
-                                   WorkspaceExceeded)
+from harness import backends
+from harness.executor import PointExecutor
 from harness.measurement import Measurement
 from harness.sweep import Point, Sweep, TimingOptions
-from harness.timer import CpuCacheFlusher, Timing, time_cpu
 
 
 class PlanError(ValueError):
@@ -94,261 +87,12 @@ def _exists(point: Point) -> bool:
     return point.direction in backends.get(point.backend).algorithm(point.algorithm).directions
 
 
-# ---- measuring one group of points (same point, different workspace limits) ---------------------
+# ---- sweeps -------------------------------------------------------------------------------------
 def _limit_free(point: Point) -> tuple:
     return (point.problem, point.direction, point.precision, point.layout, point.backend,
             point.algorithm, point.timing)
 
 
-def _loosest(points: list[Point]) -> Point:
-    limits = [p.workspace_limit for p in points]
-    loosest = None if any(limit is None for limit in limits) else max(limits)
-    return replace(points[0], workspace_limit=loosest)
-
-
-class PointExecutor:
-    """Measures points in this process, caching test data and references between neighbours."""
-
-    def __init__(self, seed: int = 0, cache_size: int = 4):
-        self.seed = seed
-        self._data: OrderedDict[tuple, ProblemData] = OrderedDict()
-        self._references: OrderedDict[tuple, Any] = OrderedDict()
-        self._cache_size = cache_size
-        self._flushers: dict[str, Callable[[], None]] = {}
-
-    def measure_one(self, point: Point) -> Measurement:
-        """One point on its own, including a concrete variant of an expanding algorithm (a
-        graph-API plan by name), for scripts that study single points (benchmarks/)."""
-        algo = algorithm_for(point)
-        if algo.expands and algo.name != point.algorithm:
-            return self._measure_supported([point], point, algo)[0]
-        return self.measure([point])[0]
-
-    def measure(self, group: list[Point]) -> list[Measurement]:
-        point = _loosest(group)
-        backend = backends.get(point.backend)
-        algo = backend.algorithm(point.algorithm)
-        # Buffers that cannot fit are known before allocating: a row, not a MemoryError.
-        reason = algo.supports(point) or memory.refusal(point, backend.device)
-        if reason:
-            return [Measurement(p, "unsupported", reason, algo.family) for p in group]
-        if algo.expands:
-            return self._measure_variants(group, point, algo)
-        return self._measure_supported(group, point, algo)
-
-    def _measure_variants(self, group: list[Point], point: Point,
-                          algo: Algorithm) -> list[Measurement]:
-        """An expanding algorithm (e.g. every graph-API execution plan) names its concrete
-        variants for this problem; each is measured like an algorithm of its own, and every row
-        remembers the planned point it came from (so --resume can skip it)."""
-        try:
-            variants = algo.variants(point, self._cached_data(point))
-        except Unsupported as err:
-            return [Measurement(p, "unsupported", str(err), algo.family) for p in group]
-        except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
-            return [_failed(p, algo, err) for p in group]
-        rows: list[Measurement] = []
-        for variant in variants:
-            members = [replace(p, algorithm=variant) for p in group]
-            measured = self._measure_supported(members, replace(point, algorithm=variant), algo)
-            rows += [replace(m, planned_point_id=planned.point_id)
-                     for m, planned in zip(measured, group)]
-        return rows or [Measurement(p, "unsupported", "the backend offered no variant",
-                                    algo.family) for p in group]
-
-    def _measure_supported(self, group: list[Point], point: Point,
-                           algo: Algorithm) -> list[Measurement]:
-        data = self._cached_data(point)
-        started = time.perf_counter()
-        try:
-            prepared = algo.prepare(point, data)
-        except Unsupported as err:
-            return [Measurement(p, "unsupported", str(err), algo.family) for p in group]
-        except WorkspaceExceeded as err:
-            return [_over_limit(p, algo, err.needed) for p in group]
-        except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
-            return [_failed(p, algo, err) for p in group]
-        try:
-            return self._verify_and_time(group, point, algo, prepared, data, started)
-        finally:
-            prepared.release()
-
-    def _verify_and_time(self, group, point, algo, prepared, data, started) -> list[Measurement]:
-        try:
-            first_call_ms, output, deterministic = _run_twice(prepared)
-        except Exception as err:  # noqa: BLE001 - backend failure while running: a failed row
-            return [_failed(p, algo, err) for p in group]
-        setup_ms = (time.perf_counter() - started) * 1e3
-        expected = self._cached_reference(point, data, _array_module(output))
-        rel, max_abs = reference.relative_errors(output, expected, _array_module(output))
-        length = point.problem.reduction_length(point.direction)
-        factor = getattr(prepared, "error_factor", algo.error_factor)
-        tol = reference.tolerance(point.precision, length, factor)
-        effective = _effective_precision(point.precision, rel, length, factor)
-        common = dict(family=getattr(prepared, "family", algo.family),
-                      workspace_bytes=prepared.workspace_bytes, rel_error=rel, max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
-                      effective_precision=effective, deterministic=deterministic)
-        if effective is None:
-            why = (f"relative L2 error {rel:.3g} exceeds the {point.precision} tolerance "
-                   f"{tol:.3g} (max abs error {max_abs:.3g})")
-            return [Measurement(p, "wrong", why, **common) for p in group]
-        try:
-            timing = self._time(prepared, point)
-        except Exception as err:  # noqa: BLE001 - backend failure while timing: a failed row
-            return [_failed(p, algo, err) for p in group]
-        return [self._row(p, prepared, timing, first_call_ms, common) for p in group]
-
-    def _row(self, p: Point, prepared, timing: Timing, first_call_ms: float,
-             common: dict) -> Measurement:
-        extras = dict(prepared.extras)
-        extras["first_call_ms"] = first_call_ms
-        if hasattr(prepared, "extras_for_limit"):
-            extras.update(prepared.extras_for_limit(p.workspace_limit))
-        needed = prepared.workspace_bytes
-        if p.workspace_limit is not None and needed > p.workspace_limit:
-            return Measurement(p, "workspace_exceeded",
-                               f"needs {needed} bytes of workspace, limit is {p.workspace_limit}",
-                               extras=extras, **{**common, "effective_precision": None})
-        reason = ""
-        if common["effective_precision"] != p.precision:
-            reason = (f"asked for {p.precision}, delivers {common['effective_precision']} "
-                      f"accuracy (relative L2 error {common['rel_error']:.3g})")
-        return Measurement(p, "ok", reason, samples_ms=timing.samples_ms,
-                           stop_reason=timing.stop_reason, host_ms=timing.host_ms,
-                           extras=extras, **common)
-
-    def _time(self, prepared, point: Point) -> Timing:
-        options = point.timing
-        if prepared.device == "simulated":
-            return prepared.simulate(options)
-        flush = self._flusher(prepared.device) if options.mode == "cold" else None
-        if prepared.device == "cuda":
-            timing = _time_gpu(prepared, options, flush)
-            _note_clock(prepared.extras)
-            return timing
-        return time_cpu(prepared.launch, options, flush)
-
-    def _flusher(self, device: str) -> Callable[[], None]:
-        if device not in self._flushers:
-            if device == "cuda":
-                from harness.timer import GpuL2Flusher
-                import cupy
-                l2 = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
-                self._flushers[device] = GpuL2Flusher(l2)
-            else:
-                self._flushers[device] = CpuCacheFlusher()
-        return self._flushers[device]
-
-    def _cached_data(self, point: Point) -> ProblemData:
-        key = (point.problem, point.precision)
-        if key not in self._data:
-            self._data[key] = reference.make_data(point.problem, point.precision, self.seed)
-            _trim(self._data, self._cache_size)
-        return self._data[key]
-
-    def _cached_reference(self, point: Point, data: ProblemData, xp: Any) -> Any:
-        key = (point.problem, point.precision, point.direction, xp.__name__)
-        if key not in self._references:
-            self._references[key] = reference.reference(point.problem, point.direction, data, xp)
-            _trim(self._references, self._cache_size)
-        return self._references[key]
-
-
-def algorithm_for(point: Point) -> Algorithm:
-    """The algorithm that runs `point`: the one it names or, where it names a concrete variant,
-    its backend's expanding algorithm (KeyError naming the known ones otherwise)."""
-    backend = backends.get(point.backend)
-    expanding = [a for a in backend.algorithms() if a.expands]
-    if expanding and point.algorithm not in {a.name for a in backend.algorithms()}:
-        return expanding[0]
-    return backend.algorithm(point.algorithm)
-
-
-def _time_gpu(prepared, options, flush) -> Timing:
-    """Warm points replay a CUDA graph of the calls unless the stream timer is asked for; cold
-    points (an L2 flush between calls) and libraries whose calls cannot be captured use the held
-    stream. The row says which."""
-    from harness.timer import CaptureFailed, time_cuda, time_cuda_graph
-    if flush is None and options.gpu_timer == "graph":
-        try:
-            timing = time_cuda_graph(prepared.launch, prepared.stream, options,
-                                     capture=getattr(prepared, "capture", None))
-            prepared.extras["gpu_timer"] = "cuda_graph"
-            return timing
-        except CaptureFailed as err:
-            prepared.extras["capture_error"] = str(err)[:300]
-    prepared.extras["gpu_timer"] = "held_stream"
-    return time_cuda(prepared.launch, prepared.stream, options, flush)
-
-
-def _note_clock(extras: dict[str, Any]) -> None:
-    """SM clock read right after the timed batches, while the GPU is still busy-warm; a clock
-    under 90% of its maximum flags the row as throttled (it is kept, never discarded)."""
-    from harness.env import sm_clock_mhz
-    clocks = sm_clock_mhz()
-    if clocks:
-        current, maximum = clocks
-        extras.update(sm_clock_mhz=current, sm_clock_max_mhz=maximum,
-                      throttled=current < 0.9 * maximum)
-
-
-def _run_twice(prepared) -> tuple[float, Any, bool]:
-    """Two poisoned runs: the first call's cost, the output, and whether the bits repeat."""
-    prepared.poison()
-    start = time.perf_counter()
-    prepared.launch()
-    first = prepared.output()
-    first_call_ms = (time.perf_counter() - start) * 1e3
-    xp = _array_module(first)
-    first = first.copy()
-    prepared.poison()
-    prepared.launch()
-    second = prepared.output()
-    deterministic = bool(xp.array_equal(first, second))
-    return first_call_ms, first, deterministic
-
-
-def _effective_precision(asked: str, rel: float, length: int, factor: float) -> str | None:
-    """What the accuracy shows was computed: the asked precision, tf32 for fp32 data computed on
-    tensor cores, or None when the result is wrong even for that."""
-    if rel <= reference.tolerance(asked, length, factor):
-        return asked
-    if asked == "fp32" and rel <= reference.tolerance("tf32", length, factor):
-        return "tf32"
-    return None
-
-
-def _array_module(array: Any) -> Any:
-    module = type(array).__module__.split(".")[0]
-    if module == "cupy":
-        import cupy
-        return cupy
-    import numpy
-    return numpy
-
-
-def _failed(point: Point, algo: Algorithm, err: BaseException) -> Measurement:
-    if isinstance(err, AlgorithmFailed):
-        reason = str(err)
-    else:
-        where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
-        at = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
-        reason = f"{type(err).__name__}: {err}{at}"
-    return Measurement(point, "failed", reason, algo.family)
-
-
-def _over_limit(point: Point, algo: Algorithm, needed: int) -> Measurement:
-    return Measurement(point, "workspace_exceeded",
-                       f"needs {needed} bytes of workspace, limit is {point.workspace_limit}",
-                       algo.family, workspace_bytes=needed)
-
-
-def _trim(cache: OrderedDict, size: int) -> None:
-    while len(cache) > size:
-        cache.popitem(last=False)
-
-
-# ---- sweeps -------------------------------------------------------------------------------------
 def groups(points: Iterable[Point]) -> Iterator[list[Point]]:
     """Consecutive points that differ only in their workspace limit."""
     for _, members in groupby(points, key=_limit_free):
@@ -360,24 +104,55 @@ def run_point(point: Point, seed: int = 0) -> Measurement:
     return PointExecutor(seed).measure([point])[0]
 
 
+def shards(points: Iterable[Point]) -> list[list[Point]]:
+    """The cluster's units of work: consecutive points (in plan order) that share test data and
+    references (one problem at one precision), so each worker builds them once. Largest first,
+    so the last shard to start is a small one and the workers finish together; estimated work is
+    the point count times the problem's FLOPs."""
+    runs = [list(members) for _, members in groupby(points, key=_test_data)]
+    return sorted(runs, key=lambda shard: len(shard) * shard[0].problem.flops, reverse=True)
+
+
+def _test_data(point: Point) -> tuple:
+    return (point.problem, point.precision)
+
+
+class Measurer:
+    """Measures groups of points: CPU points in this process, GPU points in a crash-isolated
+    worker process (harness.worker) so a CUDA error that poisons the context cannot end the
+    sweep. Held across calls, it keeps test data and the GPU worker process warm."""
+
+    def __init__(self, seed: int = 0, isolate_gpu: bool = True):
+        self._local = PointExecutor(seed)
+        self._remote = None
+        self._seed = seed
+        self._isolate_gpu = isolate_gpu
+
+    def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None]) -> None:
+        for group in groups(points):
+            for measurement in self._measure(group):
+                on_result(measurement)
+
+    def _measure(self, group: list[Point]) -> list[Measurement]:
+        if backends.get(group[0].backend).device == "cuda" and self._isolate_gpu:
+            if self._remote is None:
+                from harness.worker import WorkerPool
+                self._remote = WorkerPool(self._seed)
+            return self._remote.measure(group)
+        return self._local.measure(group)
+
+    def close(self) -> None:
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
+
+
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],
                seed: int = 0, isolate_gpu: bool = True) -> None:
-    """Measure every point, calling `on_result` as each finishes. GPU points go to a worker
-    process (harness.worker) so a CUDA error that poisons the context cannot end the sweep."""
-    local = PointExecutor(seed)
-    remote = None
+    """Measure every point in this process (GPU points in a worker process), calling
+    `on_result` as each finishes."""
+    measurer = Measurer(seed, isolate_gpu)
     try:
-        for group in groups(points):
-            device = backends.get(group[0].backend).device
-            if device == "cuda" and isolate_gpu:
-                if remote is None:
-                    from harness.worker import WorkerPool
-                    remote = WorkerPool(seed)
-                results = remote.measure(group)
-            else:
-                results = local.measure(group)
-            for measurement in results:
-                on_result(measurement)
+        measurer.run(points, on_result)
     finally:
-        if remote is not None:
-            remote.close()
+        measurer.close()

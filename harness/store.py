@@ -125,6 +125,12 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
     return row
 
 
+def finished_now() -> str:
+    """The `finished_at` of a row measured just now (UTC, to the second)."""
+    from datetime import datetime, timezone
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Rows -> a DataFrame with exactly COLUMNS, in order, with their dtypes."""
     df = pd.DataFrame(list(rows)).reindex(columns=list(COLUMNS))   # missing columns: None

@@ -28,9 +28,8 @@ def _sticky(measurements: list[Measurement]) -> str | None:
 
 def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
     from harness import backends
-    from harness.runner import PointExecutor
-    for name, target in registry.items():
-        backends.register(name, target)
+    from harness.executor import PointExecutor
+    backends.register_all(registry)
     executor = PointExecutor(seed)
     while True:
         group = connection.recv()

@@ -1,8 +1,11 @@
 """Backends planted by tests that run convbench in a subprocess: a slow one, so a sweep can be
 killed half-way on purpose, and the real `cpu` backend made slower, the regression that
-scripts/aa_check.sh must catch (tests/run_planted.py registers it under the name "cpu")."""
+scripts/aa_check.sh must catch (tests/run_planted.py registers it under the name "cpu"); one that
+kills the process measuring it once, a Dask worker lost mid-run (tests/test_cluster.py)."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -100,3 +103,54 @@ class SlowCpuBackend(CpuBackend):
 
     def algorithms(self) -> list:
         return [_SlowedAlgorithm(a, self.slowdown) for a in super().algorithms()]
+
+
+class DiesOnce(FakeExact):
+    """Correct, except that the first time any process prepares it, that process is killed
+    (SIGKILL, as a lost node or the OOM killer would): under --cluster, a Dask worker lost in
+    the middle of a shard. The marker file, named by the test, makes it happen once."""
+    backend = "dies_once"
+    name = "exact"
+    marker_variable = "CONVBENCH_TEST_DIE_MARKER"
+
+    def prepare(self, point, data):
+        marker = os.environ.get(self.marker_variable)
+        if marker:
+            try:
+                with open(marker, "x"):
+                    pass
+            except FileExistsError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().prepare(point, data)
+
+
+class DiesOnceBackend(FakeBackend):
+    name = "dies_once"
+
+    def algorithms(self):
+        return [DiesOnce()]
+
+
+class _GpuExact(FakeExact):
+    backend = "fake_gpu"
+
+
+class _GpuDies(FakeExact):
+    """Kills the process measuring it, every time: a driver fault that takes the process down."""
+    backend = "fake_gpu"
+    name = "dies"
+
+    def prepare(self, point, data):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class FakeGpuBackend(FakeBackend):
+    """The fake backend posing as a GPU one: its points take the GPU path (a crash-isolated
+    worker process, one GPU per Dask worker) with no GPU or CUDA anywhere."""
+    name = "fake_gpu"
+    device = "cuda"
+
+    def algorithms(self):
+        return [_GpuExact(), _GpuDies()]

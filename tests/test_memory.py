@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import memory, runner
+from harness import executor, memory
 from harness.problem import ConvProblem, ProblemError
 from harness.sweep import Point
 
@@ -65,17 +65,17 @@ def test_format_bytes(count, text):
 
 def test_executor_turns_a_point_too_big_for_memory_into_an_unsupported_row(monkeypatch):
     monkeypatch.setattr(memory, "host_bytes_available", lambda: 8 * GB)
-    executor = runner.PointExecutor()
-    huge, small = (executor.measure([_point(p)])[0] for p in (HUGE, SMALL))
+    measurer = executor.PointExecutor()
+    huge, small = (measurer.measure([_point(p)])[0] for p in (HUGE, SMALL))
     assert huge.status == "unsupported" and "of host memory" in huge.reason
     assert "8 GB available" in huge.reason
     assert small.status == "ok"
-    assert not executor._data or HUGE not in {key[0] for key in executor._data}
+    assert not measurer._data or HUGE not in {key[0] for key in measurer._data}
 
 
 def test_the_algorithms_own_refusal_comes_first(monkeypatch):
     monkeypatch.setattr(memory, "host_bytes_available", lambda: 8 * GB)
-    row = runner.PointExecutor().measure([_point(HUGE, precision="fp16")])[0]
+    row = executor.PointExecutor().measure([_point(HUGE, precision="fp16")])[0]
     assert row.status == "unsupported" and "fp32 and fp64 only" in row.reason
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import analysis, env, runner, store
+from harness import analysis, env, executor, runner, store
 from harness.problem import ConvProblem
 from harness.sweep import AlgorithmChoice, Point, Sweep, TimingOptions
 
@@ -175,7 +175,7 @@ def test_gpu_timer_falls_back_to_the_held_stream_and_says_why(monkeypatch):
     monkeypatch.setattr(timer, "time_cuda_graph", refuse_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
-    assert runner._time_gpu(work, TimingOptions(), None) is held
+    assert executor._time_gpu(work, TimingOptions(), None) is held
     assert work.extras["gpu_timer"] == "held_stream"
     assert "not permitted" in work.extras["capture_error"]
 
@@ -194,7 +194,7 @@ def test_gpu_points_that_need_the_held_stream_never_try_capture(monkeypatch, opt
     monkeypatch.setattr(timer, "time_cuda_graph", must_not_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
-    assert runner._time_gpu(work, options, flush) is held
+    assert executor._time_gpu(work, options, flush) is held
     assert work.extras == {"gpu_timer": "held_stream"}
 
 
@@ -210,11 +210,11 @@ def test_measure_one_runs_a_named_variant_of_an_expanding_algorithm():
     from harness import backends
     backends.register("plans", "planted_backends:PlansBackend")
     variant = Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "plans", "plan_slow")
-    assert runner.algorithm_for(variant).expands
-    m = runner.PointExecutor().measure_one(variant)
+    assert executor.algorithm_for(variant).expands
+    m = executor.PointExecutor().measure_one(variant)
     assert m.ok and m.point.algorithm == "plan_slow"
-    plain = runner.PointExecutor().measure_one(
+    plain = executor.PointExecutor().measure_one(
         Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "fake", "exact"))
     assert plain.ok and plain.rel_error == 0
     with pytest.raises(KeyError, match="no algorithm 'bogus'"):
-        runner.algorithm_for(Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "fake", "bogus"))
+        executor.algorithm_for(Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "fake", "bogus"))

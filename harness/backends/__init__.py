@@ -26,6 +26,14 @@ def register(name: str, target: str) -> None:
     _instances.pop(name, None)
 
 
+def register_all(names_to_targets: dict[str, str]) -> None:
+    """Register what another process's registry() returned (worker processes get the backends
+    the parent registered, tests' planted ones included); unchanged names keep their instance."""
+    for name, target in names_to_targets.items():
+        if _REGISTRY.get(name) != target:
+            register(name, target)
+
+
 def registry() -> dict[str, str]:
     """The current name -> "module:Class" map, handed to worker processes."""
     return dict(_REGISTRY)
