@@ -29,9 +29,14 @@ from harness.sweep import Point
 
 CONNECT_TIMEOUT_S = 10
 DEFAULT_CPU_WORKERS = 2
-# Dask workers are daemonic processes by default, and a daemonic process may not start the
-# crash-isolated child that runs GPU points.
-_NON_DAEMONIC = {"distributed.worker.daemon": False}
+# Set for the cluster's lifetime (dask.config.set), and handed to the worker processes:
+# - Dask workers are daemonic processes by default, and a daemonic process may not start the
+#   crash-isolated child that runs GPU points;
+# - Dask's NVML monitor reads CUDA_VISIBLE_DEVICES itself and fails to start the cluster
+#   ("Invalid Argument") when that names a device this host lacks; we never use its GPU panel;
+# - worker processes log every start and stop at INFO; our progress lines say what matters.
+_CLUSTER_CONFIG = {"distributed.worker.daemon": False, "distributed.diagnostics.nvml": False,
+                   "logging.distributed": "error"}
 SLURM_KEYS = {"queue": str, "account": str, "walltime": str, "gpus_per_job": int, "jobs": int,
               "cores": int, "memory": str}
 
@@ -168,7 +173,7 @@ def connect(target: str, workers: int | None, config_path: str | None,
                            f"with --cluster {target}")
     _require("distributed", "Dask distributed", "pip install 'convbench[cluster]'")
     import dask
-    config = dask.config.set(_NON_DAEMONIC)
+    config = dask.config.set(_CLUSTER_CONFIG)
     logging.getLogger("distributed").setLevel(logging.ERROR)   # our one line says what matters
     cluster = None
     try:
