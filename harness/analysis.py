@@ -11,6 +11,21 @@ SETTING = ["layer", "batch", "direction", "effective_precision", "layout", "work
            "timing_mode"]
 
 
+GPU = "env_gpu_name"    # what a mixed run is split by (rows carry their worker's fingerprint)
+
+
+def by_gpu(df: pd.DataFrame) -> list[tuple[str | None, pd.DataFrame]]:
+    """The frame split per GPU model when its rows come from more than one (a `--cluster` run
+    with --allow-mixed, or files from several machines read together): the fastest algorithm
+    on an H100 and on an H200 are two answers, and ranking them together would compare GPUs,
+    not algorithms. One part, labelled None, when there is nothing to split. Rows measured
+    without a GPU are the part labelled "no GPU"."""
+    names = df[GPU].fillna("").astype(str) if GPU in df.columns else None
+    if names is None or names.nunique() <= 1:
+        return [(None, df)]
+    return [(name or "no GPU", part) for name, part in df.groupby(names, sort=True)]
+
+
 def verified(df: pd.DataFrame) -> pd.DataFrame:
     """Rows whose output matched the reference and were timed."""
     return df[(df["status"] == "ok") & df["median_ms"].notna()]

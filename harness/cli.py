@@ -335,12 +335,15 @@ def _load_results(arguments: list[str]):
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    df = _load_results(args.results)
-    if args.selection:
-        from harness import selection
-        _say(selection.format_selection(df))
-        return EXIT_OK
-    _print_best(df)
+    from harness import analysis
+    for gpu, part in analysis.by_gpu(_load_results(args.results)):
+        if gpu is not None:
+            _say(f"\n== {gpu}: {len(part)} rows ==")
+        if args.selection:
+            from harness import selection
+            _say(selection.format_selection(part))
+        else:
+            _print_best(part)
     return EXIT_OK
 
 
@@ -509,16 +512,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = _report_folder(Path(args.out) if args.out else
                          Path("reports") / Path(results[0].name.removesuffix(".partial.jsonl")).stem,
                          bool(args.out))
+    from harness import analysis
+    from harness.runs import machine_label
     try:
         peaks = report.read_peaks(args.peaks) if args.peaks else None
-        paths = report.render_report(results, out, baseline_policy=args.baseline_policy,
-                                     peaks=peaks, embed_images=args.embed_images,
-                                     title=args.title, jobs=args.jobs)
+        # Rows from several GPU models (a mixed cluster run): one report per GPU, in subfolders.
+        for gpu, part in analysis.by_gpu(report.load_frames(results)):
+            folder = out if gpu is None else out / machine_label({"gpu_name": gpu})
+            title = args.title if gpu is None or args.title is None else f"{args.title} ({gpu})"
+            paths = report.render_report(part, folder, baseline_policy=args.baseline_policy,
+                                         peaks=peaks, embed_images=args.embed_images,
+                                         title=title, jobs=args.jobs)
+            _say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
     except report.PeaksError as err:
         raise UserError(f"--peaks {err}") from None
     except (report.PolicyError, report.EmptyResults) as err:
         raise UserError(str(err)) from None
-    _say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
     return EXIT_OK
 
 

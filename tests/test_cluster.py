@@ -195,3 +195,32 @@ def test_local_gpu_workers_each_see_only_their_gpu(monkeypatch):
         resources = [w["resources"] for w in dask.client.scheduler_info()["workers"].values()]
     assert sorted(seen.values()) == ["3", "5"]
     assert resources == [{"GPU": 1}, {"GPU": 1}]
+
+
+# ---- a mixed run is read per GPU ----------------------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+H200_RUN = ROOT / "results" / "scaleout-1gpu-nvidia-h200-2026-11-23.parquet"
+CPU_RUN = ROOT / "results" / "quick-cpu-2026-11-22.parquet"
+
+
+def test_table_of_rows_from_two_machines_is_one_table_per_gpu(capsys):
+    assert main(["table", str(H200_RUN), str(CPU_RUN)]) == 0
+    out = capsys.readouterr().out
+    h200, no_gpu = out.index("== NVIDIA H200: 840 rows =="), out.index("== no GPU: 18 rows ==")
+    gpu_block = out[h200:no_gpu] if h200 < no_gpu else out[h200:]
+    cpu_block = out[no_gpu:h200] if no_gpu < h200 else out[no_gpu:]
+    assert "cudnn:" in gpu_block and "cpu:" not in gpu_block
+    assert "cpu:" in cpu_block and "cudnn:" not in cpu_block
+
+
+def test_one_machine_is_not_split(capsys):
+    assert main(["table", str(H200_RUN)]) == 0
+    assert "==" not in capsys.readouterr().out
+
+
+def test_report_of_rows_from_two_machines_is_one_report_per_gpu(tmp_path, capsys):
+    out = tmp_path / "mixed"
+    assert main(["report", str(H200_RUN), str(CPU_RUN), "--out", str(out), "--jobs", "1"]) == 0
+    h200 = (out / "nvidia-h200" / "index.md").read_text()
+    cpu = (out / "no-gpu" / "index.md").read_text()
+    assert "cudnn" in h200 and "cudnn" not in cpu
