@@ -261,11 +261,14 @@ def _with_roofline(df, env: dict[str, Any]):
 
 
 class _progress:
-    """A rich progress bar on a terminal, one plain line per point otherwise."""
+    """A rich progress bar on a terminal, one plain line per row otherwise. It counts planned
+    points, not rows: an expanding algorithm (every graph-API plan) turns one planned point
+    into many rows, and "[4482/960]" helps nobody."""
 
     def __init__(self, total: int):
         self.total = total
-        self.done = 0
+        self.rows = 0
+        self._points: set[str] = set()
         self._bar = None
 
     def __enter__(self) -> Callable[[Any], None]:
@@ -277,14 +280,17 @@ class _progress:
         return self.advance
 
     def advance(self, m) -> None:
-        self.done += 1
+        self.rows += 1
+        self._points.add(m.planned_point_id or m.point.point_id)
+        done = len(self._points)
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, description=m.point.problem.label[:40])
+            self._bar.update(self._task, completed=done, description=m.point.problem.label[:40])
             return
         p = m.point
         timing = f" {m.median_ms:.4g} ms" if m.median_ms is not None else ""
         detail = "" if m.status == "ok" else f" ({m.reason[:100]})"
-        _say(f"[{self.done}/{self.total}] {p.problem.label} {p.direction} {p.precision} "
+        rows = f", row {self.rows}" if self.rows != done else ""
+        _say(f"[{done}/{self.total}{rows}] {p.problem.label} {p.direction} {p.precision} "
              f"{p.layout} {p.backend}:{p.algorithm}: {m.status}{timing}{detail}")
 
     def __exit__(self, *exc) -> None:

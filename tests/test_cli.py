@@ -304,3 +304,18 @@ def test_check_refuses_negative_confirmation_rounds_and_no_samples(tmp_path, cap
     assert main(["check", "quick", "--baseline", str(tmp_path / "b.parquet"), *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0] and flags[0] in err[0], err
+
+
+def test_progress_counts_planned_points_not_the_rows_they_expand_into(tmp_path, capsys):
+    """Two problems x one expanding algorithm with two plans: 2 planned points, 4 rows."""
+    from harness import backends
+    backends.register("plans", "planted_backends:PlansBackend")
+    suite = tmp_path / "plans.toml"
+    suite.write_text("name = 'plans'\nlayers = ['mb2ic4ih8oc4oh8kh3ph1n\"a\"', "
+                     "'mb2ic8ih10oc8kh3sh2n\"b\"']\n[sweep]\ndirections = ['fwd']\n"
+                     "precisions = ['fp64']\n[[sweep.backends]]\nname = 'plans'\n")
+    assert main(["run", str(suite), "--out", str(tmp_path / "plans.parquet")]) == 0
+    progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert len(progress) == 4
+    assert progress[-1].startswith("[2/2, row 4] ")
+    assert all("/2" in line for line in progress)
