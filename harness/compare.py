@@ -68,21 +68,19 @@ import shlex
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.stats import CORRECTIONS, DEFAULT_ALPHA, adjust_p_values, mann_whitney_u, smallest_p
 from harness.env import COMPARABILITY_FIELDS
 from harness.store import ResultsError
 
-DEFAULT_ALPHA = 0.002          # asv's default significance level
 DEFAULT_THRESHOLD = 0.05       # 5% change before anyone should care
 DEFAULT_SUITE_THRESHOLD = 0.03  # the whole run: see the module docstring
 DEFAULT_SUITE_CONFIDENCE = 0.99
-CORRECTIONS = ("bh", "holm", "none")
 FAIL_ON = ("slower", "ambiguous", "never")
 
 
@@ -439,119 +437,6 @@ def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMis
         if b != n:
             found.append(EnvMismatch(name, b, n))
     return found
-
-
-# ---- statistics ----------------------------------------------------------------------------------
-def mann_whitney_u(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
-    """(U of x, p for "x tends to be larger than y", p for "x tends to be smaller").
-
-    Exact when there are no ties and at most EXACT_MAX_PAIRS pairs (scipy's method="exact"),
-    else the normal approximation with tie and continuity corrections (method="asymptotic").
-    The exact test matters here: at 10 samples a side it reaches p = 5e-6 where the normal
-    approximation stops at 9e-5, the difference between passing a Holm correction over 200 rows
-    or not."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    n1, n2 = x.size, y.size
-    if n1 == 0 or n2 == 0:
-        return math.nan, 1.0, 1.0
-    ranks, tie_counts = _average_ranks(np.concatenate([x, y]))
-    u = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2
-    if tie_counts.max() == 1 and n1 * n2 <= EXACT_MAX_PAIRS:
-        cdf = _u_cdf(min(n1, n2), max(n1, n2))
-        return u, float(cdf[n1 * n2 - int(u)]), float(cdf[int(u)])
-    n = n1 + n2
-    ties = float((tie_counts.astype(float) ** 3 - tie_counts).sum())
-    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
-    if variance <= 0:        # every value equal: no evidence either way
-        return u, 1.0, 1.0
-    mean, sd = n1 * n2 / 2, math.sqrt(variance)
-    return u, _normal_sf((u - mean - 0.5) / sd), _normal_sf((mean - u - 0.5) / sd)
-
-
-EXACT_MAX_PAIRS = 2500      # up to 50 x 50 samples: the exact distribution costs well under 1 ms
-
-
-@lru_cache(maxsize=1024)
-def _u_cdf(n1: int, n2: int) -> np.ndarray:
-    """P(U <= u) for u = 0..n1*n2 under the null hypothesis, without ties.
-
-    The number of arrangements with U = u is the coefficient of q^u in the Gaussian binomial
-    prod_{i=1..n1} (1 - q^(n2+i)) / (1 - q^i). Each coefficient depends only on lower ones, so
-    the small left-tail counts stay exact in float64; callers read only the left tail (the right
-    one by symmetry, P(U >= u) = P(U <= n1*n2 - u))."""
-    size = n1 * n2 + 1
-    counts = np.zeros(size)
-    counts[0] = 1.0
-    for i in range(1, n1 + 1):
-        shift = n2 + i
-        if shift < size:                                  # times (1 - q^shift)
-            counts[shift:] = counts[shift:] - counts[:-shift].copy()
-        pad = (-size) % i                                 # divided by (1 - q^i): running sums
-        strided = np.concatenate([counts, np.zeros(pad)]).reshape(-1, i)
-        counts = strided.cumsum(axis=0).ravel()[:size]
-    return np.minimum(np.cumsum(counts) / math.comb(n1 + n2, n1), 1.0)
-
-
-def smallest_p(n1: int, n2: int) -> float:
-    """The smallest one-sided p-value n1 vs n2 samples can give: complete separation, no ties."""
-    return 1.0 / math.comb(n1 + n2, n1) if n1 and n2 else 1.0
-
-
-def samples_floor(rows: int, alpha: float = DEFAULT_ALPHA) -> int:
-    """The fewest samples a point needs (the same count in base and new) for a single regressed
-    row among `rows` matched rows to be called SLOWER even when one stray sample overlaps.
-
-    With one regressed row, Benjamini-Hochberg (and Holm) accept it only at p <= alpha / rows.
-    Complete separation reaches that once 1/C(2n, n) <= alpha / rows (smallest_p): 8 samples for
-    18 rows, 12 for 3,646. But real samples overlap: one slow hiccup in the baseline (a context
-    switch, a page fault, a clock step) ranks above all n new samples and costs n inversions,
-    U = n instead of 0. So the floor is the smallest n with P(U <= n) <= alpha / rows under the
-    exact null distribution of U: 12 samples for 18 rows, 15 for 200, 17 for 3,646, 19 for
-    21,487. It grows with the logarithm of the rows (one sample more per 2-6 times as many), so
-    a row count estimated a few times too high or too low moves it by a sample or two."""
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha={alpha!r} must lie strictly between 0 and 1")
-    needed = alpha / max(rows, 1)
-    most = math.isqrt(EXACT_MAX_PAIRS)     # beyond it compare() leaves the exact distribution
-    for n in range(1, most + 1):
-        if _u_cdf(n, n)[n] <= needed:
-            return n
-    raise ValueError(f"{rows} rows at alpha {alpha:g} need more than {most} samples a point")
-
-
-def adjust_p_values(p: Sequence[float], method: str) -> np.ndarray:
-    """Holm step-down (family-wise error) or Benjamini-Hochberg step-up (false discovery rate)."""
-    p = np.asarray(p, dtype=float)
-    m = p.size
-    if m == 0 or method == "none":
-        return p.copy()
-    if method == "holm":
-        order = np.argsort(p, kind="stable")
-        steps = np.maximum.accumulate((m - np.arange(m)) * p[order])
-    elif method == "bh":
-        order = np.argsort(p, kind="stable")[::-1]
-        steps = np.minimum.accumulate(p[order] * m / np.arange(m, 0, -1))
-    else:
-        raise ValueError(f"unknown correction {method!r}; use one of {', '.join(CORRECTIONS)}")
-    adjusted = np.empty(m)
-    adjusted[order] = np.minimum(steps, 1.0)
-    return adjusted
-
-
-def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """1-based ranks with ties sharing their average rank, and the size of every tie group."""
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    group = np.cumsum(np.r_[True, ordered[1:] != ordered[:-1]]) - 1
-    counts = np.bincount(group)
-    average = np.cumsum(counts) - (counts - 1) / 2
-    ranks = np.empty(values.size)
-    ranks[order] = average[group]
-    return ranks, counts
-
-
-def _normal_sf(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
 # ---- judging rows --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Iterator
 from harness import backends
 from harness.executor import PointExecutor
 from harness.measurement import Measurement
+from harness.stats import samples_floor
 from harness.sweep import Point, Sweep, TimingOptions
 
 
@@ -56,12 +57,11 @@ def plan(sweep: Sweep) -> Plan:
 
 
 def with_samples_floor(timing: TimingOptions, rows: int) -> tuple[TimingOptions, str | None]:
-    """`timing` with at least compare.samples_floor(rows) samples a point, and a note when that
+    """`timing` with at least stats.samples_floor(rows) samples a point, and a note when that
     raised the suite's min_samples. Below the floor `convbench compare` of two runs could never
     call a lone regressed row SLOWER, so a CI gate on them could not fail. The planned points
     stand in for the rows: unsupported points make fewer rows and expanding algorithms more,
-    which the floor's logarithmic growth makes cheap to get wrong (compare.samples_floor)."""
-    from harness.compare import samples_floor   # pulls in pandas, which workers never need
+    which the floor's logarithmic growth makes cheap to get wrong (stats.samples_floor)."""
     floor = samples_floor(rows)
     if rows == 0 or timing.min_samples >= floor:
         return timing, None

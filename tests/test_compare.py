@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from harness import stats, store
 from harness.cli import main
 from harness.compare import (Comparison, CompareOptions, EnvironmentMismatch,
-                             IncomparableResults, RowResult, Verdict, adjust_p_values, compare,
-                             confirm, environment_mismatches, flagged_point_ids, mann_whitney_u,
-                             markdown_summary, parse_layer_thresholds, parse_threshold,
-                             reproduce_command, smallest_p)
+                             IncomparableResults, RowResult, Verdict, compare, confirm,
+                             environment_mismatches, flagged_point_ids, markdown_summary,
+                             parse_layer_thresholds, parse_threshold, reproduce_command)
+from harness.stats import adjust_p_values, mann_whitney_u, smallest_p
 from harness.env import COMPARABILITY_FIELDS
 
 SEEDS = range(20)

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from harness import compare, runner, suite, timer
-from harness.compare import DEFAULT_ALPHA, Verdict, _u_cdf, samples_floor, smallest_p
+from harness.compare import Verdict
+from harness.stats import DEFAULT_ALPHA, _u_cdf, samples_floor, smallest_p
 from harness.sweep import TimingOptions
 
 
