@@ -127,9 +127,14 @@ def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: i
     from harness import runner
     shards = runner.shards(points)
     per_worker: Counter[str] = Counter()
+    seen_env: dict[str, Any] | None = None    # a lost shard's rows take the last worker's
     for number, shard in enumerate(cluster.run(shards, seed), 1):
+        seen_env = shard.env or seen_env
         for m, finished_at in zip(shard.measurements, shard.finished_at):
-            on_result(m, shard.env, finished_at)
+            if seen_env:
+                on_result(m, seen_env, finished_at)
+            else:                                 # nothing seen yet: the client's machine
+                on_result(m, finished_at=finished_at)
         per_worker[shard.worker] += 1
         counts = ", ".join(f"{name} {n}" for name, n in sorted(per_worker.items()))
         _say(f"shard {number}/{len(shards)} done on worker {shard.worker} "

@@ -127,17 +127,19 @@ class Cluster:
         from distributed import KilledWorker, as_completed
         from harness import store
         registry = backends.registry()
-        futures = [self.client.submit(measure_shard, shard, seed, registry, pure=False,
+        futures = {self.client.submit(measure_shard, shard, seed, registry, pure=False,
                                       priority=len(shards) - rank,
-                                      resources={"GPU": 1} if needs_gpu(shard) else None)
-                   for rank, shard in enumerate(shards)]
+                                      resources={"GPU": 1} if needs_gpu(shard) else None): shard
+                   for rank, shard in enumerate(shards)}
         try:
             for future in as_completed(futures):
                 error = future.exception() if future.status == "error" else None
                 # A shard that took down every worker that tried it (a crash the worker
                 # process could not isolate) is `crashed` rows, as in a run without --cluster.
                 if isinstance(error, KilledWorker):
-                    lost = shards[futures.index(future)]
+                    lost = futures[future]
+                    # No worker fingerprint: the client gives these rows the machine of the
+                    # run's other rows (an empty one would read as a machine of its own).
                     yield ShardResult("(lost)", {}, tuple(
                         Measurement(p, "crashed", f"the Dask workers running it died ({error})")
                         for p in lost), (store.finished_now(),) * len(lost))
@@ -151,10 +153,12 @@ class Cluster:
     def close(self) -> None:
         try:
             self.client.close()
-            if self._owned is not None:
-                self._owned.close()
         finally:
-            self._config.__exit__(None, None, None)
+            try:
+                if self._owned is not None:       # stopped even when the client would not close
+                    self._owned.close()
+            finally:
+                self._config.__exit__(None, None, None)
 
     def __enter__(self) -> "Cluster":
         return self
@@ -280,6 +284,11 @@ def _slurm_options(config_path: str | None) -> dict[str, Any]:
     return table
 
 
+def _env_name(key: str) -> str:
+    """Dask's environment variable for a config key: DASK_ + dots as double underscores."""
+    return "DASK_" + key.upper().replace(".", "__")
+
+
 def _slurm(options: dict[str, Any]) -> tuple[Any, Any]:
     _require("dask_jobqueue", "dask-jobqueue for slurm", "pip install 'convbench[slurm]'")
     from dask_jobqueue import SLURMCluster
@@ -288,9 +297,13 @@ def _slurm(options: dict[str, Any]) -> tuple[Any, Any]:
     settings = {key: options[key] for key in ("queue", "account", "walltime", "cores", "memory")
                 if key in options}
     # One Dask worker per GPU of a job, each with one GPU (dask_setup above pins it).
-    cluster = SLURMCluster(
-        processes=gpus, job_extra_directives=[f"--gres=gpu:{gpus}"],
-        worker_extra_args=["--resources", "GPU=1", "--preload", "harness.cluster"],
-        job_script_prologue=["export DASK_DISTRIBUTED__WORKER__DAEMON=False"], **settings)
+    try:
+        cluster = SLURMCluster(
+            processes=gpus, job_extra_directives=[f"--gres=gpu:{gpus}"],
+            worker_extra_args=["--resources", "GPU=1", "--preload", "harness.cluster"],
+            job_script_prologue=[f"export {_env_name(key)}={value}"
+                                 for key, value in _CLUSTER_CONFIG.items()], **settings)
+    except ValueError as err:    # e.g. neither the config nor dask's jobqueue names cores/memory
+        raise ClusterError(f"--cluster slurm: {err}") from None
     cluster.scale(jobs=options.get("jobs", 1))
     return Client(cluster), cluster

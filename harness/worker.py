@@ -38,8 +38,10 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
         results = executor.measure(group)
         poisoned = _sticky(results)
         if poisoned:
+            # planned_point_id kept: --resume and the progress count go by planned points
             results = [Measurement(m.point, "crashed", f"CUDA context lost: {poisoned}",
-                                   m.family) for m in results]
+                                   m.family, planned_point_id=m.planned_point_id)
+                       for m in results]
         connection.send(results)
         if poisoned:
             return  # the context is unusable: let the pool start a fresh process

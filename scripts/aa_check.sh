@@ -9,7 +9,7 @@
 #     the check fails.
 #
 # Usage: scripts/aa_check.sh [--planted-slowdown FRACTION] [extra `convbench run` flags]
-#   --planted-slowdown   the planted delay per launch as a fraction of it (default 2.0: three
+#   --planted-slowdown   the planted delay per launch as a fraction of it (default 9.0: ten
 #                        times slower, tests/planted_backends.py says why);
 #                        0 plants nothing, and the script must then fail: the check can fail.
 #   Other flags go to all three runs.

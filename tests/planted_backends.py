@@ -53,12 +53,13 @@ class PlansBackend(FakeBackend):
         return [Plans()]
 
 
-# Three times slower: what two runs on the 2-core CI VM can tell apart every time. Its rows
-# scatter 5-34% between runs of unchanged code (median 13%), so compare's scatter floor (harness/
-# stats.py) keeps anything under ~2x AMBIGUOUS there; results/logs/power-cpu-*.md: +100% on all
-# rows was a SLOWER suite in 17 of 20 pairs, +200% in 20 of 20. The check tests the gate end to
-# end on a real rerun; benchmarks/power.py measures where its edge lies.
-SLOWDOWN = 2.0
+# Ten times slower: what two runs on the 2-core CI VM tell apart even when something else is
+# running on its cores. Its rows scatter 5-34% between quiet runs of unchanged code (median 13%,
+# results/logs/power-cpu-*.md: +100% on every row was a SLOWER suite in 17 of 20 pairs, +200% in
+# 20 of 20), and up to ±98% with a test suite running beside it, where the suite's scatter floor
+# is 5.5x and a planted 3x read as AMBIGUOUS. The check tests the gate end to end on a real
+# rerun; benchmarks/power.py measures where its edge lies.
+SLOWDOWN = 9.0
 
 
 class _SlowedLaunch:
