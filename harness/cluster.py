@@ -175,6 +175,9 @@ def connect(target: str, workers: int | None, config_path: str | None,
     if workers is not None and target != "local":
         raise ClusterError("--workers is for --cluster local; the cluster's own workers run "
                            f"with --cluster {target}")
+    if config_path is not None and target != "slurm":
+        raise ClusterError(f"--cluster-config is for --cluster slurm; --cluster {target} "
+                           "would ignore it")
     _require("distributed", "Dask distributed", "pip install 'convbench[cluster]'")
     import dask
     config = dask.config.set(_CLUSTER_CONFIG)

@@ -122,11 +122,10 @@ class Measurer:
     worker process (harness.worker) so a CUDA error that poisons the context cannot end the
     sweep. Held across calls, it keeps test data and the GPU worker process warm."""
 
-    def __init__(self, seed: int = 0, isolate_gpu: bool = True):
+    def __init__(self, seed: int = 0):
         self._local = PointExecutor(seed)
         self._remote = None
         self._seed = seed
-        self._isolate_gpu = isolate_gpu
 
     def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None]) -> None:
         for group in groups(points):
@@ -134,7 +133,7 @@ class Measurer:
                 on_result(measurement)
 
     def _measure(self, group: list[Point]) -> list[Measurement]:
-        if backends.get(group[0].backend).device == "cuda" and self._isolate_gpu:
+        if backends.get(group[0].backend).device == "cuda":
             if self._remote is None:
                 from harness.worker import WorkerPool
                 self._remote = WorkerPool(self._seed)
@@ -148,10 +147,10 @@ class Measurer:
 
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],
-               seed: int = 0, isolate_gpu: bool = True) -> None:
+               seed: int = 0) -> None:
     """Measure every point in this process (GPU points in a worker process), calling
     `on_result` as each finishes."""
-    measurer = Measurer(seed, isolate_gpu)
+    measurer = Measurer(seed)
     try:
         measurer.run(points, on_result)
     finally:

@@ -111,8 +111,10 @@ def test_a_stopped_cluster_run_is_finished_by_resume_without_the_cluster(
     (["--cluster", "tcp://127.0.0.1:9", "--workers", "2"], "--workers is for --cluster local"),
     (["--cluster", "slurm", "--cluster-config", "missing.toml"], "missing.toml"),
     (["--cluster", "local", "--workers", "0"], "must be at least 1"),
+    (["--cluster", "local", "--cluster-config", "examples/cluster-slurm.toml"],
+     "--cluster-config is for --cluster slurm"),
 ], ids=["unknown_form", "unreachable", "workers_alone", "workers_remote", "config_missing",
-        "zero_workers"])
+        "zero_workers", "config_not_slurm"])
 def test_bad_cluster_input_is_one_line_exit_2_and_nothing_written(
         tmp_path, monkeypatch, capsys, flags, says):
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
