@@ -7,10 +7,7 @@ import sys, random, statistics, subprocess, json
 from dataclasses import replace
 from harness.suite import load_suite, sweep_with_overrides
 from harness import runner
-try:
-    from harness.executor import PointExecutor
-except ImportError:
-    from harness.runner import PointExecutor
+from harness.executor import PointExecutor
 CASES = [("resnet_50:res4a_branch2b", "fwd", "bf16", "gemm"),
          ("resnet_50:res5a_branch2b", "fwd", "fp16", "gemm"),
          ("resnet_50:res5a_branch2b", "bwd_data", "tf32", "algo_1"),

@@ -478,7 +478,7 @@ def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Poin
     for i, pid in enumerate(ids):
         b, n = base[pid], new[pid]
         base_med, new_med = _median(b.samples), _median(n.samples)
-        ratio = _ratio(b, n)
+        ratio = _ratio(base_med, new_med)
         slower = ratio >= 1.0
         p, adj = (tests[i][1], slower_adj[i]) if slower else (tests[i][2], faster_adj[i])
         threshold = options.threshold_for(b.meta.get("layer"))
@@ -695,16 +695,15 @@ def _meta(rec: dict[str, Any]) -> dict[str, Any]:
 
 def _scatter(ids: list[str], base: dict[str, _Point], new: dict[str, _Point]) -> float | None:
     """The pair's run-to-run scatter over the matched rows `ids` (harness/stats.py)."""
-    ratios = [_ratio(base[pid], new[pid]) for pid in ids]
+    ratios = [_ratio(_median(base[pid].samples), _median(new[pid].samples)) for pid in ids]
     sampling = [math.hypot(stats.log_median_se(base[pid].samples),
                            stats.log_median_se(new[pid].samples)) for pid in ids]
     return stats.run_to_run_scatter(ratios, sampling)
 
 
-def _ratio(base: _Point, new: _Point) -> float:
+def _ratio(base_median: float, new_median: float) -> float:
     """median(new) / median(base); infinite when the baseline's median is 0."""
-    base_med = _median(base.samples)
-    return _median(new.samples) / base_med if base_med > 0 else math.inf
+    return new_median / base_median if base_median > 0 else math.inf
 
 
 def _median(samples: np.ndarray) -> float:
