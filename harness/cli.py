@@ -54,7 +54,8 @@ def _load_sweep(args: argparse.Namespace):
         sweep, backends=_csv_list(args.backend), algorithms=_csv_list(args.algorithm),
         directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
         layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
-        workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer)
+        workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer,
+        gpu_processes=args.gpu_processes)
     if args.layer:
         wanted = set(_csv_list(args.layer))
         kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)
@@ -590,6 +591,10 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timing-mode", help="warm (default) or cold (caches flushed per sample)")
     p.add_argument("--gpu-timer", help="graph (default: replay a CUDA graph of the calls, kernel "
                                        "time) or stream (stream order, as eager frameworks run)")
+    p.add_argument("--gpu-processes", type=int,
+                   help="worker processes that share each GPU point's samples (default 2): a "
+                        "point's time can depend on the process it runs in, and a row that "
+                        "shows that spread is not mistaken for a regression by compare")
 
 
 class _Parser(argparse.ArgumentParser):

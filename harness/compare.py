@@ -8,6 +8,8 @@ Verdicts, with r = median(new) / median(base), effect = r - 1, t the row's pract
   SLOWER     effect > +t  and the one-sided Mann-Whitney U test "new is slower" is significant
              (p after Holm/BH correction across all matched rows <= alpha), and |log r| clears
              the pair's run-to-run scatter floor (below).
+             A GPU row also needs every worker process's median on the new side to be above
+             every one on the base side by more than t (the process rule, below).
   FASTER     effect < -t  and the one-sided test "new is faster" is significant likewise.
   AMBIGUOUS  |effect| > t  but the test in that direction is not significant: the samples are too
              few or too noisy to call it; rerun with more samples (or `--confirm`). Or it is
@@ -41,6 +43,16 @@ that (8-13% on the 2-core CI VM against ~2% inside a window; harness/stats.py). 
 pair itself measure that: their log ratios' robust spread about the median (stats.
 run_to_run_scatter), and a row must move stats.SCATTER_ROW_K of them before it can be SLOWER or
 FASTER. Re-judging a subset (confirm) keeps the first comparison's scatter.
+
+Why the process rule: a GPU point's time can depend on the process it runs in (where its buffers
+land in memory), by 5-16% for a few cuDNN points of 3,646, each process's samples tight, so the
+rank test calls such a jump significant at any sample count. GPU rows share their samples among
+worker processes (harness/process_split.py, `process_samples`), and a row is SLOWER only if the
+fastest process of the new run is slower than the slowest process of the base run by more than
+t; otherwise some process of the new run measured no regression: AMBIGUOUS, with both sets of
+medians. A real regression moves every process (their medians agree to 0.2%, 1.2% at the 90th
+percentile on an H100). Rows measured in one process (CPU rows, older files) give one median a
+side, and the rule is then the ratio rule itself.
 
 The suite verdict (`Comparison.suite`) asks the same question of the run as a whole, because a
 uniform slowdown that no row can prove alone (3-5 samples a point) is still a regression: the
@@ -76,6 +88,7 @@ import pandas as pd
 from harness import stats
 from harness.stats import CORRECTIONS, DEFAULT_ALPHA, adjust_p_values, mann_whitney_u, smallest_p
 from harness.env import COMPARABILITY_FIELDS
+from harness.process_split import process_groups
 from harness.store import ResultsError
 
 DEFAULT_THRESHOLD = 0.05       # 5% change before anyone should care
@@ -448,13 +461,15 @@ class _Point:
     samples: np.ndarray
     status: str = "ok"
     reason: str = ""
+    process_medians: list[float] = field(default_factory=list)   # one per worker process
 
 
 def _points(df: pd.DataFrame) -> dict[str, _Point]:
     """point_id -> _Point. A point measured in several runs (a folder of results) is judged on
     all its ok samples together."""
     points: dict[str, _Point] = {}
-    wanted = [c for c in ("point_id", "status", "reason", "samples_ms", *_META) if c in df.columns]
+    wanted = [c for c in ("point_id", "status", "reason", "samples_ms", "process_samples", *_META)
+              if c in df.columns]
     for rec in df[wanted].to_dict("records"):     # only what is read: result files are wide
         pid = str(rec["point_id"])
         point = points.setdefault(pid, _Point(pid, _meta(rec), np.empty(0)))
@@ -462,6 +477,8 @@ def _points(df: pd.DataFrame) -> dict[str, _Point]:
         samples = np.asarray(_samples(rec), dtype=float) if status == "ok" else np.empty(0)
         if samples.size:
             point.samples = np.concatenate([point.samples, samples])
+            point.process_medians += [statistics.median(g) for g in process_groups(
+                samples.tolist(), _text(rec.get("process_samples")))]
         else:
             point.status = status
             point.reason = "no samples stored" if status == "ok" else _text(rec.get("reason")) or ""
@@ -483,7 +500,8 @@ def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Poin
         p, adj = (tests[i][1], slower_adj[i]) if slower else (tests[i][2], faster_adj[i])
         threshold = options.threshold_for(b.meta.get("layer"))
         verdict, reason = _verdict(ratio, slower_adj[i], faster_adj[i], threshold, options.alpha,
-                                   (b.samples.size, n.samples.size), floor)
+                                   (b.samples.size, n.samples.size), floor,
+                                   _process_overlap(b, n, slower, threshold))
         rows.append(RowResult(pid, verdict, reason, **b.meta, base_median_ms=base_med,
                               new_median_ms=new_med, ratio=ratio, p_value=float(p),
                               adjusted_p=float(adj), threshold=threshold,
@@ -491,10 +509,30 @@ def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Poin
     return rows
 
 
+def _process_overlap(base: _Point, new: _Point, slower: bool, threshold: float) -> str | None:
+    """The two runs' worker-process medians when even the least changed pairing of processes
+    stays within the threshold (the process rule of the module docstring), else None."""
+    if not base.process_medians or not new.process_medians or min(base.process_medians) <= 0:
+        return None          # a zero median: the ratio rule has already said what it can
+    if slower:
+        change = min(new.process_medians) / max(base.process_medians) - 1.0
+    else:
+        change = max(new.process_medians) / min(base.process_medians) - 1.0
+    if abs(change) > threshold and (change > 0) == slower:
+        return None
+    return f"base {_ms_list(base.process_medians)}, new {_ms_list(new.process_medians)} ms"
+
+
+def _ms_list(values: list[float]) -> str:
+    return "/".join(f"{v:.4g}" for v in values)
+
+
 def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, alpha: float,
-             sizes: tuple[int, int], floor: float = 0.0) -> tuple[Verdict, str]:
+             sizes: tuple[int, int], floor: float = 0.0,
+             overlap: str | None = None) -> tuple[Verdict, str]:
     """The rules of the module docstring, with a reason a person can act on; `floor` is the
-    scatter floor as a log ratio (0: none)."""
+    scatter floor as a log ratio (0: none); `overlap` the process medians where the two runs'
+    worker processes overlap (None: they do not)."""
     effect = ratio - 1.0
     if abs(effect) <= threshold:
         return Verdict.SAME, f"{effect:+.1%} within ±{threshold:.1%}"
@@ -504,6 +542,11 @@ def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, a
         return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} and significant "
                                    f"(adjusted p {p:.2g}) but within {_floor_text(floor)}: two "
                                    "runs of unchanged code on this machine differ that much")
+    if p <= alpha and overlap:
+        return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} and significant "
+                                   f"(adjusted p {p:.2g}) but not in every worker process "
+                                   f"(medians {overlap}): the point's time depends on the process "
+                                   "it runs in; `convbench check` re-measures it")
     if p <= alpha:
         return (Verdict.SLOWER if slower else Verdict.FASTER,
                 f"{effect:+.1%} beyond ±{threshold:.1%}, adjusted p {p:.2g} <= {alpha:g}")

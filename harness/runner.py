@@ -118,13 +118,14 @@ def _test_data(point: Point) -> tuple:
 
 
 class Measurer:
-    """Measures groups of points: CPU points in this process, GPU points in a crash-isolated
-    worker process (harness.worker) so a CUDA error that poisons the context cannot end the
-    sweep. Held across calls, it keeps test data and the GPU worker process warm."""
+    """Measures groups of points: CPU points in this process, GPU points in crash-isolated
+    worker processes (harness.worker) so a CUDA error that poisons the context cannot end the
+    sweep, each point's samples shared among `gpu_processes` of them (harness.process_split).
+    Held across calls, it keeps test data and the GPU worker processes warm."""
 
     def __init__(self, seed: int = 0):
         self._local = PointExecutor(seed)
-        self._remote = None
+        self._remotes: list = []
         self._seed = seed
 
     def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None]) -> None:
@@ -133,17 +134,24 @@ class Measurer:
                 on_result(measurement)
 
     def _measure(self, group: list[Point]) -> list[Measurement]:
-        if backends.get(group[0].backend).device == "cuda":
-            if self._remote is None:
-                from harness.worker import WorkerPool
-                self._remote = WorkerPool(self._seed)
-            return self._remote.measure(group)
-        return self._local.measure(group)
+        if backends.get(group[0].backend).device != "cuda":
+            return self._local.measure(group)
+        from harness import process_split
+        pools = self._pools(group[0].timing.gpu_processes)
+        # One process after another, never at once: they share the GPU being timed.
+        shared = process_split.shared_group(group)
+        return process_split.merge(group, [pool.measure(shared) for pool in pools])
+
+    def _pools(self, count: int) -> list:
+        from harness.worker import WorkerPool
+        while len(self._remotes) < count:
+            self._remotes.append(WorkerPool(self._seed))
+        return self._remotes[:count]
 
     def close(self) -> None:
-        if self._remote is not None:
-            self._remote.close()
-            self._remote = None
+        for pool in self._remotes:
+            pool.close()
+        self._remotes = []
 
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],

@@ -77,6 +77,8 @@ EXTRA_COLUMNS: dict[str, str] = {
     "behavior_notes": "string",
     "graph_heuristic_rank": "Int64",
     "first_call_ms": "float64",          # host wall time of the first launch (cold start)
+    # samples per worker process, in samples_ms order ("10 10"): harness/process_split.py
+    "process_samples": "string",
 }
 
 ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}

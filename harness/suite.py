@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from harness.problem import ConvProblem, ProblemError, parse_benchdnn, parse_deepbench
-from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES,
-                           AlgorithmChoice, Sweep, TimingOptions)
+from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, MAX_GPU_PROCESSES, PRECISIONS,
+                           TIMING_MODES, AlgorithmChoice, Sweep, TimingOptions)
 
 SUITE_SUFFIX = ".toml"
 # This module's own path, not harness.__file__: a stale editable install can load `harness` as a
@@ -68,6 +68,7 @@ OVERRIDE_FLAGS = {
     "precisions": "--precision", "layouts": "--layout", "batch": "--batch",
     "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
+    "gpu_processes": "--gpu-processes",
 }
 
 _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
@@ -363,6 +364,8 @@ def _timing(table: dict[str, Any]) -> TimingOptions:
                                       "GPU timer")
     if "budget_ms" in table:
         fields["budget_ms"] = _positive_number(table["budget_ms"], "timing.budget_ms")
+    if "gpu_processes" in table:
+        fields["gpu_processes"] = _gpu_processes(table["gpu_processes"], "timing.gpu_processes")
     for key in ("min_samples", "max_samples"):
         if key in table:
             fields[key] = _positive_int(table[key], f"timing.{key}")
@@ -395,7 +398,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          budget_ms: float | None = None,
                          workspace_limits: Sequence[int | str | None] | None = None,
                          timing_mode: str | None = None,
-                         gpu_timer: str | None = None) -> Sweep:
+                         gpu_timer: str | None = None,
+                         gpu_processes: int | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -485,6 +489,9 @@ def _override_timing(timing: TimingOptions, given: dict[str, Any]) -> TimingOpti
     if given["gpu_timer"] is not None:
         changes["gpu_timer"] = _choice(given["gpu_timer"], OVERRIDE_FLAGS["gpu_timer"],
                                        GPU_TIMERS, "GPU timer")
+    if given["gpu_processes"] is not None:
+        changes["gpu_processes"] = _gpu_processes(given["gpu_processes"],
+                                                  OVERRIDE_FLAGS["gpu_processes"])
     return dataclasses.replace(timing, **changes)
 
 
@@ -583,6 +590,14 @@ def _int_at_least(value: Any, where: str, lowest: int) -> int:
 
 def _positive_int(value: Any, where: str) -> int:
     return _int_at_least(value, where, 1)
+
+
+def _gpu_processes(value: Any, where: str) -> int:
+    count = _positive_int(value, where)
+    if count > MAX_GPU_PROCESSES:
+        raise _Invalid(where, f"{count} worker processes per GPU is more than the "
+                              f"{MAX_GPU_PROCESSES} allowed")
+    return count
 
 
 def _positive_number(value: Any, where: str) -> float:

@@ -4,6 +4,7 @@ with the error text, the worker is replaced, and the sweep goes on."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 from typing import Any
 
 from harness import backends
@@ -43,8 +44,24 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
                                    m.family, planned_point_id=m.planned_point_id)
                        for m in results]
         connection.send(results)
+        _return_cached_memory()
         if poisoned:
             return  # the context is unusable: let the pool start a fresh process
+
+
+# Cached, unused GPU memory a worker keeps for its next group; beyond it the pool's free blocks
+# go back to the driver, so the sibling process timing the same point (harness.process_split)
+# finds the memory free.
+KEEP_CACHED_BYTES = 2 << 30
+
+
+def _return_cached_memory() -> None:
+    cupy = sys.modules.get("cupy")     # only where a backend already brought CUDA up
+    if cupy is None:
+        return
+    pool = cupy.get_default_memory_pool()
+    if pool.free_bytes() > KEEP_CACHED_BYTES:
+        pool.free_all_blocks()
 
 
 class WorkerPool:

@@ -155,3 +155,34 @@ class FakeGpuBackend(FakeBackend):
 
     def algorithms(self):
         return [_GpuExact(), _GpuDies()]
+
+
+class _ProcessTimedPrepared:
+    """A fake point on a 'cuda' backend whose every sample is the measuring process's pid in
+    microseconds: which worker process took which sample can be read back from the row."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def simulate(self, options) -> Any:
+        from harness.timer import Timing
+        return Timing(tuple(os.getpid() * 1e-3 for _ in range(options.min_samples)), "simulated")
+
+
+class ProcessTimed(FakeExact):
+    backend = "process_gpu"
+
+    def prepare(self, point, data):
+        return _ProcessTimedPrepared(super().prepare(point, data))
+
+
+class ProcessGpuBackend(FakeBackend):
+    """Routed like a GPU backend (worker processes, harness.process_split), simulated inside."""
+    name = "process_gpu"
+    device = "cuda"
+
+    def algorithms(self):
+        return [ProcessTimed()]

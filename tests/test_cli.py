@@ -69,6 +69,8 @@ BAD_ARGUMENTS = {
     "--layer": (["--layer", "nosuch"], "nosuch"),
     "--timing-mode": (["--timing-mode", "hot"], "hot"),
     "--gpu-timer": (["--gpu-timer", "cupti"], "cupti"),
+    "--gpu-processes": (["--gpu-processes", "0"], "--gpu-processes"),
+    "--gpu-processes too many": (["--gpu-processes", "9"], "9"),
     "empty list item": (["--precision", "fp32,,fp64"], "fp32,,fp64"),
 }
 

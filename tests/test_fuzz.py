@@ -24,6 +24,7 @@ from harness.sweep import Sweep
 KEYS = ["name", "description", "layers", "sweep", "timing", "compare", "directions",
         "precisions", "layouts", "workspace_limits", "batch", "backends", "algorithms", "optional",
         "mode", "budget_ms", "min_samples", "max_samples", "noise_target", "warmup", "gpu_timer",
+        "gpu_processes",
         "threshold", "deepbench", "multiplicity", "in_channels", "in_h", "in_w", "out_channels",
         "kernel_h", "kernel_w", "stride_h", "pad_top", "pad_bottom", "dilation_w", "groups",
         "nmae", "a b", ""]
@@ -136,6 +137,7 @@ RUN_FLAGS = {
     "--budget-ms": ["1", "0", "-1", "nan", "inf"],
     "--timing-mode": ["warm", "cold", "hot"],
     "--gpu-timer": ["graph", "stream", "cupti"],
+    "--gpu-processes": ["1", "2", "0", "9", "abc"],
     "--out": OUTS,
     "--resume": None, "--append": None, "--force": None,
     "--seed": ["0", "-1", str(2**70), "abc"],

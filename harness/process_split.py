@@ -1,0 +1,121 @@
+"""Time each GPU point in several worker processes and merge what they measured into one row.
+
+Why: on an H100 a cuDNN point's time can depend on the process it is measured in (where its
+buffers and workspace land in memory), not only on sampling noise: res5a_branch2b bwd_data tf32
+algo_1 read 69.0 us in each of 8 fresh processes and 62.0 us in every measurement of a longer
+lived one, each tight to 0.5% (results/logs/gpu-placement-nvidia-h100-2026-11-23.md). Two runs of
+a sweep then put a few points in different states and a comparison of the stored runs calls
+them regressions, however many samples each has. Sharing a point's samples among processes that
+each verify and time it on their own puts that spread inside the row, where `convbench compare`
+sees it (a row whose processes disagree is not called SLOWER by a jump of that size).
+
+The merged row keeps the samples in process order and says how many came from each
+(`process_samples`, e.g. "10 10"); every process verifies the output against the float64
+reference, and the row takes the worst status any process saw.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Sequence
+
+from harness.measurement import STATUSES, Measurement
+from harness.sweep import Point, TimingOptions
+
+# Worst first: a row is as bad as the worst any process saw (a wrong output in one process is a
+# wrong row, whatever the other measured).
+_SEVERITY = ("crashed", "wrong", "failed", "workspace_exceeded", "unsupported", "ok")
+assert set(_SEVERITY) == set(STATUSES)
+
+
+def share(timing: TimingOptions) -> TimingOptions:
+    """The timing one of `timing.gpu_processes` processes applies: its part of the samples and
+    of the budget, so the merged row has at least the samples asked for."""
+    k = timing.gpu_processes
+    if k <= 1:
+        return timing
+    return replace(timing, min_samples=math.ceil(timing.min_samples / k),
+                   max_samples=math.ceil(timing.max_samples / k),
+                   budget_ms=timing.budget_ms / k)
+
+
+def shared_group(group: Sequence[Point]) -> list[Point]:
+    """`group` as each process measures it."""
+    return [replace(p, timing=share(p.timing)) for p in group]
+
+
+def merge(group: Sequence[Point], per_process: Sequence[Sequence[Measurement]]
+          ) -> list[Measurement]:
+    """One Measurement per row, in the first process's order (rows only a later process made, as
+    an expanding algorithm can, follow), each on its point as planned (not the shared timing).
+    A planned point that crashed in any process is that crash's rows alone: its other rows were
+    measured by fewer processes than asked."""
+    planned = {p.point_id: p for p in group}
+    crashed = {_planned_id(m) for ms in per_process for m in ms if m.status == "crashed"}
+    by_id: dict[str, list[Measurement]] = {}
+    for measurements in per_process:
+        for m in measurements:
+            if _planned_id(m) not in crashed or m.status == "crashed":
+                by_id.setdefault(m.point.point_id, []).append(m)
+    rows = [_merge_one(ms, len(per_process)) for ms in by_id.values()]
+    return [replace(m, point=replace(m.point, timing=planned[_planned_id(m)].timing))
+            for m in rows]
+
+
+def _planned_id(m: Measurement) -> str:
+    return m.planned_point_id or m.point.point_id
+
+
+def _merge_one(measurements: list[Measurement], processes: int) -> Measurement:
+    worst = min(measurements, key=lambda m: _SEVERITY.index(m.status))
+    if not worst.ok:
+        if len({m.status for m in measurements}) == 1 or processes == 1:
+            return worst
+        seen = ", ".join(m.status for m in measurements)
+        return replace(worst, reason=f"{worst.reason} (worker processes saw: {seen})")
+    if len(measurements) < processes:
+        return replace(worst, status="failed", samples_ms=(),
+                       reason=f"measured in {len(measurements)} of {processes} worker processes "
+                              "only: the others offered no such variant")
+    return _merge_ok(measurements)
+
+
+def _merge_ok(measurements: list[Measurement]) -> Measurement:
+    # The least accurate process speaks for the row's accuracy (error, delivered precision and
+    # the reason that names it); the first for what does not vary (family, workspace, setup).
+    least_accurate = max(measurements, key=lambda m: m.rel_error or 0.0)
+    first = measurements[0]
+    samples = tuple(s for m in measurements for s in m.samples_ms)
+    extras = {**first.extras,
+              "process_samples": " ".join(str(len(m.samples_ms)) for m in measurements)}
+    stops = list(dict.fromkeys(m.stop_reason for m in measurements if m.stop_reason))
+    return replace(
+        first, samples_ms=samples, extras=extras, stop_reason="; ".join(stops),
+        reason=least_accurate.reason, rel_error=least_accurate.rel_error,
+        max_abs_error=least_accurate.max_abs_error,
+        effective_precision=least_accurate.effective_precision,
+        deterministic=_all(m.deterministic for m in measurements),
+        host_ms=_median_of(m.host_ms for m in measurements))
+
+
+def _all(values) -> bool | None:
+    known = [v for v in values if v is not None]
+    return all(known) if known else None
+
+
+def _median_of(values) -> float | None:
+    known = sorted(v for v in values if v is not None)
+    return known[len(known) // 2] if known else None
+
+
+def process_groups(samples: Sequence[float], counts: str | None) -> list[list[float]]:
+    """A stored row's samples split by the process that took them (`process_samples`); one group
+    when the row does not say (CPU rows, rows from before the split, pooled runs)."""
+    sizes = [int(c) for c in (counts or "").split() if c.isdigit()]
+    if len(sizes) < 2 or sum(sizes) != len(samples):
+        return [list(samples)]
+    groups, start = [], 0
+    for size in sizes:
+        groups.append(list(samples[start:start + size]))
+        start += size
+    return groups

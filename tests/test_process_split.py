@@ -1,0 +1,178 @@
+"""harness.process_split: a GPU point's samples shared among worker processes, merged into one
+row; and compare's process rule, which keeps a row whose processes disagree from being called a
+regression by a jump of that size (issue 13)."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import backends, compare as compare_module, process_split, runner, store
+from harness.compare import Verdict, compare
+from harness.measurement import Measurement
+from harness.problem import ConvProblem
+from harness.sweep import Point, TimingOptions
+
+PROBLEM = ConvProblem(2, 4, 8, 8, 4, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                      name="l")
+TIMING = TimingOptions(min_samples=5, max_samples=9, budget_ms=100.0, gpu_processes=2)
+
+
+def _point(algorithm: str = "exact", backend: str = "process_gpu",
+           timing: TimingOptions = TIMING) -> Point:
+    return Point(PROBLEM, "fwd", "fp32", "NCHW", backend, algorithm, None, timing)
+
+
+def _ok(point: Point, samples, rel: float = 1e-7, **kw) -> Measurement:
+    return Measurement(point, "ok", samples_ms=tuple(samples), rel_error=rel,
+                       effective_precision="fp32", deterministic=True, **kw)
+
+
+# ---- sharing and merging -------------------------------------------------------------------------
+def test_each_process_takes_its_share_and_the_row_keeps_at_least_what_was_asked():
+    shared = process_split.share(replace(TIMING, min_samples=19, max_samples=1000))
+    assert (shared.min_samples, shared.max_samples, shared.budget_ms) == (10, 500, 50.0)
+    assert process_split.share(replace(TIMING, gpu_processes=1)) == replace(TIMING,
+                                                                            gpu_processes=1)
+
+
+def test_merged_row_has_every_process_samples_in_order_and_the_planned_timing():
+    point = _point()
+    shared = process_split.shared_group([point])[0]
+    (row,) = process_split.merge([point], [[_ok(shared, [1.0, 1.1, 1.2])],
+                                           [_ok(shared, [2.0, 2.1], rel=3e-7)]])
+    assert row.samples_ms == (1.0, 1.1, 1.2, 2.0, 2.1)
+    assert row.extras["process_samples"] == "3 2"
+    assert row.point == point and row.rel_error == 3e-7
+
+
+def test_a_wrong_output_in_any_process_makes_the_row_wrong():
+    point = _point()
+    wrong = Measurement(point, "wrong", "relative L2 error 0.1 exceeds the fp32 tolerance")
+    (row,) = process_split.merge([point], [[_ok(point, [1.0])], [wrong]])
+    assert row.status == "wrong" and "worker processes saw: ok, wrong" in row.reason
+
+
+def test_a_crash_in_one_process_is_the_planned_point_crash_alone():
+    planned = _point("all_plans", "plans")
+    variant = replace(planned, algorithm="plan_fast")
+    first = [replace(_ok(variant, [1.0]), planned_point_id=planned.point_id)]
+    crash = [Measurement(planned, "crashed", "worker process died (exit code -9)")]
+    rows = process_split.merge([planned], [first, crash])
+    assert [(r.point.point_id, r.status) for r in rows] == [(planned.point_id, "crashed")]
+
+
+def test_a_variant_only_one_process_offered_is_not_a_half_measured_ok_row():
+    planned = _point("all_plans", "plans")
+    variant = replace(planned, algorithm="plan_fast")
+    row = replace(_ok(variant, [1.0]), planned_point_id=planned.point_id)
+    (merged,) = process_split.merge([planned], [[row], []])
+    assert merged.status == "failed" and "1 of 2 worker processes" in merged.reason
+
+
+def test_stored_rows_split_back_into_their_processes():
+    assert process_split.process_groups([1, 2, 3, 4, 5], "3 2") == [[1, 2, 3], [4, 5]]
+    assert process_split.process_groups([1, 2, 3], None) == [[1, 2, 3]]
+    assert process_split.process_groups([1, 2, 3], "2 2") == [[1, 2, 3]]   # does not add up
+
+
+# ---- end to end through the worker processes -----------------------------------------------------
+@pytest.fixture
+def process_gpu():
+    backends.register("process_gpu", "planted_backends:ProcessGpuBackend")
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3])
+def test_a_gpu_point_is_timed_in_as_many_worker_processes_as_asked(process_gpu, processes):
+    """The planted backend's samples are the pid of the process that took them."""
+    point = _point(timing=replace(TIMING, gpu_processes=processes))
+    rows: list[Measurement] = []
+    runner.run_points([point], rows.append)
+    (row,) = rows
+    assert row.ok and row.point == point
+    groups = process_split.process_groups(row.samples_ms, row.extras.get("process_samples"))
+    pids = {round(s * 1e3) for s in row.samples_ms}
+    assert len(groups) == processes and len(pids) == processes and os.getpid() not in pids
+    assert all(len(set(g)) == 1 for g in groups)           # each group from one process
+    assert len(row.samples_ms) >= TIMING.min_samples
+    stored = store.to_row(row, "run", "suite", {}, "now")
+    assert stored["process_samples"] == " ".join(str(len(g)) for g in groups)
+
+
+# ---- compare's process rule ----------------------------------------------------------------------
+def _frame(rows: dict[str, tuple[list[list[float]], bool]]) -> pd.DataFrame:
+    """point id -> (samples per process, whether the row says how they split)."""
+    records = []
+    for pid, (groups, split) in rows.items():
+        records.append({"point_id": pid, "status": "ok", "reason": "", "layer": pid,
+                        "samples_ms": [s for g in groups for s in g],
+                        "process_samples": " ".join(str(len(g)) for g in groups) if split
+                        else None, "backend": "cudnn", "algorithm": "algo_1"})
+    return pd.DataFrame(records)
+
+
+def _tight(ms: float, n: int, seed: int) -> list[float]:
+    return (ms * np.random.default_rng(seed).lognormal(0, 0.002, n)).tolist()
+
+
+def _state_pair(split: bool, jump_rows: int = 1, rows: int = 40, shift: float = 1.0,
+                n: int = 10):
+    """40 steady rows and rows whose time depends on the process (62 or 69 us, each process
+    tight, as measured on an H100): the base run's two processes land in different states, the
+    new run's both in the slow one; `n` samples a process. `shift` multiplies every new sample
+    (a real regression)."""
+    base, new = {}, {}
+    for i in range(rows):
+        base[f"r{i}"] = ([_tight(0.1, 10, i), _tight(0.1, 10, 100 + i)], split)
+        new[f"r{i}"] = ([_tight(0.1 * shift, 10, 200 + i), _tight(0.1 * shift, 10, 300 + i)],
+                        split)
+    for j in range(jump_rows):
+        base[f"j{j}"] = ([_tight(0.062, n, 400 + j), _tight(0.069, n, 500 + j)], split)
+        new[f"j{j}"] = ([_tight(0.069 * shift, n, 600 + j), _tight(0.069 * shift, n, 700 + j)],
+                        split)
+    if not split:     # one process a run, as before the split: the base run saw the fast state
+        for j in range(jump_rows):
+            base[f"j{j}"] = ([_tight(0.062, 2 * n, 400 + j)], False)
+    return _frame(base), _frame(new)
+
+
+def _verdict_of(comparison, pid: str):
+    return next(r for r in comparison.rows if r.point_id == pid)
+
+
+def test_one_process_a_run_calls_a_process_state_jump_slower():
+    """What the committed H100 legacy pair showed before the split: +11%, SLOWER."""
+    row = _verdict_of(compare(*_state_pair(split=False)), "j0")
+    assert row.verdict is Verdict.SLOWER
+
+
+def test_processes_that_disagree_make_the_same_jump_ambiguous():
+    """At the sample floor the pooled samples of two disagreeing processes already keep the rank
+    test from calling it."""
+    comparison = compare(*_state_pair(split=True))
+    assert _verdict_of(comparison, "j0").verdict is Verdict.AMBIGUOUS
+    assert not comparison.fails("slower")
+
+
+def test_with_many_samples_the_process_rule_names_the_disagreeing_medians():
+    """40 samples a process: the rank test alone would call the jump significant."""
+    comparison = compare(*_state_pair(split=True, n=40))
+    row = _verdict_of(comparison, "j0")
+    assert row.verdict is Verdict.AMBIGUOUS, row.reason
+    assert "not in every worker process (medians base 0.06196/0.06903, new" in row.reason
+    assert not comparison.fails("slower")
+
+
+def test_a_real_regression_moves_every_process_and_stays_slower():
+    comparison = compare(*_state_pair(split=True, shift=1.10, n=40))
+    assert _verdict_of(comparison, "r0").verdict is Verdict.SLOWER
+    assert comparison.counts["SLOWER"] >= 40 and comparison.fails("slower")
+
+
+def test_planted_fault_without_the_process_rule_the_jump_is_slower_again(monkeypatch):
+    monkeypatch.setattr(compare_module, "_process_overlap", lambda *args: None)
+    row = _verdict_of(compare(*_state_pair(split=True, n=40)), "j0")
+    assert row.verdict is Verdict.SLOWER
