@@ -8,7 +8,7 @@
 #   gpu_evidence.sh power OUT NAME RUNS  benchmarks/power.py: RUNS reruns of a legacy cuDNN slice
 #                                        of ResNet-50, A/A and planted slowdowns
 # Results go to OUT/NAME.parquet (a killed sweep leaves its gzipped journal); logs beside them.
-# SECONDS_LEFT caps a sweep's time.
+# SECONDS_LEFT caps a sweep's time; EXTRA_FLAGS are added to every sweep (e.g. --gpu-processes 1).
 set -uo pipefail
 part=$1; out=$2
 export PYTHONUNBUFFERED=1
@@ -20,7 +20,7 @@ cp ~/.cache/convbench/peaks-*.json "$out/peaks.json" 2>/dev/null
 sweep() {  # NAME ARGS...
   local name=$1; shift
   local start=$SECONDS
-  timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run resnet50 "$@" --out "/tmp/$name.parquet" \
+  timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run resnet50 "$@" ${EXTRA_FLAGS:-} --out "/tmp/$name.parquet" \
     > "$out/$name.log" 2>&1
   echo "exit $? sweep wall time: $((SECONDS - start)) s" | tee -a "$out/$name.log"
   grep -a -E "^note|^wrote" "$out/$name.log"
