@@ -5,7 +5,10 @@ algorithms, graph-API plans by name or `graph:all`), checks its output against t
 reference, then records 10 back-to-back calls with torch.profiler and prints each kernel's name,
 launches per call and mean duration, and the harness's own time. For graph plans it also
 re-runs the check with the workspace filled with 0xff bytes and then with zeros: a plan that is
-right only on zeroed workspace reads memory it never wrote.
+right only on zeroed workspace reads memory it never wrote. `--graph-dot DIR` writes the CUDA
+graph of one captured call per candidate (as the graph timer captures it) as Graphviz DOT and
+prints its node count by type: where two candidates run the same kernels at different times, the
+graph's structure (extra nodes, dependencies) is what differs.
 
     python benchmarks/explain_point.py conv1 bwd_data fp32 NHWC torch_gpu graph:eng25 \
         graph:eng25_k2=2_k3=0 cudnn:algo_1
@@ -63,6 +66,44 @@ def _kernels(prepared, calls: int = 10) -> list[tuple[str, int, float]]:
     return [(name, len(d) // calls, sum(d) / len(d)) for name, d in found.items()]
 
 
+_NODE_TYPES = ("KERNEL", "MEMSET", "MEMCPY", "EVENT_RECORD", "WAIT_EVENT", "EMPTY", "HOST",
+               "MEM_ALLOC", "MEM_FREE", "CONDITIONAL", "GRAPH")
+
+
+def _graph_dot(prepared, path: str) -> str:
+    """One captured call's CUDA graph as DOT, captured the way the graph timer does."""
+    capture = getattr(prepared, "capture", None)
+    if capture is None:
+        from harness.timer import capture_calls
+        graph = capture_calls(prepared.launch, prepared.stream, 1)
+        text = graph.debug_dot_str()
+    else:                            # PyTorch: its own graph object, in debug mode
+        import torch
+        original = torch.cuda.CUDAGraph
+
+        class _Debug(original):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                self.enable_debug_mode()
+        torch.cuda.CUDAGraph = _Debug
+        try:
+            capture(1)
+        finally:
+            torch.cuda.CUDAGraph = original
+        prepared._graphs[-1].debug_dump(path)
+        return open(path).read()
+    with open(path, "w") as f:
+        f.write(text)
+    return text
+
+
+def _node_counts(dot: str) -> str:
+    import re
+    counts = {t: len(re.findall(rf"\b{t}\b", dot)) for t in _NODE_TYPES}
+    edges = dot.count("->")
+    return ", ".join(f"{n} {t}" for t, n in counts.items() if n) + f"; {edges} edges"
+
+
 def _use_torch_allocator() -> None:
     import cupy
     import torch
@@ -82,6 +123,8 @@ def main() -> None:
     parser.add_argument("layout")
     parser.add_argument("candidates", nargs="+", help="torch_gpu, cudnn:ALGO, graph:PLAN, graph:all")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--graph-dot", metavar="DIR",
+                        help="write each candidate's one-call CUDA graph as DOT into DIR")
     parser.add_argument("--torch-allocator", action="store_true",
                         help="allocate CuPy's buffers (the cuDNN backends' operands and workspace)"
                              " from PyTorch's caching allocator, to see whether placement matters")
@@ -113,6 +156,14 @@ def main() -> None:
                 print(f"   rel_error with {label}: {rel:.3g}")
         for name, per_call, mean_us in _kernels(prepared):
             print(f"   {per_call} x {mean_us:9.2f} us  {name[:150]}")
+        if args.graph_dot:
+            import os
+            os.makedirs(args.graph_dot, exist_ok=True)
+            path = os.path.join(args.graph_dot, f"{backend}-{algorithm}.dot")
+            try:
+                print(f"   graph of one call: {_node_counts(_graph_dot(prepared, path))} ({path})")
+            except Exception as err:  # noqa: BLE001 - a study script: say what failed, go on
+                print(f"   graph of one call: not captured ({type(err).__name__}: {err})")
         prepared.release()
 
 
