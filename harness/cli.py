@@ -114,7 +114,7 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     except BaseException:
         writer.close()       # the journal stays: --resume carries on from it
         raise
-    df = writer.finish(lambda frame: _with_roofline(frame, env))
+    df = writer.finish(_with_roofline)
     total = f" ({len(df)} rows in the file)" if len(df) != writer.rows_written else ""
     _say(f"wrote {writer.rows_written} rows to {output.path}{total}")
     return (df[df["run_id"] == run_id] if len(df) else df), interrupted
@@ -130,6 +130,9 @@ def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: i
     per_worker: Counter[str] = Counter()
     seen_env: dict[str, Any] | None = None    # a lost shard's rows take the last worker's
     for number, shard in enumerate(cluster.run(shards, seed), 1):
+        refused = cluster.foreign_worker(shard)
+        if refused:
+            raise UserError(refused)
         seen_env = shard.env or seen_env
         for m, finished_at in zip(shard.measurements, shard.finished_at):
             if seen_env:
@@ -152,32 +155,36 @@ def _cluster(args: argparse.Namespace, points):
             raise UserError(f"{flag} needs --cluster")
         return contextlib.nullcontext(None)
     from harness import cluster as clustermod
-    gpu = clustermod.needs_gpu(list(points))
+    gpu, cpu = clustermod.needs_gpu(list(points)), clustermod.needs_cpu(list(points))
     try:
         cluster = clustermod.connect(args.cluster, args.workers, args.cluster_config, gpu)
     except clustermod.ClusterError as err:
         raise UserError(str(err)) from None
     try:
-        _refuse_mixed(cluster.environments(), gpu, args.allow_mixed)
+        environments = cluster.environments()
+        _refuse_mixed(environments, cpu, args.allow_mixed)
     except BaseException:
         cluster.close()
         raise
+    if not args.allow_mixed:
+        cluster.comparable = clustermod.comparability_fields(cpu)
+        cluster.reference_env = next(iter(environments.values()), {})
     names = cluster.worker_names()
     _say(f"cluster {args.cluster}: {len(names)} worker(s): {', '.join(names)}"
          + (f"; dashboard {cluster.dashboard}" if cluster.dashboard else ""))
     return cluster
 
 
-def _refuse_mixed(environments: dict[str, dict[str, Any]], gpu: bool, allowed: bool) -> None:
+def _refuse_mixed(environments: dict[str, dict[str, Any]], cpu: bool, allowed: bool) -> None:
     """Workers that differ in what makes timings comparable would make one table of rows that
-    cannot be ranked together: refused unless --allow-mixed (every row names its machine)."""
-    from harness.env import COMPARABILITY_FIELDS
-    fields = [f for f in COMPARABILITY_FIELDS if not (gpu and f == "cpu_model")]
-    for field in fields:
-        seen = {str(env.get(field)) for env in environments.values()}
-        if len(seen) > 1 and not allowed:
-            raise UserError(f"--cluster: workers differ in {field} ({', '.join(sorted(seen))}); "
-                            "pass --allow-mixed to run on all of them anyway")
+    cannot be ranked together: refused unless --allow-mixed (every row names its machine).
+    `cpu`: some point is timed on a CPU, so the CPU model matters too."""
+    from harness.cluster import comparability_fields, difference
+    differs = difference(list(environments.values()), comparability_fields(cpu))
+    if differs and not allowed:
+        field, seen = differs
+        raise UserError(f"--cluster: workers differ in {field} ({', '.join(seen)}); "
+                        "pass --allow-mixed to run on all of them anyway")
 
 
 @dataclass(frozen=True)
@@ -254,16 +261,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _with_roofline(df, env: dict[str, Any]):
-    """Add roofline columns to GPU rows when this GPU's peaks were measured (convbench peaks)."""
-    if not env.get("gpu_name"):
-        return df
+def _with_roofline(df):
+    """Roofline columns on GPU rows, each GPU's from its own measured peaks (convbench peaks)."""
     from harness import peaks
-    measured = peaks.load_cached(env)
-    if measured is None:
-        _say("note: no measured peaks for this GPU; run `convbench peaks` to get roofline columns")
-        return df
-    return peaks.annotate(df, measured)
+    annotated, missing = peaks.annotate_by_machine(df)
+    if missing:
+        _say(f"note: no measured peaks for {', '.join(missing)} on this machine; run "
+             "`convbench peaks` there to get roofline columns")
+    return annotated
 
 
 class _progress:
@@ -529,7 +534,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         peaks = report.read_peaks(args.peaks) if args.peaks else None
         # Rows from several GPU models (a mixed cluster run): one report per GPU, in subfolders.
-        for gpu, part in analysis.by_gpu(report.load_frames(results)):
+        parts = analysis.by_gpu(report.load_frames(results))
+        if peaks and len(parts) > 1:
+            raise UserError(f"--peaks {args.peaks} holds one GPU's ceilings and these results "
+                            f"come from {len(parts)} machines; leave --peaks out (each report "
+                            "then takes its GPU's ceilings from the rows' roofline columns)")
+        for gpu, part in parts:
             folder = out if gpu is None else out / machine_label({"gpu_name": gpu})
             title = args.title if gpu is None or args.title is None else f"{args.title} ({gpu})"
             paths = report.render_report(part, folder, baseline_policy=args.baseline_policy,

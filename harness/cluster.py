@@ -92,9 +92,46 @@ def dask_setup(worker: Any) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = given[int(index)]
 
 
+def release_measurers() -> None:
+    """Run on every worker when the client is done: stops the GPU child processes, which would
+    otherwise hold a CUDA context (and memory) on a user's long-lived worker until it exits."""
+    with _worker_lock:
+        for measurer, _ in _measurers.values():
+            measurer.close()
+        _measurers.clear()
+
+
+def can_start_children() -> bool:
+    """Run on a worker: whether it may start the crash-isolated GPU child (a daemonic process
+    may not have children: `dask worker` makes daemonic ones unless told otherwise)."""
+    import multiprocessing
+    return not multiprocessing.current_process().daemon
+
+
 # ---- in the client ------------------------------------------------------------------------------
 def needs_gpu(points: list[Point]) -> bool:
     return any(backends.get(p.backend).device == "cuda" for p in points)
+
+
+def needs_cpu(points: list[Point]) -> bool:
+    return any(backends.get(p.backend).device != "cuda" for p in points)
+
+
+def comparability_fields(cpu: bool) -> tuple[str, ...]:
+    """What every worker of one run must share: env.COMPARABILITY_FIELDS, less the CPU model
+    when no point is timed on a CPU (a GPU kernel's time does not depend on the host CPU)."""
+    from harness.env import COMPARABILITY_FIELDS
+    return tuple(f for f in COMPARABILITY_FIELDS if cpu or f != "cpu_model")
+
+
+def difference(environments: list[dict[str, Any]], fields: tuple[str, ...]
+               ) -> tuple[str, list[str]] | None:
+    """The first field in which the environments differ and the values seen, or None."""
+    for field in fields:
+        seen = sorted({str(env.get(field)) for env in environments})
+        if len(seen) > 1:
+            return field, seen
+    return None
 
 
 class Cluster:
@@ -104,6 +141,23 @@ class Cluster:
         self.client = client
         self._owned = owned
         self._config = config
+        # What every shard's worker must match (set once the workers were checked): the
+        # fields and the environment of the workers seen at connect; None allows any.
+        self.comparable: tuple[str, ...] | None = None
+        self.reference_env: dict[str, Any] = {}
+
+    def foreign_worker(self, result: "ShardResult") -> str | None:
+        """Why a shard's worker may not join this run's table (a worker that joined after
+        connect on another GPU, driver or library), or None."""
+        if self.comparable is None or not result.env or not self.reference_env:
+            return None
+        differs = difference([self.reference_env, result.env], self.comparable)
+        if differs is None:
+            return None
+        field, seen = differs
+        return (f"--cluster: worker {result.worker} differs in {field} ({', '.join(seen)}) "
+                "from the workers checked at the start; its shard was not written. Pass "
+                "--allow-mixed to keep it, or stop that worker and --resume")
 
     @property
     def dashboard(self) -> str | None:
@@ -151,6 +205,10 @@ class Cluster:
             self.client.cancel([f for f in futures if not f.done()])
 
     def close(self) -> None:
+        try:
+            self.client.run(release_measurers)
+        except Exception:  # noqa: BLE001 - a worker already gone holds nothing; close anyway
+            pass
         try:
             self.client.close()
         finally:
@@ -234,8 +292,12 @@ def _local(workers: int | None, gpu: bool) -> tuple[Any, Any]:
         raise ClusterError(f"--workers {workers}: only {len(gpus)} GPU(s) visible, "
                            "and a GPU worker needs a GPU of its own")
     # The environment is set in each worker process before it starts, hence before CUDA does.
+    # No nanny memory limit: a GPU worker's memory is held by its crash-isolated child, which
+    # the nanny does not see, and each point's buffers are checked against free memory first
+    # (harness.memory); a limit would only pause a worker that is merely waiting.
     spec = {f"gpu{device}": {"cls": Nanny, "options": {
-        "nthreads": 1, "resources": {"GPU": 1}, "env": {"CUDA_VISIBLE_DEVICES": device}}}
+        "nthreads": 1, "resources": {"GPU": 1}, "memory_limit": 0,
+        "env": {"CUDA_VISIBLE_DEVICES": device}}}
         for device in gpus[:workers or len(gpus)]}
     cluster = SpecCluster(workers=spec, silence_logs=logging.ERROR, scheduler={
         "cls": Scheduler, "options": {"dashboard_address": ":0"}})
@@ -262,6 +324,14 @@ def _check_workers(cluster: Cluster, target: str, gpu: bool) -> None:
     if gpu and not any(w.get("resources", {}).get("GPU") for w in workers):
         raise ClusterError(f"--cluster {target}: the sweep has GPU points and no worker "
                            "offers a GPU (start workers with --resources GPU=1)")
+    if gpu:
+        daemonic = sorted(name for name, ok in cluster.client.run(can_start_children).items()
+                          if not ok)
+        if daemonic:
+            raise ClusterError(
+                f"--cluster {target}: worker(s) {', '.join(daemonic)} run as daemonic "
+                "processes, which cannot start the process that times GPU points: start them "
+                "with DASK_DISTRIBUTED__WORKER__DAEMON=False in their environment")
 
 
 # ---- Slurm --------------------------------------------------------------------------------------

@@ -93,6 +93,28 @@ def _median_seconds(work, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+# The fingerprint fields behind a peaks cache entry (cache_path), as results columns.
+_MACHINE_COLUMNS = ("env_gpu_name", "env_gpu_driver", "env_cuda_runtime", "env_cupy")
+
+
+def annotate_by_machine(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Roofline columns for each GPU's rows from the peaks measured on that GPU (as cached on
+    this machine): a cluster run's rows from other GPU models never take this GPU's ceilings.
+    Also the GPU names whose peaks are not cached here (their rows keep no roofline)."""
+    if "env_gpu_name" not in df.columns or df["env_gpu_name"].isna().all():
+        return df, []
+    keys = [c for c in _MACHINE_COLUMNS if c in df.columns]
+    parts, missing = [], []
+    for values, part in df.groupby(keys, dropna=False, sort=False):
+        env = {c.removeprefix("env_"): (None if pd.isna(v) else v)
+               for c, v in zip(keys, values if isinstance(values, tuple) else (values,))}
+        measured = load_cached(env) if env.get("gpu_name") else None
+        if env.get("gpu_name") and measured is None:
+            missing.append(str(env["gpu_name"]))
+        parts.append(annotate(part, measured) if measured else part)
+    return pd.concat(parts).loc[df.index], sorted(set(missing))
+
+
 def annotate(df: pd.DataFrame, peaks: dict[str, float]) -> pd.DataFrame:
     """Achieved TFLOP/s and GB/s, and the percentage of the roofline bound
     min(peak rate, arithmetic intensity x bandwidth), for rows with a GPU time."""

@@ -165,9 +165,24 @@ def test_workers_that_differ_in_gpu_are_refused_unless_allowed():
     environments = {"a": {"gpu_name": "H100", "cpu_model": "x"},
                     "b": {"gpu_name": "H200", "cpu_model": "y"}}
     with pytest.raises(UserError, match="workers differ in gpu_name .*--allow-mixed"):
-        _refuse_mixed(environments, gpu=True, allowed=False)
-    _refuse_mixed(environments, gpu=True, allowed=True)
-    _refuse_mixed({"a": {"cpu_model": "x"}, "b": {"cpu_model": "y"}}, gpu=True, allowed=False)
+        _refuse_mixed(environments, cpu=False, allowed=False)
+    _refuse_mixed(environments, cpu=False, allowed=True)
+    cpus = {"a": {"cpu_model": "x"}, "b": {"cpu_model": "y"}}
+    _refuse_mixed(cpus, cpu=False, allowed=False)     # GPU points only: the host CPU is moot
+    with pytest.raises(UserError, match="workers differ in cpu_model"):
+        _refuse_mixed(cpus, cpu=True, allowed=False)  # CPU points too: it is not
+
+
+def test_a_worker_that_joins_later_on_another_gpu_is_refused_before_its_rows_are_written():
+    joined = cluster.Cluster(None, None, None)
+    joined.comparable = cluster.comparability_fields(cpu=False)
+    joined.reference_env = {"gpu_name": "H100", "cudnn": "9.19"}
+    same = cluster.ShardResult("gpu0", {"gpu_name": "H100", "cudnn": "9.19"}, (), ())
+    other = cluster.ShardResult("late", {"gpu_name": "H200", "cudnn": "9.19"}, (), ())
+    assert joined.foreign_worker(same) is None
+    assert "worker late differs in gpu_name (H100, H200)" in joined.foreign_worker(other)
+    joined.comparable = None                                   # --allow-mixed
+    assert joined.foreign_worker(other) is None
 
 
 GPU_SUITE = (LAYERS.replace("['fp32', 'fp64']", "['fp64']")
@@ -199,6 +214,35 @@ def test_local_gpu_workers_each_see_only_their_gpu(monkeypatch):
     assert resources == [{"GPU": 1}, {"GPU": 1}]
 
 
+def test_daemonic_gpu_workers_are_refused_at_connect_with_the_setting_that_fixes_them(
+        monkeypatch):
+    """What `dask worker` does unless told otherwise: its worker could not start the process
+    that times GPU points, and every shard would fail as an internal error."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setattr(cluster, "_CLUSTER_CONFIG",
+                        {**cluster._CLUSTER_CONFIG, "distributed.worker.daemon": True})
+    with pytest.raises(cluster.ClusterError, match="DASK_DISTRIBUTED__WORKER__DAEMON=False"):
+        cluster.connect("local", None, None, gpu=True)
+
+
+def test_closing_the_run_stops_the_gpu_children_of_a_users_workers():
+    """A user's long-lived worker (`--cluster tcp://`) keeps no Measurer, so no GPU child
+    holding a CUDA context, once the run that used it is over."""
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=1, processes=True, dashboard_address=":0") as theirs:
+        run = cluster.connect(theirs.scheduler_address, None, None, gpu=False)
+        run.client.run(lambda: cluster._measurers.setdefault(7, (_Closable(), {})))
+        run.close()
+        with Client(theirs.scheduler_address) as look:
+            left = look.run(lambda: len(cluster._measurers))
+    assert list(left.values()) == [0]
+
+
+class _Closable:
+    def close(self) -> None:
+        pass
+
+
 # ---- a mixed run is read per GPU ----------------------------------------------------------------
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN = ROOT / "results" / "scaleout-1gpu-nvidia-h200-2026-11-23.parquet"
@@ -226,3 +270,29 @@ def test_report_of_rows_from_two_machines_is_one_report_per_gpu(tmp_path, capsys
     h200 = (out / "nvidia-h200" / "index.md").read_text()
     cpu = (out / "no-gpu" / "index.md").read_text()
     assert "cudnn" in h200 and "cudnn" not in cpu
+
+
+def test_one_peaks_file_is_refused_for_rows_from_several_machines(tmp_path, capsys):
+    peaks = tmp_path / "peaks.json"
+    peaks.write_text('{"fp16": 700.0, "bandwidth_gbps": 3000.0}')
+    assert main(["report", str(H200_RUN), str(CPU_RUN), "--out", str(tmp_path / "r"),
+                 "--peaks", str(peaks)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "come from 2 machines" in err[0]
+
+
+def test_each_gpus_rows_take_the_roofline_of_their_own_gpu(monkeypatch):
+    """A cluster run's rows from an H200 must not be placed under the client's H100 ceilings."""
+    from harness import peaks
+    rows = store.load(H200_RUN).head(40).copy()
+    rows.loc[rows.index[:20], "env_gpu_name"] = "NVIDIA H100 80GB HBM3"
+    rows[["achieved_tflops", "roofline_pct"]] = float("nan")
+    cached = {"NVIDIA H100 80GB HBM3": {p: 500.0 for p in ("fp32", "tf32", "fp16", "bf16",
+                                                             "fp64")} | {"bandwidth_gbps": 3e3}}
+    monkeypatch.setattr(peaks, "load_cached", lambda env: cached.get(env.get("gpu_name")))
+    annotated, missing = peaks.annotate_by_machine(rows)
+    h100 = annotated["env_gpu_name"] == "NVIDIA H100 80GB HBM3"
+    timed = annotated["median_ms"].notna()
+    assert annotated.loc[h100 & timed, "roofline_pct"].notna().all()
+    assert annotated.loc[~h100, "roofline_pct"].isna().all()
+    assert missing == ["NVIDIA H200"] and list(annotated.index) == list(rows.index)
