@@ -528,7 +528,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     results = _results_paths(args.results)
     out = _report_folder(Path(args.out) if args.out else
                          Path("reports") / Path(results[0].name.removesuffix(".partial.jsonl")).stem,
-                         bool(args.out))
+                         bool(args.out), args.force)
     from harness import analysis
     from harness.runs import machine_label
     try:
@@ -553,14 +553,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _report_folder(out: Path, given: bool) -> Path:
-    """The report's folder; an existing file there (or in its way) is refused, never replaced."""
+def _report_folder(out: Path, given: bool, replace: bool = False) -> Path:
+    """The report's folder; an existing file there (or in its way) is refused, never replaced,
+    and so is an earlier report there (its pages, or a per-GPU report in a subfolder) unless
+    --force says to replace it."""
     flag = "--out " if given else "the default report folder "
     for folder in (out, *out.parents):
         if folder.exists() and not folder.is_dir():
             what = "" if folder == out else f": {folder} is a file"
             raise UserError(f"{flag}{out} is not a folder{what}; a report is a folder "
                             "(index.html, index.md, figures/): name another with --out")
+    earlier = [p for pattern in ("index.html", "index.md", "*/index.html", "*/index.md")
+               for p in out.glob(pattern)] if out.is_dir() else []
+    if earlier and not replace:
+        raise UserError(f"{flag}{out} already holds a report ({earlier[0]}); name another "
+                        "folder with --out, or pass --force to replace it")
     return out
 
 
@@ -684,6 +691,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--title", type=_utf8_text, help="page title (default: from the data)")
     report.add_argument("--jobs", type=_count(1), default=os.cpu_count() or 1,
                         help="processes drawing figures (default: all cores)")
+    report.add_argument("--force", action="store_true",
+                        help="replace a report already in the output folder")
     report.set_defaults(func=cmd_report)
     return parser
 

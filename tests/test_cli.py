@@ -321,3 +321,16 @@ def test_progress_counts_planned_points_not_the_rows_they_expand_into(tmp_path, 
     assert len(progress) == 4
     assert progress[-1].startswith("[2/2, row 4] ")
     assert all("/2" in line for line in progress)
+
+
+def test_a_second_report_into_the_same_folder_is_refused_unless_forced(tmp_path, results_file,
+                                                                       capsys):
+    out = tmp_path / "rep"
+    assert main(["report", results_file, "--out", str(out), "--jobs", "1"]) == 0
+    (out / "index.md").write_text("my annotated copy")
+    assert main(["report", results_file, "--out", str(out), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds a report" in err[0] and "--force" in err[0], err
+    assert (out / "index.md").read_text() == "my annotated copy"
+    assert main(["report", results_file, "--out", str(out), "--jobs", "1", "--force"]) == 0
+    assert (out / "index.md").read_text() != "my annotated copy"

@@ -160,6 +160,7 @@ REPORT_FLAGS = {
     "--embed-images": None,
     "--title": ["<b>x</b>", "[a](javascript:alert(1))", ""],
     "--jobs": ["1", "0", "-1", "abc"],
+    "--force": None,
 }
 # subcommand -> (positional pools, flag vocabulary)
 COMMANDS = {
