@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.measurement import Status
+
 # A "setting" is what a user fixes before choosing an algorithm. Ranking happens inside it, on the
 # precision the result actually delivered (a plan asked for fp32 that computes at tf32 accuracy is
 # ranked with tf32, never with fp32).
@@ -28,7 +30,7 @@ def by_gpu(df: pd.DataFrame) -> list[tuple[str | None, pd.DataFrame]]:
 
 def verified(df: pd.DataFrame) -> pd.DataFrame:
     """Rows whose output matched the reference and were timed."""
-    return df[(df["status"] == "ok") & df["median_ms"].notna()]
+    return df[(df["status"] == Status.OK) & df["median_ms"].notna()]
 
 
 def best_per_setting(df: pd.DataFrame) -> pd.DataFrame:

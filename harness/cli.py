@@ -299,7 +299,7 @@ class _progress:
             return
         p = m.point
         timing = f" {m.median_ms:.4g} ms" if m.median_ms is not None else ""
-        detail = "" if m.status == "ok" else f" ({m.reason[:100]})"
+        detail = "" if m.ok else f" ({m.reason[:100]})"
         rows = f", row {self.rows}" if self.rows != done else ""
         _say(f"[{done}/{self.total}{rows}] {p.problem.label} {p.direction} {p.precision} "
              f"{p.layout} {p.backend}:{p.algorithm}: {m.status}{timing}{detail}")

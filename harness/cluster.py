@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness import backends
-from harness.measurement import Measurement
+from harness.measurement import Measurement, Status
 from harness.sweep import Point
 
 CONNECT_TIMEOUT_S = 10
@@ -195,7 +195,7 @@ class Cluster:
                     # No worker fingerprint: the client gives these rows the machine of the
                     # run's other rows (an empty one would read as a machine of its own).
                     yield ShardResult("(lost)", {}, tuple(
-                        Measurement(p, "crashed", f"the Dask workers running it died ({error})")
+                        Measurement(p, Status.CRASHED, f"the Dask workers running it died ({error})")
                         for p in lost), (store.finished_now(),) * len(lost))
                 else:
                     yield future.result()     # any other error is a harness bug: raised

@@ -88,6 +88,7 @@ import pandas as pd
 from harness import stats
 from harness.stats import CORRECTIONS, DEFAULT_ALPHA, adjust_p_values, mann_whitney_u, smallest_p
 from harness.env import COMPARABILITY_FIELDS
+from harness.measurement import Status
 from harness.process_split import process_groups
 from harness.store import ResultsError
 
@@ -459,7 +460,7 @@ class _Point:
     pid: str
     meta: dict[str, Any]
     samples: np.ndarray
-    status: str = "ok"
+    status: str = Status.OK
     reason: str = ""
     process_medians: list[float] = field(default_factory=list)   # one per worker process
 
@@ -474,14 +475,14 @@ def _points(df: pd.DataFrame) -> dict[str, _Point]:
         pid = str(rec["point_id"])
         point = points.setdefault(pid, _Point(pid, _meta(rec), np.empty(0)))
         status = _text(rec.get("status")) or "unknown"
-        samples = np.asarray(_samples(rec), dtype=float) if status == "ok" else np.empty(0)
+        samples = np.asarray(_samples(rec), dtype=float) if status == Status.OK else np.empty(0)
         if samples.size:
             point.samples = np.concatenate([point.samples, samples])
             point.process_medians += [statistics.median(g) for g in process_groups(
                 samples.tolist(), _text(rec.get("process_samples")))]
         else:
             point.status = status
-            point.reason = "no samples stored" if status == "ok" else _text(rec.get("reason")) or ""
+            point.reason = "no samples stored" if status == Status.OK else _text(rec.get("reason")) or ""
     return points
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from harness import backends, memory, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, ProblemData, Unsupported,
                                    WorkspaceExceeded)
-from harness.measurement import Measurement
+from harness.measurement import Measurement, Status
 from harness.sweep import Point
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
 
@@ -55,7 +55,7 @@ class PointExecutor:
         # Buffers that cannot fit are known before allocating: a row, not a MemoryError.
         reason = algo.supports(point) or memory.refusal(point, backend.device)
         if reason:
-            return [Measurement(p, "unsupported", reason, algo.family) for p in group]
+            return [Measurement(p, Status.UNSUPPORTED, reason, algo.family) for p in group]
         if algo.expands:
             return self._measure_variants(group, point, algo)
         return self._measure_supported(group, point, algo)
@@ -68,7 +68,7 @@ class PointExecutor:
         try:
             variants = algo.variants(point, self._cached_data(point))
         except Unsupported as err:
-            return [Measurement(p, "unsupported", str(err), algo.family) for p in group]
+            return [Measurement(p, Status.UNSUPPORTED, str(err), algo.family) for p in group]
         except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
             return [_failed(p, algo, err) for p in group]
         rows: list[Measurement] = []
@@ -77,7 +77,7 @@ class PointExecutor:
             measured = self._measure_supported(members, replace(point, algorithm=variant), algo)
             rows += [replace(m, planned_point_id=planned.point_id)
                      for m, planned in zip(measured, group)]
-        return rows or [Measurement(p, "unsupported", "the backend offered no variant",
+        return rows or [Measurement(p, Status.UNSUPPORTED, "the backend offered no variant",
                                     algo.family) for p in group]
 
     def _measure_supported(self, group: list[Point], point: Point,
@@ -87,7 +87,7 @@ class PointExecutor:
         try:
             prepared = algo.prepare(point, data)
         except Unsupported as err:
-            return [Measurement(p, "unsupported", str(err), algo.family) for p in group]
+            return [Measurement(p, Status.UNSUPPORTED, str(err), algo.family) for p in group]
         except WorkspaceExceeded as err:
             return [_over_limit(p, algo, err.needed) for p in group]
         except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
@@ -115,7 +115,7 @@ class PointExecutor:
         if effective is None:
             why = (f"relative L2 error {rel:.3g} exceeds the {point.precision} tolerance "
                    f"{tol:.3g} (max abs error {max_abs:.3g})")
-            return [Measurement(p, "wrong", why, **common) for p in group]
+            return [Measurement(p, Status.WRONG, why, **common) for p in group]
         try:
             timing = self._time(prepared, point)
         except Exception as err:  # noqa: BLE001 - backend failure while timing: a failed row
@@ -130,14 +130,14 @@ class PointExecutor:
             extras.update(prepared.extras_for_limit(p.workspace_limit))
         needed = prepared.workspace_bytes
         if p.workspace_limit is not None and needed > p.workspace_limit:
-            return Measurement(p, "workspace_exceeded",
+            return Measurement(p, Status.WORKSPACE_EXCEEDED,
                                f"needs {needed} bytes of workspace, limit is {p.workspace_limit}",
                                extras=extras, **{**common, "effective_precision": None})
         reason = ""
         if common["effective_precision"] != p.precision:
             reason = (f"asked for {p.precision}, delivers {common['effective_precision']} "
                       f"accuracy (relative L2 error {common['rel_error']:.3g})")
-        return Measurement(p, "ok", reason, samples_ms=timing.samples_ms,
+        return Measurement(p, Status.OK, reason, samples_ms=timing.samples_ms,
                            stop_reason=timing.stop_reason, host_ms=timing.host_ms,
                            extras=extras, **common)
 
@@ -258,11 +258,11 @@ def _failed(point: Point, algo: Algorithm, err: BaseException) -> Measurement:
         where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
         at = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
         reason = f"{type(err).__name__}: {err}{at}"
-    return Measurement(point, "failed", reason, algo.family)
+    return Measurement(point, Status.FAILED, reason, algo.family)
 
 
 def _over_limit(point: Point, algo: Algorithm, needed: int) -> Measurement:
-    return Measurement(point, "workspace_exceeded",
+    return Measurement(point, Status.WORKSPACE_EXCEEDED,
                        f"needs {needed} bytes of workspace, limit is {point.workspace_limit}",
                        algo.family, workspace_bytes=needed)
 

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from harness.env import ENV_FIELDS
+from harness.measurement import Status
 
 # The pytest-benchmark release whose --benchmark-json layout these dicts follow (checked against
 # the installed pytest-benchmark's own output in tests/test_export.py).
@@ -246,7 +247,7 @@ def _deepbench_row(r: dict[str, Any]) -> dict[str, Any]:
 def _ok_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows with timings: status ok and at least one sample."""
     return [r for r in df.to_dict("records")
-            if _plain(r.get("status")) == "ok" and _has_samples(r.get("samples_ms"))]
+            if _plain(r.get("status")) == Status.OK and _has_samples(r.get("samples_ms"))]
 
 
 def _has_samples(value: Any) -> bool:

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from statistics import mean, median
 from typing import Any
 
 from harness.sweep import Point
 
-STATUSES = ("ok", "unsupported", "workspace_exceeded", "failed", "wrong", "crashed")
-RANKABLE = "ok"
+class Status(StrEnum):
+    """What happened at a point; the one home of these words (a StrEnum: it is the text stored
+    in the `status` column, and compares equal to it)."""
+    OK = "ok"                                   # verified, then timed: the only rankable rows
+    UNSUPPORTED = "unsupported"                 # the backend cannot run this point
+    WORKSPACE_EXCEEDED = "workspace_exceeded"   # runs, but needs more workspace than the limit
+    FAILED = "failed"                           # the backend raised while preparing or running
+    WRONG = "wrong"                             # output outside the tolerance: never timed
+    CRASHED = "crashed"                         # took the process or its CUDA context down
+
+
+STATUSES = tuple(Status)
+RANKABLE = Status.OK
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,13 @@ import math
 from dataclasses import replace
 from typing import Sequence
 
-from harness.measurement import STATUSES, Measurement
+from harness.measurement import STATUSES, Measurement, Status
 from harness.sweep import Point, TimingOptions
 
 # Worst first: a row is as bad as the worst any process saw (a wrong output in one process is a
 # wrong row, whatever the other measured).
-_SEVERITY = ("crashed", "wrong", "failed", "workspace_exceeded", "unsupported", "ok")
+_SEVERITY = (Status.CRASHED, Status.WRONG, Status.FAILED, Status.WORKSPACE_EXCEEDED,
+             Status.UNSUPPORTED, Status.OK)
 assert set(_SEVERITY) == set(STATUSES)
 
 
@@ -51,11 +52,11 @@ def merge(group: Sequence[Point], per_process: Sequence[Sequence[Measurement]]
     A planned point that crashed in any process is that crash's rows alone: its other rows were
     measured by fewer processes than asked."""
     planned = {p.point_id: p for p in group}
-    crashed = {_planned_id(m) for ms in per_process for m in ms if m.status == "crashed"}
+    crashed = {_planned_id(m) for ms in per_process for m in ms if m.status == Status.CRASHED}
     by_id: dict[str, list[Measurement]] = {}
     for measurements in per_process:
         for m in measurements:
-            if _planned_id(m) not in crashed or m.status == "crashed":
+            if _planned_id(m) not in crashed or m.status == Status.CRASHED:
                 by_id.setdefault(m.point.point_id, []).append(m)
     rows = [_merge_one(ms, len(per_process)) for ms in by_id.values()]
     return [replace(m, point=replace(m.point, timing=planned[_planned_id(m)].timing))
@@ -74,7 +75,7 @@ def _merge_one(measurements: list[Measurement], processes: int) -> Measurement:
         seen = ", ".join(m.status for m in measurements)
         return replace(worst, reason=f"{worst.reason} (worker processes saw: {seen})")
     if len(measurements) < processes:
-        return replace(worst, status="failed", samples_ms=(),
+        return replace(worst, status=Status.FAILED, samples_ms=(),
                        reason=f"measured in {len(measurements)} of {processes} worker processes "
                               "only: the others offered no such variant")
     return _merge_ok(measurements)

@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.measurement import Status   # light: the problem and sweep records only
+
 if TYPE_CHECKING:
     from harness.measurement import Measurement
     from harness.problem import ConvProblem
     from harness.sweep import Point, TimingOptions
 
-SKIP_STATUSES = ("unsupported", "workspace_exceeded")   # cannot run here: not a failure
+SKIP_STATUSES = (Status.UNSUPPORTED, Status.WORKSPACE_EXCEEDED)   # cannot run here: not a failure
 MIN_SAMPLES = 10     # default floor: a median over fewer is a weak thing to gate a merge on
 _ENV_KEY = pytest.StashKey[dict]()
 

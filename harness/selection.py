@@ -28,6 +28,7 @@ from typing import Callable
 import pandas as pd
 
 from harness.analysis import SETTING, verified
+from harness.measurement import Status
 
 ORACLE_BACKENDS = ("cudnn", "cudnn_graph")
 POLICIES = ("cudnn_heuristic", "cudnn_find", "graph_heuristic", "pytorch")
@@ -53,7 +54,7 @@ def _flag(column: str, backend: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
 
 def _graph_heuristic(df: pd.DataFrame) -> pd.DataFrame:
     rank = pd.to_numeric(df["graph_heuristic_rank"], errors="coerce")
-    keep = (df["backend"] == "cudnn_graph") & (df["status"] == "ok") & rank.notna()
+    keep = (df["backend"] == "cudnn_graph") & (df["status"] == Status.OK) & rank.notna()
     return df[keep].assign(_order=lambda picked: rank[picked.index])
 
 
@@ -83,7 +84,7 @@ def _picks(df: pd.DataFrame, policy: str) -> pd.DataFrame:
         _ASKED, sort=False, dropna=False).head(1)
     picks = first[[*_ASKED, *_PICK]].rename(columns=_PICK)
     picks["effective_precision"] = first["precision"]
-    picks["policy_ms"] = picks["policy_ms"].where(picks["policy_status"] == "ok")
+    picks["policy_ms"] = picks["policy_ms"].where(picks["policy_status"] == Status.OK)
     return picks.drop(columns="precision").assign(policy=policy)
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from harness import backends
-from harness.measurement import Measurement
+from harness.measurement import Measurement, Status
 from harness.sweep import Point
 
 # A group that takes longer than this is declared hung; the worker is killed and replaced.
@@ -22,7 +22,7 @@ _STICKY = ("cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorIllega
 
 def _sticky(measurements: list[Measurement]) -> str | None:
     for m in measurements:
-        if m.status == "failed" and any(name in m.reason for name in _STICKY):
+        if m.status == Status.FAILED and any(name in m.reason for name in _STICKY):
             return m.reason
     return None
 
@@ -40,7 +40,7 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
         poisoned = _sticky(results)
         if poisoned:
             # planned_point_id kept: --resume and the progress count go by planned points
-            results = [Measurement(m.point, "crashed", f"CUDA context lost: {poisoned}",
+            results = [Measurement(m.point, Status.CRASHED, f"CUDA context lost: {poisoned}",
                                    m.family, planned_point_id=m.planned_point_id)
                        for m in results]
         connection.send(results)
@@ -94,7 +94,7 @@ class WorkerPool:
             code = self._process.exitcode if self._process else None
             self._kill()
             return _crashed(group, f"worker process died (exit code {code})")
-        if any(m.status == "crashed" for m in results):
+        if any(m.status == Status.CRASHED for m in results):
             self._kill()  # it is exiting on its own; do not hand it the next group
         return results
 
@@ -115,4 +115,4 @@ class WorkerPool:
 
 
 def _crashed(group: list[Point], reason: str) -> list[Measurement]:
-    return [Measurement(p, "crashed", reason) for p in group]
+    return [Measurement(p, Status.CRASHED, reason) for p in group]

@@ -16,13 +16,14 @@ import numpy as np
 import pandas as pd
 
 from harness.report import analysis, tables
+from harness.measurement import Status
 
 DPI = 100
 # Cells that hold no time: a letter, a colour and a hatch each, so none is ever blank or confused.
 STATUS_MARKS: dict[str, tuple[str, str, str]] = {
-    "unsupported": ("U", "#d4d4d4", "//"), "workspace_exceeded": ("W", "#9ecae1", "\\\\"),
-    "wrong": ("X", "#e7298a", "xx"), "failed": ("F", "#8c8c8c", ".."),
-    "crashed": ("C", "#3b3b3b", "++"), "": ("–", "#ffffff", ""),
+    Status.UNSUPPORTED: ("U", "#d4d4d4", "//"), Status.WORKSPACE_EXCEEDED: ("W", "#9ecae1", "\\\\"),
+    Status.WRONG: ("X", "#e7298a", "xx"), Status.FAILED: ("F", "#8c8c8c", ".."),
+    Status.CRASHED: ("C", "#3b3b3b", "++"), "": ("–", "#ffffff", ""),
 }
 STATUS_LABELS = {"": "not run"}
 RATIO_CAP = 8.0           # colour scale saturates at 8x the best: beyond that it is simply slow
@@ -294,7 +295,7 @@ def _draw_heatmap(ax: Any, values: np.ndarray, status: np.ndarray) -> Any:
     ratios = [(_ratio_label(r), "white" if math.log2(min(r, RATIO_CAP)) > 1.6 else "black", (j, i))
               for (i, j), r in np.ndenumerate(values) if timed[i, j]]
     letters = [(STATUS_MARKS.get(state, ("?",))[0],
-                "white" if state in ("crashed", "wrong") else "black", (j, i))
+                "white" if state in (Status.CRASHED, Status.WRONG) else "black", (j, i))
                for (i, j), state in np.ndenumerate(status) if not timed[i, j] and state != GAP]
     for labels, bold in ((ratios, False), (letters, True)):
         if labels:
@@ -500,7 +501,7 @@ def _accuracy_png(rows: pd.DataFrame, path: Path) -> None:
 def _accuracy_axis(ax: Any, rows: pd.DataFrame, colours: dict[str, Any]) -> None:
     error = rows["rel_error"].astype(float).clip(lower=ZERO_ERROR)
     for family, part in rows.groupby("family", sort=True):
-        ok = part["status"] == "ok"
+        ok = part["status"] == Status.OK
         ax.scatter(part["median_ms"][ok], error[part.index][ok], s=8, alpha=0.5,
                    color=colours[family], linewidths=0)
         ax.scatter(part["median_ms"][~ok], error[part.index][~ok], s=30, marker="x",

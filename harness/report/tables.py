@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.report import analysis
 from harness.report.document import Block, Fold, Table
+from harness.measurement import Status
 from harness.store import UNLIMITED_BYTES
 
 FOLD_ROWS = 25          # longer tables are folded so the page stays scannable
@@ -129,7 +130,7 @@ def _baseline_pick(r: pd.Series) -> str:
     status = r["base_status"]
     if _missing(status):
         return DASH
-    if status != "ok":
+    if status != Status.OK:
         return f"{r['base_candidate']} ({status})"
     return "same" if r["base_candidate"] == r["best_candidate"] else str(r["base_candidate"])
 
