@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from harness import backends, reference  # noqa: E402
+from harness import precision as precision_table  # noqa: E402
 from harness.problem import ConvProblem  # noqa: E402
 from harness.sweep import Point  # noqa: E402
 
@@ -74,7 +75,7 @@ def _prepare(problem: ConvProblem, data, check: bool) -> dict[str, object]:
         run.launch()  # warm-up (and the result to check)
         if check:
             error, _ = reference.relative_errors(run.output(), expected)
-            limit = reference.tolerance("fp32", problem.reduction_length("fwd"), algo.error_factor)
+            limit = precision_table.tolerance("fp32", problem.reduction_length("fwd"), algo.error_factor)
             if not error <= limit:
                 raise SystemExit(f"{algo_name} is wrong on {problem.label}: "
                                  f"{error:.2e} > {limit:.1e}")

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Callable
 
-from harness import backends, memory, reference
+from harness import backends, memory, precision, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, ProblemData, Unsupported,
                                    WorkspaceExceeded)
 from harness.measurement import Measurement, Status
@@ -107,8 +107,8 @@ class PointExecutor:
         rel, max_abs = reference.relative_errors(output, expected, _array_module(output))
         length = point.problem.reduction_length(point.direction)
         factor = getattr(prepared, "error_factor", algo.error_factor)
-        tol = reference.tolerance(point.precision, length, factor)
-        effective = _effective_precision(point.precision, rel, length, factor)
+        tol = precision.tolerance(point.precision, length, factor)
+        effective = precision.delivered(point.precision, rel, length, factor)
         common = dict(family=getattr(prepared, "family", algo.family),
                       workspace_bytes=prepared.workspace_bytes, rel_error=rel, max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
                       effective_precision=effective, deterministic=deterministic)
@@ -230,16 +230,6 @@ def _run_twice(prepared) -> tuple[float, Any, bool]:
     second = prepared.output()
     deterministic = bool(xp.array_equal(first, second))
     return first_call_ms, first, deterministic
-
-
-def _effective_precision(asked: str, rel: float, length: int, factor: float) -> str | None:
-    """What the accuracy shows was computed: the asked precision, tf32 for fp32 data computed on
-    tensor cores, or None when the result is wrong even for that."""
-    if rel <= reference.tolerance(asked, length, factor):
-        return asked
-    if asked == "fp32" and rel <= reference.tolerance("tf32", length, factor):
-        return "tf32"
-    return None
 
 
 def _array_module(array: Any) -> Any:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from harness.problem import ConvProblem, ProblemError
-from harness.sweep import ELEMENT_BYTES, Point
+from harness.precision import element_bytes
+from harness.sweep import Point
 
 FLOAT64 = 8
 _MEMINFO = Path("/proc/meminfo")
@@ -35,7 +36,7 @@ def footprint(point: Point, device: str) -> Footprint:
     p = point.problem
     data = FLOAT64 * _operand_elements(p)            # x, w, dy: reference.make_data
     checking = FLOAT64 * (_reference_elements(p) + 3 * _result_elements(p, point.direction))
-    backend = ELEMENT_BYTES[point.precision] * (_operand_elements(p) + _padded_elements(p))
+    backend = element_bytes(point.precision) * (_operand_elements(p) + _padded_elements(p))
     if device == "cuda":  # the reference and the comparison run on the GPU (cupy)
         return Footprint(host=data, device=data + checking + backend)
     return Footprint(host=data + checking + backend, device=0)

@@ -1,4 +1,5 @@
-"""The float64 oracle, the test data, and the tolerance an algorithm's error is judged by.
+"""The float64 oracle and the test data (the tolerance an algorithm's error is judged by lives in
+harness/precision.py).
 
 Written once against an array module `xp` (numpy on the CPU, cupy on the GPU), so the same code
 checks every backend. It is deliberately plain: the forward pass accumulates one kernel tap at a
@@ -13,55 +14,15 @@ from typing import Any
 import numpy as np
 
 from harness.backends.base import ProblemData
+from harness import precision as precision_table
 from harness.problem import ConvProblem
-
-# Unit roundoff of the operands each precision multiplies (tf32 keeps 10 mantissa bits, bf16 7).
-OPERAND_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11,
-                    "bf16": 2.0**-8}
-# Unit roundoff of the accumulator: float for every precision but fp64.
-ACCUMULATOR_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-24, "fp16": 2.0**-24,
-                        "bf16": 2.0**-24}
-# Rounding the operands and the result costs about one unit each; a few units of slack keep honest
-# algorithms in, while any indexing bug (errors of order 1e-1) stays far out.
-_OPERAND_UNITS = 8.0
-# Sequential float accumulation of L terms drifts like sqrt(L) units (random-sign data).
-_ACCUMULATION_UNITS = 2.0
-
-
-def tolerance(precision: str, reduction_length: int, error_factor: float = 1.0) -> float:
-    """Largest relative L2 error accepted for an algorithm run at `precision`."""
-    bound = (_OPERAND_UNITS * OPERAND_ROUNDOFF[precision]
-             + _ACCUMULATION_UNITS * ACCUMULATOR_ROUNDOFF[precision] * reduction_length**0.5)
-    return bound * error_factor
-
-
-def round_to_precision(array: np.ndarray, precision: str) -> np.ndarray:
-    """float64 values that are exactly representable in the precision's storage type."""
-    if precision == "fp64":
-        return array
-    if precision in ("fp32", "tf32"):
-        return array.astype(np.float32).astype(np.float64)
-    if precision == "fp16":
-        return array.astype(np.float16).astype(np.float64)
-    if precision == "bf16":
-        return _round_to_bfloat16(array.astype(np.float32)).astype(np.float64)
-    raise ValueError(f"unknown precision {precision!r}")
-
-
-def _round_to_bfloat16(values: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even to bfloat16, kept in float32 (NumPy has no bfloat16 type)."""
-    bits = values.view(np.uint32).astype(np.uint64)
-    rounding = 0x7FFF + ((bits >> 16) & 1)
-    rounded = ((bits + rounding) >> 16 << 16).astype(np.uint32)
-    return rounded.view(np.float32)
-
 
 def make_data(problem: ConvProblem, precision: str, seed: int = 0) -> ProblemData:
     """Random normal data (never zeros: they hide unwritten outputs), rounded to the precision."""
     rng = np.random.default_rng(seed)
-    x = round_to_precision(rng.standard_normal(problem.input_shape), precision)
-    w = round_to_precision(rng.standard_normal(problem.weight_shape), precision)
-    dy = round_to_precision(rng.standard_normal(problem.output_shape), precision)
+    x = precision_table.round_to(rng.standard_normal(problem.input_shape), precision)
+    w = precision_table.round_to(rng.standard_normal(problem.weight_shape), precision)
+    dy = precision_table.round_to(rng.standard_normal(problem.output_shape), precision)
     return ProblemData(x=x, w=w, dy=dy)
 
 

@@ -20,7 +20,7 @@ from harness.env import ENV_FIELDS
 from harness.locks import OutputLock
 from harness.measurement import Measurement, relative_noise
 from harness.problem import to_benchdnn
-from harness.sweep import ELEMENT_BYTES
+from harness.precision import element_bytes
 
 class ResultsError(ValueError):
     """A file that is not a convbench results file; the message names it."""
@@ -92,7 +92,7 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
     p, pt = m.point.problem, m.point
     samples = list(m.samples_ms)
     median = m.median_ms
-    element_bytes = ELEMENT_BYTES[pt.precision]
+    bytes_per_element = element_bytes(pt.precision)
     row: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "suite": suite,
         "point_id": pt.point_id, "planned_point_id": m.planned_point_id or pt.point_id,
@@ -104,8 +104,8 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "pad_left": p.pad_left, "pad_bottom": p.pad_bottom, "pad_right": p.pad_right,
         "dilation_h": p.dilation_h, "dilation_w": p.dilation_w, "groups": p.groups,
         "out_h": p.out_h, "out_w": p.out_w, "flops": p.flops,
-        "flops_no_padding": p.flops_no_padding, "bytes_moved": p.bytes_moved(element_bytes),
-        "arithmetic_intensity": p.arithmetic_intensity(element_bytes),
+        "flops_no_padding": p.flops_no_padding, "bytes_moved": p.bytes_moved(bytes_per_element),
+        "arithmetic_intensity": p.arithmetic_intensity(bytes_per_element),
         "direction": pt.direction, "precision": pt.precision, "layout": pt.layout,
         "backend": pt.backend, "algorithm": pt.algorithm, "family": m.family,
         "workspace_limit": UNLIMITED_BYTES if pt.workspace_limit is None else pt.workspace_limit,

@@ -10,19 +10,17 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Iterator
 
+from harness import precision
 from harness.problem import ConvProblem
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp64")
+PRECISIONS = precision.NAMES
 LAYOUTS = ("NCHW", "NHWC")
 TIMING_MODES = ("warm", "cold")
 # How warm GPU points are timed: "graph" replays a CUDA graph of the calls (kernel time, what
 # CUDA-graph users get); "stream" queues them in stream order behind a hold (adds the ~1 us
 # the GPU spends between stream-ordered kernels, what eager frameworks get).
 GPU_TIMERS = ("graph", "stream")
-
-# Storage bytes per element of each precision's data (tf32 is stored as float32).
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 
 # Each worker process holds its own CUDA context and buffers on the one GPU.
 MAX_GPU_PROCESSES = 8

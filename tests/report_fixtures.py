@@ -18,7 +18,8 @@ import pandas as pd
 from harness import store
 from harness.measurement import Measurement
 from harness.problem import ConvProblem
-from harness.sweep import ELEMENT_BYTES, Point, TimingOptions
+from harness.precision import element_bytes
+from harness.sweep import Point, TimingOptions
 
 MIB = 1 << 20
 # ResNet-50 v1's 20 unique layers and how often each occurs (shared/reference/shapes.md).
@@ -87,7 +88,7 @@ def _unsupported(algo: Algo, p: ConvProblem, direction: str, precision: str) -> 
 
 
 def _workspace(algo: Algo, p: ConvProblem, precision: str) -> int:
-    eb = ELEMENT_BYTES[precision]
+    eb = element_bytes(precision)
     im2col = p.batch * p.in_channels * p.kernel_h * p.kernel_w * p.out_h * p.out_w * eb
     return {"IMPLICIT_GEMM": 0, "IMPLICIT_PRECOMP_GEMM": 0 if precision == "fp32" else im2col // 64,
             "GEMM": im2col, "FFT": 8 * im2col + 64 * MIB, "FFT_TILING": im2col + 16 * MIB,
@@ -149,7 +150,7 @@ def _gpu_extras(p: ConvProblem, prec: str, samples: tuple[float, ...], peaks: di
                 rng: np.random.Generator) -> dict[str, Any]:
     """What the GPU runner adds: achieved rate, roofline share, clocks."""
     tflops = p.flops / (float(np.median(samples)) * 1e-3) / 1e12
-    bandwidth_bound = p.arithmetic_intensity(ELEMENT_BYTES[prec]) * peaks["bandwidth_gbps"] / 1e3
+    bandwidth_bound = p.arithmetic_intensity(element_bytes(prec)) * peaks["bandwidth_gbps"] / 1e3
     ceiling = min(peaks[prec], bandwidth_bound)
     return {"achieved_tflops": tflops, "roofline_pct": 100.0 * tflops / ceiling,
             "throttled": bool(rng.random() < 0.01), "sm_clock_mhz": 1980.0,

@@ -18,6 +18,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from harness import backends, reference
+from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
 from harness.backends.cpu import direct, fft, im2col, winograd
 from harness.problem import ConvProblem
@@ -50,7 +51,7 @@ def _run(name: str, problem: ConvProblem, direction: str, precision: str,
     error, _ = reference.relative_errors(prepared.output(), reference.reference(problem, direction,
                                                                                 data))
     prepared.release()
-    limit = reference.tolerance(precision, problem.reduction_length(direction), algo.error_factor)
+    limit = precision_table.tolerance(precision, problem.reduction_length(direction), algo.error_factor)
     return error, limit
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import reference
+from harness import precision, reference
 from harness.backends.base import ProblemData
 from harness.problem import ConvProblem
 
@@ -131,19 +131,19 @@ def test_reference_is_linear(problem: ConvProblem) -> None:
     (65504.0, 65536.0),                 # rounds up to the next power of two
 ])
 def test_round_to_bfloat16_known_values(value: float, expected: float) -> None:
-    rounded = reference.round_to_precision(np.array([value]), "bf16")
+    rounded = precision.round_to(np.array([value]), "bf16")
     assert rounded.dtype == np.float64
     assert rounded[0] == expected
 
 
 def test_round_to_other_precisions() -> None:
     values = np.array([np.pi, 1 / 3, 1e-3])
-    np.testing.assert_array_equal(reference.round_to_precision(values, "fp64"), values)
-    assert reference.round_to_precision(values, "fp32")[0] == float(np.float32(np.pi))
-    assert reference.round_to_precision(values, "tf32")[1] == float(np.float32(1 / 3))
-    assert reference.round_to_precision(values, "fp16")[0] == 3.140625
+    np.testing.assert_array_equal(precision.round_to(values, "fp64"), values)
+    assert precision.round_to(values, "fp32")[0] == float(np.float32(np.pi))
+    assert precision.round_to(values, "tf32")[1] == float(np.float32(1 / 3))
+    assert precision.round_to(values, "fp16")[0] == 3.140625
     with pytest.raises(ValueError, match="unknown precision"):
-        reference.round_to_precision(values, "fp8")
+        precision.round_to(values, "fp8")
 
 
 def test_make_data_is_rounded_seeded_and_never_zero() -> None:
@@ -151,16 +151,16 @@ def test_make_data_is_rounded_seeded_and_never_zero() -> None:
     a = reference.make_data(problem, "bf16", seed=5)
     b = reference.make_data(problem, "bf16", seed=5)
     np.testing.assert_array_equal(a.x, b.x)
-    np.testing.assert_array_equal(a.x, reference.round_to_precision(a.x, "bf16"))
+    np.testing.assert_array_equal(a.x, precision.round_to(a.x, "bf16"))
     assert a.dy.shape == problem.output_shape and np.all(a.w != 0)
 
 
 def test_tolerance_grows_with_reduction_and_factor() -> None:
-    small = reference.tolerance("fp32", 9)
+    small = precision.tolerance("fp32", 9)
     assert small == pytest.approx(8 * 2**-24 + 2 * 2**-24 * 3)
-    assert reference.tolerance("fp32", 900) > small
-    assert reference.tolerance("fp32", 9, 4.0) == pytest.approx(4 * small)
-    assert reference.tolerance("fp64", 9) < 1e-14
+    assert precision.tolerance("fp32", 900) > small
+    assert precision.tolerance("fp32", 9, 4.0) == pytest.approx(4 * small)
+    assert precision.tolerance("fp64", 9) < 1e-14
 
 
 def test_relative_errors_flags_nan_and_measures_error() -> None:

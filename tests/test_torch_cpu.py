@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import backends, reference
+from harness import precision as precision_table
 from harness.backends import torch_cpu
 from harness.backends.base import Unsupported
 from harness.problem import ConvProblem
@@ -85,7 +86,7 @@ def _check(problem: ConvProblem, direction: str, precision: str, layout: str) ->
     prepared.launch()
     error, _ = reference.relative_errors(prepared.output(),
                                          reference.reference(problem, direction, data))
-    limit = reference.tolerance(precision, problem.reduction_length(direction), algo.error_factor)
+    limit = precision_table.tolerance(precision, problem.reduction_length(direction), algo.error_factor)
     assert error <= limit, f"{direction} {precision} {layout} {problem}: {error:.2e} > {limit:.1e}"
     if precision == "fp64":
         assert error < 1e-11
