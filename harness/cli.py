@@ -330,10 +330,10 @@ def _print_best(df) -> None:
          .to_string(index=False))
 
 
-def _format_limit(limit: int) -> str:
-    if limit is None or limit < 0:
-        return "unlimited"
-    return f"{limit / (1 << 20):g}MiB"
+def _format_limit(value: int) -> str:
+    from harness.store import limit_from_column
+    limit = limit_from_column(value)
+    return "unlimited" if limit is None else f"{limit / (1 << 20):g}MiB"
 
 
 def _results_paths(arguments: list[str]) -> list[Path]:

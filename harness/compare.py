@@ -90,7 +90,7 @@ from harness.stats import CORRECTIONS, DEFAULT_ALPHA, adjust_p_values, mann_whit
 from harness.env import COMPARABILITY_FIELDS
 from harness.measurement import Status
 from harness.process_split import process_groups
-from harness.store import ResultsError
+from harness.store import ResultsError, limit_from_column
 
 DEFAULT_THRESHOLD = 0.05       # 5% change before anyone should care
 DEFAULT_SUITE_THRESHOLD = 0.03  # the whole run: see the module docstring
@@ -593,8 +593,9 @@ def reproduce_command(row: RowResult) -> str:
     workspace limit, timing mode and GPU timer where they are not the defaults (they are part of
     the point)."""
     command = _fill(REPRODUCE_TEMPLATE, row)
-    if row.workspace_limit is not None and row.workspace_limit >= 0:
-        command += f" --workspace-limit {row.workspace_limit}"
+    limit = limit_from_column(row.workspace_limit)
+    if limit is not None:
+        command += f" --workspace-limit {limit}"
     if row.timing_mode and row.timing_mode != "warm":
         command += f" --timing-mode {shlex.quote(row.timing_mode)}"
     if row.point_id.endswith("+stream"):

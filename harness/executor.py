@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from harness import backends, memory, precision, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, ProblemData, Unsupported,
-                                   WorkspaceExceeded)
+                                   WorkspaceExceeded, fits)
 from harness.measurement import Measurement, Status
 from harness.sweep import Point
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
@@ -129,7 +129,7 @@ class PointExecutor:
         if hasattr(prepared, "extras_for_limit"):
             extras.update(prepared.extras_for_limit(p.workspace_limit))
         needed = prepared.workspace_bytes
-        if p.workspace_limit is not None and needed > p.workspace_limit:
+        if not fits(needed, p.workspace_limit):
             return Measurement(p, Status.WORKSPACE_EXCEEDED,
                                f"needs {needed} bytes of workspace, limit is {p.workspace_limit}",
                                extras=extras, **{**common, "effective_precision": None})

@@ -29,6 +29,18 @@ class ResultsError(ValueError):
 SCHEMA_VERSION = 1
 UNLIMITED_BYTES = -1   # how an unlimited workspace limit is stored (NaN would vanish in groupbys)
 
+
+def limit_to_column(limit: int | None) -> int:
+    """A workspace limit as the `workspace_limit` column stores it (None, no limit: -1)."""
+    return UNLIMITED_BYTES if limit is None else int(limit)
+
+
+def limit_from_column(value: Any) -> int | None:
+    """The limit a `workspace_limit` cell means: bytes, or None for no limit (-1 or empty)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return None if int(value) < 0 else int(value)
+
 # Every column, in order, with its pandas dtype. One definition; everything else refers to it.
 _CORE_COLUMNS: dict[str, str] = {
     "schema_version": "int64", "run_id": "string", "suite": "string", "point_id": "string",
@@ -108,7 +120,7 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "arithmetic_intensity": p.arithmetic_intensity(bytes_per_element),
         "direction": pt.direction, "precision": pt.precision, "layout": pt.layout,
         "backend": pt.backend, "algorithm": pt.algorithm, "family": m.family,
-        "workspace_limit": UNLIMITED_BYTES if pt.workspace_limit is None else pt.workspace_limit,
+        "workspace_limit": limit_to_column(pt.workspace_limit),
         "timing_mode": pt.timing.mode, "budget_ms": pt.timing.budget_ms,
         "status": m.status, "reason": m.reason, "stop_reason": m.stop_reason,
         "samples_ms": samples, "n_samples": len(samples), "median_ms": median,

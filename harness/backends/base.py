@@ -32,6 +32,17 @@ class WorkspaceExceeded(Exception):
         self.limit = limit
 
 
+def fits(needed: int, limit: int | None) -> bool:
+    """Whether `needed` bytes of workspace are within `limit` (None: no limit)."""
+    return limit is None or needed <= limit
+
+
+def require_fits(needed: int, limit: int | None) -> None:
+    """WorkspaceExceeded unless `needed` fits `limit`: what a backend calls once it knows."""
+    if not fits(needed, limit):
+        raise WorkspaceExceeded(needed, limit)
+
+
 class AlgorithmFailed(Exception):
     """The library reported an error while running (e.g. a cuDNN status); becomes `failed`."""
 

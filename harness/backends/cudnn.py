@@ -16,7 +16,7 @@ import numpy as np
 
 from harness.backends import cudnn_lib as lib
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
-                                   WorkspaceExceeded)
+                                   require_fits)
 from harness.sweep import Point
 
 # precision -> (cuDNN data type, compute type, math type)
@@ -224,8 +224,7 @@ class _Session:
             if lib.is_not_supported(err.code):
                 raise Unsupported(str(err)) from None
             raise AlgorithmFailed(str(err)) from None
-        if point.workspace_limit is not None and needed > point.workspace_limit:
-            raise WorkspaceExceeded(needed, point.workspace_limit)
+        require_fits(needed, point.workspace_limit)
         choices = self._cached_choices(point, descs, tensors)
         return self._bind(point, algo_enum, descs, tensors, needed, choices)
 

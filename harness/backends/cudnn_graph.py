@@ -38,7 +38,7 @@ from harness.backends.cudnn import (DeviceOutput, DeviceTensors, _logical_view, 
                                     cuda_unavailable_reason)
 from harness.backends import cudnn_lib
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
-                                   WorkspaceExceeded)
+                                   require_fits)
 from harness.sweep import Point
 
 # precision -> (io data type, compute data type), as cudnn.data_type member names
@@ -281,8 +281,7 @@ class _Session:
         except self.errors as err:
             raise Unsupported(f"plan {point.algorithm} does not build: {_reason(err)}") from None
         needed = int(graph.get_workspace_size_plan_at_index(info.index))
-        if point.workspace_limit is not None and needed > point.workspace_limit:
-            raise WorkspaceExceeded(needed, point.workspace_limit)
+        require_fits(needed, point.workspace_limit)
         tensors = self.tensors.get(point, data)
         workspace = self.cupy.empty(max(needed, 1), dtype=self.cupy.uint8)
         pack, out_buffer = _variant_pack(point.direction, tensors)

@@ -12,7 +12,7 @@ import numpy as np
 
 from harness import reference
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
-                                   WorkspaceExceeded)
+                                   require_fits)
 from harness.sweep import Point
 from harness.timer import Timing
 
@@ -73,8 +73,7 @@ class _FakeAlgorithm(Algorithm):
         return None
 
     def prepare(self, point: Point, data: ProblemData) -> _FakePrepared:
-        if point.workspace_limit is not None and self.workspace > point.workspace_limit:
-            raise WorkspaceExceeded(self.workspace, point.workspace_limit)
+        require_fits(self.workspace, point.workspace_limit)
         seed = int.from_bytes(hashlib.sha256(point.point_id.encode()).digest()[:4], "little")
         return _FakePrepared(point, data, self.perturbation, self.crash, self.gflops, seed,
                              workspace_bytes=self.workspace)

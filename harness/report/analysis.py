@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness.measurement import RANKABLE
-from harness.store import UNLIMITED_BYTES
+from harness.store import UNLIMITED_BYTES, limit_from_column
 from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS
 
 POINT_KEYS = ["layer_label", "direction", "precision", "layout", "workspace_limit", "timing_mode"]
@@ -99,8 +99,8 @@ def sort_points(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _rank(column: pd.Series) -> pd.Series:
-    if column.name == "workspace_limit":  # unlimited (-1) reads last, after every real limit
-        return column.where(column != UNLIMITED_BYTES, np.iinfo(np.int64).max)
+    if column.name == "workspace_limit":  # unlimited reads last, after every real limit
+        return column.map(lambda v: np.inf if limit_from_column(v) is None else float(v))
     order = _ORDER.get(str(column.name))
     if order is None:
         return column

@@ -10,7 +10,7 @@ import pandas as pd
 from harness.report import analysis
 from harness.report.document import Block, Fold, Table
 from harness.measurement import Status
-from harness.store import UNLIMITED_BYTES
+from harness.store import limit_from_column
 
 FOLD_ROWS = 25          # longer tables are folded so the page stays scannable
 DASH = "—"
@@ -46,7 +46,7 @@ def fmt_bytes(value: Any) -> str:
 
 
 def fmt_limit(value: Any) -> str:
-    return "unlimited" if int(value) == UNLIMITED_BYTES else fmt_bytes(value)
+    return "unlimited" if limit_from_column(value) is None else fmt_bytes(value)
 
 
 def fmt_pct(value: Any) -> str:
