@@ -448,7 +448,8 @@ def _judge(base, new, options):
 
 def _verdict_exit(comparison, args: argparse.Namespace) -> int:
     from harness import compare
-    summary = compare.markdown_summary(comparison)
+    from harness.report.compare_summary import markdown_summary
+    summary = markdown_summary(comparison)
     _say(summary)
     try:
         if args.report:

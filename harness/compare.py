@@ -76,11 +76,10 @@ Pure logic: nothing here prints or decides exit codes (harness/cli.py does).
 from __future__ import annotations
 
 import math
-import shlex
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -90,7 +89,7 @@ from harness.stats import CORRECTIONS, DEFAULT_ALPHA, adjust_p_values, mann_whit
 from harness.env import COMPARABILITY_FIELDS
 from harness.measurement import Status
 from harness.process_split import process_groups
-from harness.store import ResultsError, limit_from_column
+from harness.store import ResultsError
 
 DEFAULT_THRESHOLD = 0.05       # 5% change before anyone should care
 DEFAULT_SUITE_THRESHOLD = 0.03  # the whole run: see the module docstring
@@ -110,11 +109,6 @@ class Verdict(StrEnum):
 # What a summary lists; NEW rows are counted but not listed (nothing to compare them with).
 CHANGED = (Verdict.SLOWER, Verdict.FASTER, Verdict.AMBIGUOUS, Verdict.MISSING)
 MATCHED = (Verdict.SAME, Verdict.FASTER, Verdict.SLOWER, Verdict.AMBIGUOUS)
-
-# Fields are RowResult's; values are shell-quoted when the template is filled.
-REPRODUCE_TEMPLATE = ("convbench run {suite} --backend {backend} --algorithm {algorithm} "
-                      "--direction {direction} --precision {precision} --layout {layout} "
-                      "--batch {batch} --layer {layer}")
 
 
 # ---- options and results ------------------------------------------------------------------------
@@ -399,13 +393,13 @@ def _suite_rule(low: float, high: float, t: float, floor: float) -> tuple[Verdic
         if abs(math.log(bound)) > floor:
             side = "above" if slower else "below"
             return (Verdict.SLOWER if slower else Verdict.FASTER,
-                    f"the whole interval lies {side} {sign}{_pct(t)}" + _floor_note(floor, t))
-        return Verdict.AMBIGUOUS, (f"the whole interval lies beyond ±{_pct(t)} but within "
+                    f"the whole interval lies {side} {sign}{pct(t)}" + _floor_note(floor, t))
+        return Verdict.AMBIGUOUS, (f"the whole interval lies beyond ±{pct(t)} but within "
                                    f"{_floor_text(floor)}: two runs of unchanged code on this "
                                    "machine differ that much")
     if low - 1 >= -t and high - 1 <= t:
-        return Verdict.SAME, f"the interval lies within ±{_pct(t)}"
-    return Verdict.AMBIGUOUS, (f"the interval crosses ±{_pct(t)}: measure more samples per "
+        return Verdict.SAME, f"the interval lies within ±{pct(t)}"
+    return Verdict.AMBIGUOUS, (f"the interval crosses ±{pct(t)}: measure more samples per "
                                "point or more points")
 
 
@@ -419,7 +413,7 @@ def _floor_note(floor: float, t: float) -> str:
 
 
 def _confirmed_suite(first: SuiteVerdict, again: SuiteVerdict) -> SuiteVerdict:
-    before = f"first run {_interval_text(first)}"
+    before = f"first run {interval_text(first)}"
     if again.verdict is None:
         return replace(again, verdict=Verdict.AMBIGUOUS,
                        reason=f"SLOWER at first ({before}) but the rerun has only "
@@ -587,112 +581,16 @@ def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
     return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
 
 
-# ---- the Markdown summary ------------------------------------------------------------------------
-def reproduce_command(row: RowResult) -> str:
-    """The `convbench run` line that re-measures just this row: REPRODUCE_TEMPLATE, plus the
-    workspace limit, timing mode and GPU timer where they are not the defaults (they are part of
-    the point)."""
-    command = _fill(REPRODUCE_TEMPLATE, row)
-    limit = limit_from_column(row.workspace_limit)
-    if limit is not None:
-        command += f" --workspace-limit {limit}"
-    if row.timing_mode and row.timing_mode != "warm":
-        command += f" --timing-mode {shlex.quote(row.timing_mode)}"
-    if row.point_id.endswith("+stream"):
-        command += " --gpu-timer stream"
-    return command
-
-
-def markdown_summary(comparison: Comparison,
-                     reproduce_command: str | Callable[[RowResult], str] = reproduce_command,
-                     title: str = "convbench comparison") -> str:
-    """The suite verdict, counts and one line per changed row with the command that reproduces
-    it. `reproduce_command` is a template over RowResult fields (values are shell-quoted) or a
-    callable taking the row."""
-    lines = [f"## {title}", "", _suite_line(comparison.suite, comparison.scatter), ""]
-    if comparison.env_mismatches:
-        lines += ["> **Environment mismatch: compared anyway (--allow-env-mismatch); timings may "
-                  "differ for reasons other than the change.**"]
-        lines += [f"> - {m.describe()}" for m in comparison.env_mismatches] + [""]
-    lines += [_counts_line(comparison), ""]
-    lines += _noisy_pair_lines(comparison)
-    weak = comparison.underpowered
-    if weak:
-        lines += [f"**{len(weak)} of {sum(r.verdict in MATCHED for r in comparison.rows)} matched "
-                  f"rows have too few samples to be called SLOWER on their own** (as few as "
-                  f"{min(min(r.n_base, r.n_new) for r in weak)} a side): collect more samples "
-                  "per point (`[timing] min_samples`, 20 or more for regression runs).", ""]
-    if comparison.confirmation_rounds:
-        lines += [f"SLOWER rows (every matched row when the suite was SLOWER) were re-measured "
-                  f"{comparison.confirmation_rounds} time(s); only rows and a suite flagged every "
-                  "time stay SLOWER.", ""]
-    changed = sorted((r for r in comparison.rows if r.verdict in CHANGED),
-                     key=lambda r: (CHANGED.index(r.verdict), -(r.ratio or 0.0)))
-    if not changed:
-        return "\n".join(lines + ["No changed rows."]) + "\n"
-    lines += ["| verdict | layer | direction | precision | backend / algorithm | base ms | new ms "
-              "| change | adj. p | reason | reproduce |",
-              "|---|---|---|---|---|---:|---:|---:|---:|---|---|"]
-    lines += [_table_row(r, _command(r, reproduce_command)) for r in changed]
-    return "\n".join(lines) + "\n"
-
-
-def _counts_line(c: Comparison) -> str:
-    counts = c.counts
-    return ", ".join(f"**{counts[v.value]} {v.value}**" if v in CHANGED and counts[v.value]
-                     else f"{counts[v.value]} {v.value}" for v in Verdict)
-
-
-def _noisy_pair_lines(comparison: Comparison) -> list[str]:
-    """Warn where the scatter floor, not the threshold, decides what a row can be called."""
-    floor = stats.scatter_floor(comparison.scatter, stats.SCATTER_ROW_K)
-    if math.expm1(floor) <= comparison.options.threshold:
-        return []
-    return [f"**Noisy pair: the rows of these two runs scatter "
-            f"±{math.expm1(comparison.scatter):.1%} beyond their sampling noise, so no row "
-            f"can be called SLOWER or FASTER within ±{math.expm1(floor):.0%}.** Two runs of "
-            "unchanged code on this machine differ that much; compare runs from a quieter "
-            "machine, or re-measure with `convbench check`.", ""]
-
-
-def _suite_line(s: SuiteVerdict, scatter: float | None) -> str:
-    """e.g. "**suite: +24.8% [+23.9%, +25.6%] SLOWER** (...)": the verdict people read first."""
-    if s.ratio is None:
-        return "**suite: n/a** (no matched rows with timings)"
-    mean = f"geometric-mean ratio new/base {s.ratio:.4f} over {s.n_rows} matched rows"
-    if s.verdict is None:
-        return f"suite: {_interval_text(s)}, no verdict ({mean}): {s.reason}"
-    noise = "" if scatter is None else f", run-to-run scatter ±{math.expm1(scatter):.1%}"
-    return (f"**suite: {_interval_text(s)} {s.verdict.value}** ({mean}, {_pct(s.confidence)} "
-            f"interval, threshold {_pct(s.threshold)}{noise}): {s.reason}")
-
-
-def _interval_text(s: SuiteVerdict) -> str:
+def interval_text(s: SuiteVerdict) -> str:
+    """"+x% [lo, hi]": the suite ratio and its interval, as the verdicts and summary word it."""
     middle = "n/a" if s.ratio is None else f"{s.ratio - 1:+.1%}"
     if s.low is None or s.high is None:
         return middle
     return f"{middle} [{s.low - 1:+.1%}, {s.high - 1:+.1%}]"
 
 
-def _pct(fraction: float) -> str:
+def pct(fraction: float) -> str:
     return f"{fraction * 100:.4g}%"
-
-
-def _table_row(r: RowResult, command: str) -> str:
-    cells = [r.verdict.value, r.layer or "", r.direction or "", r.precision or "",
-             f"{r.backend} / {r.algorithm}", _num(r.base_median_ms), _num(r.new_median_ms),
-             "" if r.effect is None else f"{r.effect:+.1%}",
-             "" if r.adjusted_p is None else f"{r.adjusted_p:.2g}", r.reason, f"`{command}`"]
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
-def _command(row: RowResult, reproduce: str | Callable[[RowResult], str]) -> str:
-    return reproduce(row) if callable(reproduce) else _fill(reproduce, row)
-
-
-def _fill(template: str, row: RowResult) -> str:
-    fields = {k: shlex.quote("" if v is None else str(v)) for k, v in asdict(row).items()}
-    return template.format(**fields)
 
 
 # ---- parsing helpers for the CLI -----------------------------------------------------------------
@@ -784,7 +682,3 @@ def _text(value: Any) -> str | None:
 
 def _values_text(values: tuple[str, ...]) -> str:
     return " / ".join(repr(v) for v in values) if values else "(not recorded)"
-
-
-def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:.4g}"

@@ -20,8 +20,9 @@ from harness import stats, store
 from harness.cli import main
 from harness.compare import (Comparison, CompareOptions, EnvironmentMismatch,
                              IncomparableResults, RowResult, Verdict, compare, confirm,
-                             environment_mismatches, flagged_point_ids, markdown_summary,
-                             parse_layer_thresholds, parse_threshold, reproduce_command)
+                             environment_mismatches, flagged_point_ids,
+                             parse_layer_thresholds, parse_threshold)
+from harness.report.compare_summary import markdown_summary, reproduce_command
 from harness.stats import adjust_p_values, mann_whitney_u, smallest_p
 from harness.env import COMPARABILITY_FIELDS
 
