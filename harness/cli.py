@@ -357,7 +357,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         if gpu is not None:
             _say(f"\n== {gpu}: {len(part)} rows ==")
         if args.selection:
-            from harness import selection
+            from harness.analysis import selection
             _say(selection.format_selection(part))
         else:
             _print_best(part)

@@ -24,7 +24,7 @@ LAYERS = [
     {"worker"},
     {"runner"},
     {"cluster"},
-    {"analysis", "selection", "runs", "export", "compare", "peaks"},
+    {"analysis", "runs", "export", "compare", "peaks"},
     {"report"},
     {"cli", "pytest_plugin"},
 ]

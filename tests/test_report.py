@@ -141,7 +141,7 @@ def test_gpu_report_has_every_section_and_figure(gpu_report) -> None:
 
 
 def test_selection_section_shows_what_selection_computes(gpu_report, small) -> None:
-    from harness import selection
+    from harness.analysis import selection
     from harness.report import analysis
     markdown = gpu_report.markdown.read_text(encoding="utf-8")
     assert "## Who picks the fastest algorithm" in markdown

@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from harness import selection, store
+from harness import store
+from harness.analysis import selection
 
 
 def _row(layer="L1", backend="cudnn", algorithm="implicit_gemm", ms=1.0, precision="fp32",

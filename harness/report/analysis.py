@@ -12,6 +12,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from harness.analysis import verified
 from harness.measurement import RANKABLE
 from harness.store import UNLIMITED_BYTES, limit_from_column
 from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS
@@ -120,11 +121,6 @@ def reference_limit(df: pd.DataFrame) -> int:
 
 
 # ---- ranking ---------------------------------------------------------------------------------------
-def verified(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows that may be ranked: status ok with a time. Wrong results never compete."""
-    return df[(df["status"] == RANKABLE) & df["median_ms"].notna()]
-
-
 def best_per_point(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     """One row per point: the fastest verified candidate, the runner-up and the baseline's pick."""
     points = df.drop_duplicates(POINT_KEYS)[POINT_KEYS + ["layer_order", "multiplicity"]]

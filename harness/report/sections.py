@@ -197,8 +197,9 @@ def network_section(totals: pd.DataFrame, policies: list[str], fig_dir: Path, re
 
 
 def selection_section(df: pd.DataFrame) -> tuple[Section, ...]:
-    """How close each policy comes to the oracle (harness/selection.py); none without picks."""
-    from harness import selection
+    """How close each policy comes to the oracle (harness/analysis/selection.py); none without
+    picks."""
+    from harness.analysis import selection
     picks = selection.selection(df)
     if picks.empty:
         return ()

@@ -27,7 +27,7 @@ from typing import Callable
 
 import pandas as pd
 
-from harness.analysis import SETTING, verified
+from harness.analysis.settings import SETTING, verified
 from harness.measurement import Status
 
 ORACLE_BACKENDS = ("cudnn", "cudnn_graph")

@@ -1,5 +1,5 @@
-"""Questions asked of a results frame: which verified algorithm is fastest per layer, by how much.
-Pure pandas, shared by the CLI's table and the reports."""
+"""Settings (what a user fixes before choosing an algorithm), the verified rows, the fastest
+verified algorithm per setting and by how much, and the per-GPU split of a mixed run."""
 from __future__ import annotations
 
 import pandas as pd
@@ -56,13 +56,6 @@ def best_per_setting(df: pd.DataFrame) -> pd.DataFrame:
             "multiplicity": best["multiplicity"], "candidates": len(group),
         })
     return pd.DataFrame(rows)
-
-
-def network_total_ms(best: pd.DataFrame) -> pd.DataFrame:
-    """Time of one pass over the network per setting (best time x multiplicity, summed)."""
-    keys = [c for c in SETTING if c != "layer"]
-    weighted = best.assign(weighted_ms=best["median_ms"] * best["multiplicity"])
-    return weighted.groupby(keys, dropna=False, as_index=False)["weighted_ms"].sum()
 
 
 def status_counts(df: pd.DataFrame) -> pd.Series:
