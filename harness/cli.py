@@ -447,7 +447,6 @@ def _judge(base, new, options):
 
 
 def _verdict_exit(comparison, args: argparse.Namespace) -> int:
-    from harness import compare
     from harness.report.compare_summary import markdown_summary
     summary = markdown_summary(comparison)
     _say(summary)

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Iterator
 
-from harness import precision
+from harness import precision as precision_table
 from harness.problem import ConvProblem
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
-PRECISIONS = precision.NAMES
+PRECISIONS = precision_table.NAMES
 LAYOUTS = ("NCHW", "NHWC")
 TIMING_MODES = ("warm", "cold")
 # How warm GPU points are timed: "graph" replays a CUDA graph of the calls (kernel time, what

@@ -132,7 +132,7 @@ def test_asymmetric_padding_and_fp64_give_rows_with_reasons():
 def test_selection_over_measured_rows(rows):
     """Legacy cuDNN, graph plans and PyTorch on the same points, through store and selection."""
     from harness import store
-from harness.analysis import selection
+    from harness.analysis import selection
     others = _sweep(SMALL, ("cudnn", "torch_gpu"), directions=("fwd",), precisions=PRECISIONS,
                     layouts=LAYOUTS)
     graph = [m for m in rows if m.point.workspace_limit is None and m.point.direction == "fwd"]
