@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator
 
 from harness import backends
 from harness.executor import PointExecutor
-from harness.measurement import Measurement
+from harness.measurement import Measurement, Status
 from harness.stats import samples_floor
 from harness.sweep import Point, Sweep, TimingOptions
 
@@ -137,10 +137,14 @@ class Measurer:
         if backends.get(group[0].backend).device != "cuda":
             return self._local.measure(group)
         from harness import process_split
-        pools = self._pools(group[0].timing.gpu_processes)
-        # One process after another, never at once: they share the GPU being timed.
         shared = process_split.shared_group(group)
-        return process_split.merge(group, [pool.measure(shared) for pool in pools])
+        measured: list[list[Measurement]] = []
+        # One process after another, never at once: they share the GPU being timed.
+        for pool in self._pools(group[0].timing.gpu_processes):
+            measured.append(pool.measure(shared))
+            if all(m.status == Status.CRASHED for m in measured[-1]):
+                break   # the next would crash (or hang) the same way: the rows are crashes
+        return process_split.merge(group, measured)
 
     def _pools(self, count: int) -> list:
         from harness.worker import WorkerPool

@@ -176,3 +176,18 @@ def test_planted_fault_without_the_process_rule_the_jump_is_slower_again(monkeyp
     monkeypatch.setattr(compare_module, "_process_overlap", lambda *args: None)
     row = _verdict_of(compare(*_state_pair(split=True, n=40)), "j0")
     assert row.verdict is Verdict.SLOWER
+
+
+def test_a_group_that_crashes_one_process_is_not_sent_to_the_next(process_gpu, monkeypatch):
+    """A crash (or a hang, killed after the group timeout) would repeat in the next process:
+    the rows are crashes either way, and a hung point must not cost the timeout twice."""
+    from harness.worker import WorkerPool
+    calls = []
+
+    def crash(self, group):
+        calls.append(self)
+        return [Measurement(p, "crashed", "worker process died (exit code -9)") for p in group]
+    monkeypatch.setattr(WorkerPool, "measure", crash)
+    rows: list[Measurement] = []
+    runner.run_points([_point()], rows.append)
+    assert [r.status for r in rows] == ["crashed"] and len(calls) == 1
