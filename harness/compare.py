@@ -85,10 +85,10 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
-from harness.stats import CORRECTIONS, DEFAULT_ALPHA, adjust_p_values, mann_whitney_u, smallest_p
 from harness.env import COMPARABILITY_FIELDS
 from harness.measurement import Status
 from harness.process_split import process_groups
+from harness.stats import CORRECTIONS, DEFAULT_ALPHA, adjust_p_values, mann_whitney_u, smallest_p
 from harness.store import ResultsError
 
 DEFAULT_THRESHOLD = 0.05       # 5% change before anyone should care

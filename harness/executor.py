@@ -17,9 +17,9 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from harness import backends, memory, precision, reference
-from harness.backends.base import (Algorithm, AlgorithmFailed, ProblemData, Unsupported,
-                                   WorkspaceExceeded, fits)
+from harness.backends.base import Algorithm, AlgorithmFailed, Unsupported, WorkspaceExceeded, fits
 from harness.measurement import Measurement, Status
+from harness.reference import ProblemData
 from harness.sweep import Point
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from harness.problem import ConvProblem, ProblemError
 from harness.precision import element_bytes
+from harness.problem import ConvProblem, ProblemError
 from harness.sweep import Point
 
 FLOAT64 = 8

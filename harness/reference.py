@@ -9,13 +9,22 @@ loop and the adjoint identities, so it does not share a bug with any algorithm u
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from harness.backends.base import ProblemData
 from harness import precision as precision_table
 from harness.problem import ConvProblem
+
+@dataclass
+class ProblemData:
+    """Host float64 arrays in logical layout, already rounded to the point's storage precision, so
+    the reference and the algorithm see exactly the same numbers. `dy` is the output gradient."""
+    x: Any
+    w: Any
+    dy: Any
+
 
 def make_data(problem: ConvProblem, precision: str, seed: int = 0) -> ProblemData:
     """Random normal data (never zeros: they hide unwritten outputs), rounded to the precision."""

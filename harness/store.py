@@ -19,8 +19,8 @@ import pandas as pd
 from harness.env import ENV_FIELDS
 from harness.locks import OutputLock
 from harness.measurement import Measurement, relative_noise
-from harness.problem import to_benchdnn
 from harness.precision import element_bytes
+from harness.problem import to_benchdnn
 
 class ResultsError(ValueError):
     """A file that is not a convbench results file; the message names it."""

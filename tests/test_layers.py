@@ -16,9 +16,9 @@ LAYERS = [
     # facts and pure helpers: no harness imports of their own (cudnn_lib: a ctypes binding)
     {"problem", "precision", "stats", "locks", "backends.cudnn_lib"},
     {"env", "sweep"},
-    {"measurement", "suite"},
+    {"measurement", "suite", "reference"},
     {"timer", "backends.base", "store"},
-    {"reference", "memory", "backends", "backends.cpu", "backends.cudnn", "backends.cudnn_graph",
+    {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.cudnn_graph",
      "backends.torch_cpu", "backends.torch_gpu", "backends.fake"},
     {"executor", "process_split"},
     {"worker"},

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import precision, reference
-from harness.backends.base import ProblemData
 from harness.problem import ConvProblem
+from harness.reference import ProblemData
 
 
 # ---- brute force, from the definitions ---------------------------------------------------------

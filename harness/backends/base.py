@@ -13,9 +13,9 @@ Directions, all in logical NCHW / KCRS index order, x input, w weight, y output:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from harness.reference import ProblemData
 from harness.sweep import DIRECTIONS, Point
 
 
@@ -49,15 +49,6 @@ class AlgorithmFailed(Exception):
 
 class BackendUnavailable(Exception):
     """A backend cannot be used on this machine (missing library, no GPU); message says why."""
-
-
-@dataclass
-class ProblemData:
-    """Host float64 arrays in logical layout, already rounded to the point's storage precision, so
-    the reference and the algorithm see exactly the same numbers. `dy` is the output gradient."""
-    x: Any
-    w: Any
-    dy: Any
 
 
 class Prepared(Protocol):

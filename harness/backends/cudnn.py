@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness.backends import cudnn_lib as lib
-from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
-                                   require_fits)
+from harness.backends.base import AlgorithmFailed, Algorithm, Backend, Unsupported, require_fits
+from harness.reference import ProblemData
 from harness.sweep import Point
 
 # precision -> (cuDNN data type, compute type, math type)

@@ -37,8 +37,8 @@ from typing import Any
 from harness.backends.cudnn import (DeviceOutput, DeviceTensors, _logical_view, _poison_value,
                                     cuda_unavailable_reason)
 from harness.backends import cudnn_lib
-from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
-                                   require_fits)
+from harness.backends.base import AlgorithmFailed, Algorithm, Backend, Unsupported, require_fits
+from harness.reference import ProblemData
 from harness.sweep import Point
 
 # precision -> (io data type, compute data type), as cudnn.data_type member names

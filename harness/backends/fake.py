@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness import reference
-from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, ProblemData, Unsupported,
-                                   require_fits)
+from harness.backends.base import AlgorithmFailed, Algorithm, Backend, Unsupported, require_fits
+from harness.reference import ProblemData
 from harness.sweep import Point
 from harness.timer import Timing
 

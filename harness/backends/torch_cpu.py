@@ -15,8 +15,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.backends.base import Algorithm, Backend, ProblemData, Unsupported
+from harness.backends.base import Algorithm, Backend, Unsupported
 from harness.problem import ConvProblem
+from harness.reference import ProblemData
 from harness.sweep import Point
 
 _MISSING = "torch is not installed (pip install 'convbench[torch]')"

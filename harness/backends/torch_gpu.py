@@ -21,7 +21,8 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.backends import torch_cpu
-from harness.backends.base import Algorithm, Backend, ProblemData, Unsupported
+from harness.backends.base import Algorithm, Backend, Unsupported
+from harness.reference import ProblemData
 from harness.sweep import Point
 
 _DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16",

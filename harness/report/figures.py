@@ -15,8 +15,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from harness.report import analysis, tables
 from harness.measurement import Status
+from harness.report import analysis, tables
 
 DPI = 100
 # Cells that hold no time: a letter, a colour and a hatch each, so none is ever blank or confused.

@@ -7,9 +7,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from harness.measurement import Status
 from harness.report import analysis
 from harness.report.document import Block, Fold, Table
-from harness.measurement import Status
 from harness.store import limit_from_column
 
 FOLD_ROWS = 25          # longer tables are folded so the page stays scannable

@@ -11,8 +11,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.backends.base import Algorithm, ProblemData, Unsupported, WorkspaceExceeded
+from harness.backends.base import Algorithm, Unsupported, WorkspaceExceeded
 from harness.problem import ConvProblem
+from harness.reference import ProblemData
 from harness.sweep import Point
 
 COMPUTE_DTYPES = {"fp32": np.float32, "fp64": np.float64}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.backends.base import ProblemData
+from harness.reference import ProblemData
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                           tap_cols, tap_major_weights, tap_rows, workspace_of)
 from harness.problem import ConvProblem

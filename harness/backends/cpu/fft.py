@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.backends.base import ProblemData
+from harness.reference import ProblemData
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
                                           nbytes, workspace_of)
 from harness.problem import ConvProblem

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from harness.backends.base import ProblemData
+from harness.reference import ProblemData
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                           tap_cols, tap_rows, workspace_of)
 from harness.problem import ConvProblem

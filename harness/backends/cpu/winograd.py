@@ -30,7 +30,7 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from harness.backends.base import ProblemData
+from harness.reference import ProblemData
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate,
                                           workspace_of)
 from harness.problem import ConvProblem
