@@ -71,7 +71,7 @@ would leave ~2% of A/A comparisons of large suites failing. Where the machine dr
 `Comparison.fails(policy)` is what a regression check exits on (FAIL_ON): "slower" any SLOWER row
 or a SLOWER suite; "ambiguous" also any AMBIGUOUS or MISSING row or an AMBIGUOUS suite; "never".
 
-Pure logic: nothing here prints or decides exit codes (harness/cli.py does).
+Pure logic: nothing here prints or decides exit codes (harness/cli/ does).
 """
 from __future__ import annotations
 

@@ -161,7 +161,8 @@ def test_shards_share_test_data_and_come_largest_first():
 
 
 def test_workers_that_differ_in_gpu_are_refused_unless_allowed():
-    from harness.cli import UserError, _refuse_mixed
+    from harness.cli import UserError
+    from harness.cli.running import _refuse_mixed
     environments = {"a": {"gpu_name": "H100", "cpu_model": "x"},
                     "b": {"gpu_name": "H200", "cpu_model": "y"}}
     with pytest.raises(UserError, match="workers differ in gpu_name .*--allow-mixed"):

@@ -30,7 +30,7 @@ LAYERS = [
 ]
 # Modules allowed over the size limit for now, with their size when the check was written: each
 # is a split the architecture step still owes (issue 18), and must not grow.
-OVERSIZE = {"cli": 820, "compare": 690, "report.figures": 650, "suite": 630, "problem": 590,
+OVERSIZE = {"compare": 690, "report.figures": 650, "suite": 630, "problem": 590,
             "store": 440}
 MAX_LINES = 400
 

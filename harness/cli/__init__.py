@@ -1,0 +1,233 @@
+"""The `convbench` command: argument parsing, and the only place that prints or sets exit codes.
+
+Exit codes: 0 success, 1 a regression (compare/check) and nothing else, 2 bad input or an unusable
+environment (one line naming the value, no traceback), 3 an internal error (one line, and the file
+holding the traceback), 130 interrupted (finished rows are kept).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harness.cli.common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, UserError, _count,
+                                _one_line, _utf8_text, _warn)
+from harness.cli.results import (cmd_table, cmd_list, cmd_shapes, cmd_env, cmd_peaks, cmd_compare,
+                                 cmd_check, cmd_report)
+from harness.cli.running import cmd_run
+
+
+def _add_compare_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threshold", help="practical slowdown threshold, e.g. 5%% or 0.05 "
+                                       "(default: the suite's, else 5%%)")
+    p.add_argument("--layer-threshold", action="append", metavar="LAYER=PCT",
+                   help="a threshold for one layer (repeatable)")
+    p.add_argument("--suite-threshold",
+                   help="threshold of the suite verdict on the geometric-mean ratio (default 3%%)")
+    p.add_argument("--fail-on", default="slower", choices=["slower", "ambiguous", "never"],
+                   help="exit 1 for: slower = a SLOWER row or suite (default); ambiguous = also "
+                        "an AMBIGUOUS or MISSING row or an AMBIGUOUS suite; never = only report")
+    p.add_argument("--alpha", type=float, default=0.002, help="significance level (0.002)")
+    p.add_argument("--correction", default="bh", choices=["bh", "holm", "none"],
+                   help="multiple-comparison control across rows (default bh)")
+    p.add_argument("--allow-env-mismatch", action="store_true",
+                   help="compare runs from different GPUs/drivers/libraries; marked in the report")
+    p.add_argument("--report", help="also write the Markdown summary here")
+    p.add_argument("--verdicts", help="write every row's verdict as CSV here")
+
+
+def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", help="comma list of backends (default: the suite's)")
+    p.add_argument("--algorithm", help="comma list of algorithms (default: all of each backend)")
+    p.add_argument("--direction", help="comma list of fwd, bwd_data, bwd_filter")
+    p.add_argument("--precision", help="comma list of fp32, tf32, fp16, bf16, fp64")
+    p.add_argument("--layout", help="comma list of NCHW, NHWC")
+    p.add_argument("--batch", type=int, help="override every layer's batch size")
+    p.add_argument("--layer", help="comma list of layer names to run (default: all)")
+    p.add_argument("--workspace-limit", help="comma list of limits, e.g. 0,64MiB,unlimited")
+    p.add_argument("--budget-ms", type=float, help="time budget per point in milliseconds")
+    p.add_argument("--timing-mode", help="warm (default) or cold (caches flushed per sample)")
+    p.add_argument("--gpu-timer", help="graph (default: replay a CUDA graph of the calls, kernel "
+                                       "time) or stream (stream order, as eager frameworks run)")
+    p.add_argument("--gpu-processes", type=int,
+                   help="worker processes that share each GPU point's samples (default 2): a "
+                        "point's time can depend on the process it runs in, and a row that "
+                        "shows that spread is not mistaken for a regression by compare")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line naming the value, exit 2 (subcommands inherit this class)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"convbench: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", metavar="local|tcp://HOST:PORT|slurm",
+                   help="spread the sweep over Dask workers (pip install 'convbench[cluster]'): "
+                        "local = one per visible GPU (or --workers CPU workers), tcp:// = an "
+                        "existing scheduler, slurm = dask-jobqueue (--cluster-config)")
+    p.add_argument("--workers", type=_count(1),
+                   help="--cluster local: how many workers (default: one per visible GPU; "
+                        "2 for a CPU sweep)")
+    p.add_argument("--cluster-config", metavar="TOML",
+                   help="--cluster slurm: a file with a [cluster] table (examples/cluster-slurm.toml)")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="--cluster: run even where workers differ in GPU, driver, CUDA or cuDNN")
+
+
+def _add_existing_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--append", action="store_true",
+                   help="--out exists: keep its rows and add this run's as a run of their own")
+    p.add_argument("--force", action="store_true",
+                   help="--out exists: replace it with this run's rows (atomically, at the end)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="convbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="sweep a suite and write verified timings")
+    run.add_argument("suite", nargs="?", default="quick", help="suite name or TOML path")
+    _add_sweep_flags(run)
+    run.add_argument("--out", help="results file (.parquet or .csv); default: a new file "
+                                   "results/<suite>-<machine>-<run id>.parquet")
+    run.add_argument("--resume", action="store_true",
+                     help="continue an unfinished run: the one in --out, else the latest "
+                          "unfinished run of the suite on this machine")
+    _add_existing_output_flags(run)
+    run.add_argument("--seed", type=_count(0), default=0, help="seed of the random test data")
+    _add_cluster_flags(run)
+    run.set_defaults(func=cmd_run)
+
+    table = sub.add_parser("table", help="best verified algorithm per layer from results")
+    table.add_argument("results", nargs="+")
+    table.add_argument("--selection", action="store_true",
+                       help="how often cuDNN's heuristic, cudnnFind, the graph heuristic and "
+                            "PyTorch's autotuner pick the fastest verified algorithm")
+    table.set_defaults(func=cmd_table)
+
+    sub.add_parser("list", help="backends and algorithms, and why any is unavailable"
+                   ).set_defaults(func=cmd_list)
+
+    shapes = sub.add_parser("shapes", help="a suite's layers, FLOPs and benchdnn strings")
+    shapes.add_argument("suite")
+    shapes.add_argument("--batch", type=int)
+    shapes.set_defaults(func=cmd_shapes)
+
+    sub.add_parser("env", help="the environment fingerprint stored with every row"
+                   ).set_defaults(func=cmd_env)
+    peaks = sub.add_parser("peaks", help="measure this GPU's matrix rates and bandwidth (cached)")
+    peaks.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    peaks.set_defaults(func=cmd_peaks)
+    _add_regression_parsers(sub)
+    report = sub.add_parser("report", help="HTML and Markdown report with figures")
+    report.add_argument("results", nargs="+", help="results files or folders")
+    report.add_argument("--out", help="output folder (default reports/<first results name>)")
+    report.add_argument("--baseline-policy", help="heuristic, find, torch, a backend or "
+                                                  "backend:algorithm to compare the best with")
+    report.add_argument("--peaks", help="peaks JSON (convbench peaks) for the roofline figure")
+    report.add_argument("--embed-images", action="store_true",
+                        help="put the figures inside index.html (one self-contained file)")
+    report.add_argument("--title", type=_utf8_text, help="page title (default: from the data)")
+    report.add_argument("--jobs", type=_count(1), default=os.cpu_count() or 1,
+                        help="processes drawing figures (default: all cores)")
+    report.add_argument("--force", action="store_true",
+                        help="replace a report already in the output folder")
+    report.set_defaults(func=cmd_report)
+    return parser
+
+
+def _add_regression_parsers(sub) -> None:
+    verdicts = """\
+Judge every point measured in both runs: SLOWER / FASTER beyond the threshold and significant
+(one-sided Mann-Whitney U, corrected across rows), SAME within it, AMBIGUOUS beyond it but not
+significant, MISSING when the candidate lost it. Then the run as a whole, printed first: the
+geometric-mean ratio new/base of the matched rows with a 99% bootstrap interval over rows, SLOWER
+when the whole interval lies above the suite threshold (3%), so a slowdown of every row is caught
+even where too few samples a point leave each row AMBIGUOUS."""
+    exit_codes = """\
+exit codes:
+  0  no regression under the --fail-on policy
+  1  a regression under the policy (and nothing else)
+  2  bad input or unusable environment: unreadable, empty or other-schema files, no point in
+     common, different GPUs/drivers/libraries without --allow-env-mismatch (one line)
+  3  internal error (one line, and where the full traceback was written)"""
+    compare = sub.add_parser("compare", help="regression verdicts between two results; "
+                                             "exit 1 on a slower row or suite",
+                             description=verdicts, epilog=exit_codes,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    compare.add_argument("baseline")
+    compare.add_argument("candidate")
+    _add_compare_flags(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    check = sub.add_parser("check", help="run a suite and compare it with a baseline, "
+                                         "confirming flagged rows before failing",
+                           description=verdicts + "\n\nFlagged rows are re-measured up to "
+                           "--confirm times (every row when the suite is SLOWER);\nonly verdicts "
+                           "that every round repeats fail the check.", epilog=exit_codes,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("suite")
+    check.add_argument("--baseline", required=True)
+    check.add_argument("--confirm", type=_count(0), default=1,
+                       help="confirmation rounds (default 1)")
+    check.add_argument("--min-samples", type=_count(1), default=20,
+                       help="samples per point (fewer can never reach significance)")
+    check.add_argument("--out", help="results of this run (default: a new file "
+                                     "results/<suite>-<machine>-<run id>-check.parquet)")
+    _add_existing_output_flags(check)
+    check.add_argument("--seed", type=_count(0), default=0)
+    _add_cluster_flags(check)
+    _add_sweep_flags(check)
+    _add_compare_flags(check)
+    check.set_defaults(func=cmd_check)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input, not a harness bug."""
+    from harness.backends.base import BackendUnavailable
+    from harness.problem import ProblemError
+    from harness.runner import PlanError
+    from harness.locks import OutputBusy
+    from harness.runs import RunNotFound
+    from harness.store import ResultsError
+    from harness.suite import SuiteError
+    return (UserError, SuiteError, PlanError, ProblemError, BackendUnavailable, ResultsError,
+            OutputBusy, RunNotFound, FileNotFoundError, IsADirectoryError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:      # --help (0) or a bad argument (2, already said in one line)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_BAD_INPUT
+    try:
+        return args.func(args)
+    except _user_errors() as err:
+        _warn(f"error: {_one_line(err)}")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        _warn("interrupted")
+        return EXIT_INTERRUPTED
+    except Exception as err:  # noqa: BLE001 - a harness bug: one line here, the traceback on disk
+        where = _save_traceback()
+        _warn(f"internal error: {type(err).__name__}: {_one_line(err)} (a convbench bug; the "
+              f"full traceback is in {where})")
+        return EXIT_INTERNAL
+
+
+def _save_traceback() -> str:
+    import tempfile
+    import traceback
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(tempfile.gettempdir()) / f"convbench-traceback-{stamp}-{os.getpid()}.txt"
+    try:
+        path.write_text(f"convbench {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}",
+                        errors="backslashreplace")
+    except OSError:
+        return "(could not be written)"
+    return str(path)
+

@@ -1,0 +1,226 @@
+"""The commands that read results or the machine (table, list, shapes, env, peaks, compare,
+report) and `check` (run, then compare)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from harness.cli.common import UserError, _say, EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED
+from harness.cli.running import (_load_sweep, _measure, _cluster, RunOutput, _run_output, _planned,
+                                 _print_best)
+
+
+def _results_paths(arguments: list[str]) -> list[Path]:
+    """Files, folders, globs, or suite names (the latest finished run of the suite here)."""
+    from harness import env as envmod
+    from harness import runs
+    return [path for argument in arguments
+            for path in runs.resolve(argument, envmod.fingerprint)]
+
+
+def _load_results(arguments: list[str]):
+    import pandas as pd
+    from harness import store
+    frames = [store.load(path) for path in _results_paths(arguments)]
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from harness import analysis
+    for gpu, part in analysis.by_gpu(_load_results(args.results)):
+        if gpu is not None:
+            _say(f"\n== {gpu}: {len(part)} rows ==")
+        if args.selection:
+            from harness.analysis import selection
+            _say(selection.format_selection(part))
+        else:
+            _print_best(part)
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness import backends
+    for name, reason in backends.available().items():
+        backend = backends.get(name)
+        state = "available" if reason is None else f"unavailable: {reason}"
+        _say(f"{name} ({backend.device}) - {backend.description} [{state}]")
+        for algo in backend.algorithms():
+            _say(f"    {algo.name:<22} {algo.family:<14} {algo.description}")
+    return EXIT_OK
+
+
+def cmd_shapes(args: argparse.Namespace) -> int:
+    from harness import suite as suites
+    from harness.problem import to_benchdnn
+    sweep = suites.load_suite(args.suite)
+    if args.batch is not None:
+        sweep = suites.sweep_with_overrides(sweep, batch=args.batch)
+    total = 0.0
+    _say(f"{'layer':<34} {'x':>3} {'input':>16} {'output':>16} {'kernel':>9} {'GFLOP':>9}  benchdnn")
+    for p in sweep.problems:
+        gflop = p.flops / 1e9
+        total += gflop * p.multiplicity
+        _say(f"{p.label:<34} {p.multiplicity:>3} {'x'.join(map(str, p.input_shape)):>16} "
+             f"{'x'.join(map(str, p.output_shape)):>16} {p.kernel_h}x{p.kernel_w}/s{p.stride_h:<3} "
+             f"{gflop:>9.3f}  {to_benchdnn(p)}")
+    _say(f"{len(sweep.problems)} layers; one forward pass of the network: {total:.3f} GFLOP")
+    return EXIT_OK
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from harness import env as envmod
+    for key, value in envmod.fingerprint().items():
+        _say(f"{key:<24} {'' if value is None else value}")
+    return EXIT_OK
+
+
+def cmd_peaks(args: argparse.Namespace) -> int:
+    from harness import env as envmod
+    from harness import peaks
+    from harness.backends import get
+    reason = get("cudnn").unavailable_reason()
+    if reason and "cudnn" not in reason.lower():
+        raise UserError(f"peaks needs a CUDA GPU with CuPy: {reason}")
+    env = envmod.fingerprint()
+    measured = None if args.refresh else peaks.load_cached(env)
+    if measured is None:
+        _say(f"measuring {env.get('gpu_name')} (cuBLAS GemmEx through CuPy, 1 GiB copy)...")
+        measured = peaks.measure(env)
+    _say(peaks.describe(measured))
+    _say(f"cached at {peaks.cache_path(env)}")
+    return EXIT_OK
+
+
+def _compare_options(args: argparse.Namespace, row_threshold: float | None = None):
+    """CompareOptions from the flags; `row_threshold` is the suite file's [compare] threshold."""
+    from harness import compare
+    try:
+        threshold = (compare.parse_threshold(args.threshold) if args.threshold is not None
+                     else row_threshold if row_threshold is not None
+                     else compare.DEFAULT_THRESHOLD)
+        return compare.CompareOptions(
+            alpha=args.alpha, threshold=threshold,
+            layer_thresholds=compare.parse_layer_thresholds(args.layer_threshold or []),
+            correction=args.correction, allow_env_mismatch=args.allow_env_mismatch,
+            suite_threshold=(compare.parse_threshold(args.suite_threshold)
+                             if args.suite_threshold is not None
+                             else compare.DEFAULT_SUITE_THRESHOLD),
+            # `check` has no candidate file: its candidate is the run it makes
+            labels=(args.baseline, getattr(args, "candidate", None) or "this run"))
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def _judge(base, new, options):
+    from harness import compare
+    try:
+        return compare.compare(base, new, options)
+    except compare.EnvironmentMismatch as err:
+        raise UserError(f"{err} (pass --allow-env-mismatch to compare anyway)") from None
+
+
+def _verdict_exit(comparison, args: argparse.Namespace) -> int:
+    from harness.report.compare_summary import markdown_summary
+    summary = markdown_summary(comparison)
+    _say(summary)
+    try:
+        if args.report:
+            Path(args.report).write_text(summary)
+        if args.verdicts:
+            comparison.to_frame().to_csv(args.verdicts, index=False)
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename}: {err.strerror}") from None
+    return EXIT_REGRESSION if comparison.fails(args.fail_on) else EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    base, new = _load_results([args.baseline]), _load_results([args.candidate])
+    return _verdict_exit(_judge(base, new, _compare_options(args)), args)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run the suite, compare with the baseline, re-measure flagged rows up to --confirm times,
+    and fail only for regressions that every round confirms."""
+    sweep = _load_sweep(args)
+    timing = replace(sweep.timing, min_samples=max(sweep.timing.min_samples, args.min_samples),
+                     max_samples=max(sweep.timing.max_samples, args.min_samples))
+    sweep = replace(sweep, timing=timing)
+    options = _compare_options(args, sweep.regression_threshold)
+    base = _load_results([args.baseline])
+    output = _run_output(args, sweep.name, tag="check")
+    points = _planned(sweep)
+    with _cluster(args, points) as cluster:
+        return _check_rounds(args, sweep, points, output, base, options, cluster)
+
+
+def _check_rounds(args, sweep, points, output: "RunOutput", base, options, cluster) -> int:
+    from harness import compare
+    new, interrupted = _measure(sweep, points, output, args.seed, cluster)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    wanted = {p.point_id for p in points}
+    base = base[base["point_id"].isin(wanted)]
+    comparison = _judge(base, new, options)
+    for round_number in range(1, args.confirm + 1):
+        flagged = set(compare.flagged_point_ids(comparison))
+        if not flagged:
+            break
+        _say(f"confirmation round {round_number}: re-measuring {len(flagged)} flagged points")
+        again = [p for p in points if p.point_id in flagged]
+        path = output.path.with_name(f"{output.path.stem}-confirm{round_number}"
+                                     f"{output.path.suffix}")
+        rerun, interrupted = _measure(sweep, again, replace(output, path=path), args.seed,
+                                      cluster)
+        if interrupted:
+            return EXIT_INTERRUPTED
+        comparison = compare.confirm(comparison, base, rerun, options)
+    return _verdict_exit(comparison, args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness import report
+    results = _results_paths(args.results)
+    out = _report_folder(Path(args.out) if args.out else
+                         Path("reports") / Path(results[0].name.removesuffix(".partial.jsonl")).stem,
+                         bool(args.out), args.force)
+    from harness import analysis
+    from harness.runs import machine_label
+    try:
+        peaks = report.read_peaks(args.peaks) if args.peaks else None
+        # Rows from several GPU models (a mixed cluster run): one report per GPU, in subfolders.
+        parts = analysis.by_gpu(report.load_frames(results))
+        if peaks and len(parts) > 1:
+            raise UserError(f"--peaks {args.peaks} holds one GPU's ceilings and these results "
+                            f"come from {len(parts)} machines; leave --peaks out (each report "
+                            "then takes its GPU's ceilings from the rows' roofline columns)")
+        for gpu, part in parts:
+            folder = out if gpu is None else out / machine_label({"gpu_name": gpu})
+            title = args.title if gpu is None or args.title is None else f"{args.title} ({gpu})"
+            paths = report.render_report(part, folder, baseline_policy=args.baseline_policy,
+                                         peaks=peaks, embed_images=args.embed_images,
+                                         title=title, jobs=args.jobs)
+            _say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
+    except report.PeaksError as err:
+        raise UserError(f"--peaks {err}") from None
+    except (report.PolicyError, report.EmptyResults) as err:
+        raise UserError(str(err)) from None
+    return EXIT_OK
+
+
+def _report_folder(out: Path, given: bool, replace: bool = False) -> Path:
+    """The report's folder; an existing file there (or in its way) is refused, never replaced,
+    and so is an earlier report there (its pages, or a per-GPU report in a subfolder) unless
+    --force says to replace it."""
+    flag = "--out " if given else "the default report folder "
+    for folder in (out, *out.parents):
+        if folder.exists() and not folder.is_dir():
+            what = "" if folder == out else f": {folder} is a file"
+            raise UserError(f"{flag}{out} is not a folder{what}; a report is a folder "
+                            "(index.html, index.md, figures/): name another with --out")
+    earlier = [p for pattern in ("index.html", "index.md", "*/index.html", "*/index.md")
+               for p in out.glob(pattern)] if out.is_dir() else []
+    if earlier and not replace:
+        raise UserError(f"{flag}{out} already holds a report ({earlier[0]}); name another "
+                        "folder with --out, or pass --force to replace it")
+    return out

@@ -1,0 +1,301 @@
+"""`convbench run`: the sweep, where it writes, the cluster, progress, and the best per layer."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.cli.common import UserError, _say, _warn, _csv_list, EXIT_OK, EXIT_INTERRUPTED
+
+
+def _load_sweep(args: argparse.Namespace):
+    from harness import suite as suites
+    sweep = suites.load_suite(args.suite)
+    limits = None
+    if args.workspace_limit is not None:
+        limits = _csv_list(args.workspace_limit)
+    sweep = suites.sweep_with_overrides(
+        sweep, backends=_csv_list(args.backend), algorithms=_csv_list(args.algorithm),
+        directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
+        layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
+        workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer,
+        gpu_processes=args.gpu_processes)
+    if args.layer:
+        wanted = set(_csv_list(args.layer))
+        kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)
+        missing = wanted - {n for p in kept for n in _layer_names(p)}
+        if missing:
+            known = ", ".join(p.name for p in sweep.problems)
+            raise UserError(f"--layer: no layer named {', '.join(sorted(missing))} in suite "
+                            f"{sweep.name!r}; layers: {known}")
+        sweep = replace(sweep, problems=kept)
+    return sweep
+
+
+def _layer_names(problem) -> set[str]:
+    """What --layer accepts for a layer: "conv1" names "resnet_50:conv1" too."""
+    return {problem.name, problem.name.rsplit(":", 1)[-1]}
+
+
+def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tuple[Any, bool]:
+    """Run `points` here or on `cluster` (harness.cluster.Cluster), appending rows to the output
+    as they finish; (this run's rows, interrupted)."""
+    from harness import env as envmod
+    from harness import runner, store
+    env = envmod.fingerprint()
+    writer = store.ResultWriter(output.path, output.mode)
+    resuming = output.mode is store.WriteMode.RESUME
+    try:
+        done = writer.finished_point_ids() if resuming else set()
+        run_id = (writer.resumed_run_id() if resuming else None) or output.run_id
+    except BaseException:
+        writer.close()
+        raise
+    if writer.damaged_lines:
+        _warn(f"{writer.journal}: skipped {len(writer.damaged_lines)} damaged line(s) "
+              f"(line {', '.join(map(str, writer.damaged_lines[:5]))}): a killed run's last "
+              "row, or garbage; the rows after them count")
+    todo = [p for p in points if p.point_id not in done]
+    _say(f"suite {sweep.name}: {len(points)} points"
+         + (f", {len(points) - len(todo)} already done" if done else "")
+         + f"; machine: {env.get('gpu_name') or env.get('cpu_model')}")
+    _say(f"writing {output.path}")
+    interrupted = False
+    try:
+        with _progress(len(todo)) as advance:
+            def on_result(m, measured_on: dict[str, Any] = env,
+                          finished_at: str | None = None) -> None:
+                stamp = finished_at or store.finished_now()
+                writer.append(store.to_row(m, run_id, sweep.name, measured_on, stamp))
+                advance(m)
+            try:
+                if cluster is None:
+                    runner.run_points(todo, on_result, seed=seed)
+                else:
+                    _measure_on_cluster(cluster, todo, on_result, seed)
+            except KeyboardInterrupt:
+                interrupted = True
+    except BaseException:
+        writer.close()       # the journal stays: --resume carries on from it
+        raise
+    df = writer.finish(_with_roofline)
+    total = f" ({len(df)} rows in the file)" if len(df) != writer.rows_written else ""
+    _say(f"wrote {writer.rows_written} rows to {output.path}{total}")
+    return (df[df["run_id"] == run_id] if len(df) else df), interrupted
+
+
+def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int) -> None:
+    """Shards go out largest first; each finished shard's rows are written with the
+    environment of the worker that measured them and the time each point finished there (not
+    when the shard came back), and a line counts shards per worker."""
+    from collections import Counter
+    from harness import runner
+    shards = runner.shards(points)
+    per_worker: Counter[str] = Counter()
+    seen_env: dict[str, Any] | None = None    # a lost shard's rows take the last worker's
+    for number, shard in enumerate(cluster.run(shards, seed), 1):
+        refused = cluster.foreign_worker(shard)
+        if refused:
+            raise UserError(refused)
+        seen_env = shard.env or seen_env
+        for m, finished_at in zip(shard.measurements, shard.finished_at):
+            if seen_env:
+                on_result(m, seen_env, finished_at)
+            else:                                 # nothing seen yet: the client's machine
+                on_result(m, finished_at=finished_at)
+        per_worker[shard.worker] += 1
+        counts = ", ".join(f"{name} {n}" for name, n in sorted(per_worker.items()))
+        _say(f"shard {number}/{len(shards)} done on worker {shard.worker} "
+             f"({len(shard.measurements)} rows; shards per worker: {counts})")
+
+
+def _cluster(args: argparse.Namespace, points):
+    """The cluster --cluster names, connected and checked (a context that closes it), or a
+    context holding None; harness.cluster, and with it dask, is imported only here."""
+    import contextlib
+    if not args.cluster:
+        if args.workers is not None or args.cluster_config is not None:
+            flag = "--workers" if args.workers is not None else "--cluster-config"
+            raise UserError(f"{flag} needs --cluster")
+        return contextlib.nullcontext(None)
+    from harness import cluster as clustermod
+    gpu, cpu = clustermod.needs_gpu(list(points)), clustermod.needs_cpu(list(points))
+    try:
+        cluster = clustermod.connect(args.cluster, args.workers, args.cluster_config, gpu)
+    except clustermod.ClusterError as err:
+        raise UserError(str(err)) from None
+    try:
+        environments = cluster.environments()
+        _refuse_mixed(environments, cpu, args.allow_mixed)
+    except BaseException:
+        cluster.close()
+        raise
+    if not args.allow_mixed:
+        cluster.comparable = clustermod.comparability_fields(cpu)
+        cluster.reference_env = next(iter(environments.values()), {})
+    names = cluster.worker_names()
+    _say(f"cluster {args.cluster}: {len(names)} worker(s): {', '.join(names)}"
+         + (f"; dashboard {cluster.dashboard}" if cluster.dashboard else ""))
+    return cluster
+
+
+def _refuse_mixed(environments: dict[str, dict[str, Any]], cpu: bool, allowed: bool) -> None:
+    """Workers that differ in what makes timings comparable would make one table of rows that
+    cannot be ranked together: refused unless --allow-mixed (every row names its machine).
+    `cpu`: some point is timed on a CPU, so the CPU model matters too."""
+    from harness.cluster import comparability_fields, difference
+    differs = difference(list(environments.values()), comparability_fields(cpu))
+    if differs and not allowed:
+        field, seen = differs
+        raise UserError(f"--cluster: workers differ in {field} ({', '.join(seen)}); "
+                        "pass --allow-mixed to run on all of them anyway")
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """Where a run writes, and what it may do to what is there already."""
+    path: Path
+    mode: Any            # store.WriteMode
+    run_id: str
+
+
+def _run_output(args: argparse.Namespace, suite_name: str, tag: str = "") -> RunOutput:
+    """--out / --resume / --append / --force, checked before anything is measured."""
+    from harness import env as envmod
+    from harness import runs, store
+    from harness.locks import OutputLock
+    chosen = [flag for flag in ("resume", "append", "force") if getattr(args, flag, False)]
+    if len(chosen) > 1:
+        raise UserError(f"--{chosen[0]} and --{chosen[1]} cannot be combined")
+    mode = store.WriteMode.NEW
+    if chosen:
+        mode = {"resume": store.WriteMode.RESUME, "append": store.WriteMode.APPEND,
+                "force": store.WriteMode.REPLACE}[chosen[0]]
+    run_id = runs.new_run_id()
+    if args.out:
+        path = _checked_out_path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        OutputLock(path).release()       # another run writing there is the first thing to say
+        store.check_output(path, mode)
+        return RunOutput(path, mode, run_id)
+    env = envmod.fingerprint()
+    if mode is store.WriteMode.RESUME:
+        unfinished = runs.latest_unfinished(suite_name, env)
+        if unfinished is None:
+            raise UserError(f"--resume: no unfinished run of suite {suite_name!r} on this "
+                            f"machine in {runs.RESULTS_DIR}/; name its file with --out")
+        return RunOutput(unfinished, mode, run_id)
+    if mode is not store.WriteMode.NEW:
+        raise UserError(f"--{chosen[0]} needs --out naming the results file")
+    return RunOutput(runs.new_run_path(suite_name, env, run_id, tag), mode, run_id)
+
+
+def _checked_out_path(text: str) -> Path:
+    from harness import store
+    path = Path(text)
+    if path.is_dir():
+        raise UserError(f"--out {text} is a folder: give a file name ending in .parquet or .csv")
+    if path.suffix not in store.RESULT_SUFFIXES:
+        raise UserError(f"--out {text}: a results file ends in .parquet or .csv")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UserError(f"--out {text}: {path.parent} is not a folder")
+    return path
+
+
+def _planned(sweep):
+    from harness import runner
+    planned = runner.plan(sweep)
+    for note in planned.notes:
+        _say(f"note: {note}")
+    from harness import memory
+    memory.require_some_fit(planned.points)     # a suite no point of which fits: exit 2
+    return planned.points
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sweep = _load_sweep(args)
+    output = _run_output(args, sweep.name)
+    points = _planned(sweep)
+    with _cluster(args, points) as cluster:
+        df, interrupted = _measure(sweep, points, output, args.seed, cluster)
+    _print_best(df)
+    if interrupted:
+        _warn("interrupted: finished rows were kept; rerun with --resume to finish")
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _with_roofline(df):
+    """Roofline columns on GPU rows, each GPU's from its own measured peaks (convbench peaks)."""
+    from harness import peaks
+    annotated, missing = peaks.annotate_by_machine(df)
+    if missing:
+        _say(f"note: no measured peaks for {', '.join(missing)} on this machine; run "
+             "`convbench peaks` there to get roofline columns")
+    return annotated
+
+
+class _progress:
+    """A rich progress bar on a terminal, one plain line per row otherwise. It counts planned
+    points, not rows: an expanding algorithm (every graph-API plan) turns one planned point
+    into many rows, and "[4482/960]" helps nobody."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.rows = 0
+        self._points: set[str] = set()
+        self._bar = None
+
+    def __enter__(self) -> Callable[[Any], None]:
+        if sys.stdout.isatty():
+            from rich.progress import Progress
+            self._bar = Progress(transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("measuring", total=self.total)
+        return self.advance
+
+    def advance(self, m) -> None:
+        self.rows += 1
+        self._points.add(m.planned_point_id or m.point.point_id)
+        done = len(self._points)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, description=m.point.problem.label[:40])
+            return
+        p = m.point
+        timing = f" {m.median_ms:.4g} ms" if m.median_ms is not None else ""
+        detail = "" if m.ok else f" ({m.reason[:100]})"
+        rows = f", row {self.rows}" if self.rows != done else ""
+        _say(f"[{done}/{self.total}{rows}] {p.problem.label} {p.direction} {p.precision} "
+             f"{p.layout} {p.backend}:{p.algorithm}: {m.status}{timing}{detail}")
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _print_best(df) -> None:
+    from harness import analysis
+    best = analysis.best_per_setting(df)
+    counts = ", ".join(f"{n} {s}" for s, n in analysis.status_counts(df).items())
+    if best.empty:
+        _say(f"no verified results ({counts})")
+        return
+    _say("\nbest verified algorithm per layer (" + counts + "):")
+    shown = best.assign(
+        limit=best["workspace_limit"].map(_format_limit),
+        best=best["backend"] + ":" + best["algorithm"],
+        ms=best["median_ms"].map(lambda v: f"{v:.4g}"),
+        gflops=best["gflops"].map(lambda v: f"{v:.1f}"),
+        vs_next=best["speedup"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
+    columns = ["layer", "direction", "effective_precision", "layout", "limit", "best", "ms",
+               "gflops", "runner_up", "vs_next"]
+    _say(shown[columns].rename(columns={"effective_precision": "precision"})
+         .to_string(index=False))
+
+
+def _format_limit(value: int) -> str:
+    from harness.store import limit_from_column
+    limit = limit_from_column(value)
+    return "unlimited" if limit is None else f"{limit / (1 << 20):g}MiB"
