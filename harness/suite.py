@@ -45,31 +45,23 @@ Axis lists must be non-empty and free of duplicates; unknown keys are errors eve
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-import re
 import tomllib
-from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from harness.problem import ConvProblem, ProblemError, parse_benchdnn, parse_deepbench
-from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, MAX_GPU_PROCESSES, PRECISIONS,
-                           TIMING_MODES, AlgorithmChoice, Sweep, TimingOptions)
+from harness.suite_checks import (SuiteError, _Invalid, _check_keys, _choice, _did_you_mean,
+                                  _fraction, _gpu_processes, _int_at_least, _is_int, _kind, _list,
+                                  _plain_from_file, _plain_name, _positive_int, _positive_number,
+                                  _show_size, _table, _text, _unique_list, parse_size)
+from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES,
+                           AlgorithmChoice, Sweep, TimingOptions)
 
 SUITE_SUFFIX = ".toml"
 # This module's own path, not harness.__file__: a stale editable install can load `harness` as a
 # namespace package, whose __file__ is None.
 REPO_SUITES = Path(__file__).resolve().parent.parent / "suites"
 
-# The command-line flag behind each `sweep_with_overrides` argument, for error messages.
-OVERRIDE_FLAGS = {
-    "backends": "--backend", "algorithms": "--algorithm", "directions": "--direction",
-    "precisions": "--precision", "layouts": "--layout", "batch": "--batch",
-    "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
-    "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
-    "gpu_processes": "--gpu-processes",
-}
 
 _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
 _SWEEP_KEYS = ("directions", "precisions", "layouts", "workspace_limits", "batch", "backends")
@@ -80,29 +72,6 @@ _PROBLEM_FIELDS = tuple(f.name for f in dataclasses.fields(ConvProblem))
 _REQUIRED_FIELDS = tuple(f.name for f in dataclasses.fields(ConvProblem)
                          if f.default is dataclasses.MISSING)
 _DEEPBENCH_KEYS = ("deepbench", "name", "multiplicity")
-_UNLIMITED_WORDS = ("unlimited", "none", "inf")
-_SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)")
-# A suite name becomes part of file names: one plain path component, never "..", "/" or "\\".
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-
-
-class SuiteError(ValueError):
-    """A suite file or override that cannot be used; the message names where and what."""
-
-    def __init__(self, message: str, *, file: str | None = None, entry: str | None = None):
-        super().__init__(message)
-        self.file = file
-        self.entry = entry
-
-
-class _Invalid(Exception):
-    """Raised by the checkers below; turned into a SuiteError that names the file or the flag."""
-
-    def __init__(self, where: str, message: str):
-        super().__init__(f"{where}: {message}")
-        self.where = where
 
 
 # ---- finding suites ---------------------------------------------------------------------------
@@ -207,9 +176,9 @@ def _axes(axes: dict[str, Any]) -> dict[str, Any]:
                                ("precisions", PRECISIONS, "precision"),
                                ("layouts", LAYOUTS, "layout")):
         if key in axes:
-            fields[key] = _choices(axes[key], f"sweep.{key}", allowed, what)
+            fields[key] = checked_choices(axes[key], f"sweep.{key}", allowed, what)
     if "workspace_limits" in axes:
-        fields["workspace_limits"] = _workspace_limits(axes["workspace_limits"],
+        fields["workspace_limits"] = checked_workspace_limits(axes["workspace_limits"],
                                                        "sweep.workspace_limits")
     if "backends" in axes:
         fields["backends"] = _backends(axes["backends"], "sweep.backends")
@@ -283,7 +252,7 @@ def _field_layer(entry: dict[str, Any], where: str, batch: int | None) -> ConvPr
 
 
 # ---- sweep axes -------------------------------------------------------------------------------
-def _choices(value: Any, where: str, allowed: Sequence[str], what: str,
+def checked_choices(value: Any, where: str, allowed: Sequence[str], what: str,
              indexed: bool = True) -> tuple[str, ...]:
     items = _unique_list(value, where, indexed)
     for index, item in enumerate(items):
@@ -294,7 +263,7 @@ def _choices(value: Any, where: str, allowed: Sequence[str], what: str,
     return tuple(items)
 
 
-def _workspace_limits(value: Any, where: str, indexed: bool = True) -> tuple[int | None, ...]:
+def checked_workspace_limits(value: Any, where: str, indexed: bool = True) -> tuple[int | None, ...]:
     items = _list(value, where, allow_empty=False)
     limits: list[int | None] = []
     for index, item in enumerate(items):
@@ -388,243 +357,4 @@ def _compare(table: dict[str, Any]) -> float:
         return default
     return _fraction(table["threshold"], "compare.threshold", example="0.05 for 5%")
 
-
-# ---- overrides (command-line flags) -----------------------------------------------------------
-def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
-                         algorithms: Sequence[str] | None = None,
-                         directions: Sequence[str] | None = None,
-                         precisions: Sequence[str] | None = None,
-                         layouts: Sequence[str] | None = None, batch: int | None = None,
-                         budget_ms: float | None = None,
-                         workspace_limits: Sequence[int | str | None] | None = None,
-                         timing_mode: str | None = None,
-                         gpu_timer: str | None = None,
-                         gpu_processes: int | None = None) -> Sweep:
-    """The sweep with the command line's choices applied; None leaves a setting as the suite has
-    it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
-    or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
-    try:
-        return _apply_overrides(sweep, locals())
-    except _Invalid as error:
-        raise SuiteError(str(error), entry=error.where) from None
-
-
-def _apply_overrides(sweep: Sweep, given: dict[str, Any]) -> Sweep:
-    flag = OVERRIDE_FLAGS
-    changes: dict[str, Any] = {}
-    for key, allowed, what in (("directions", DIRECTIONS, "direction"),
-                               ("precisions", PRECISIONS, "precision"),
-                               ("layouts", LAYOUTS, "layout")):
-        if given[key] is not None:
-            changes[key] = _choices(given[key], flag[key], allowed, what, indexed=False)
-    if given["workspace_limits"] is not None:
-        changes["workspace_limits"] = _workspace_limits(given["workspace_limits"],
-                                                        flag["workspace_limits"], indexed=False)
-    choices = sweep.backends
-    if given["backends"] is not None:
-        choices = _override_backends(choices, given["backends"], flag["backends"])
-    if given["algorithms"] is not None:
-        choices = _override_algorithms(choices, given["algorithms"], flag["algorithms"])
-    changes["backends"] = choices
-    if given["batch"] is not None:
-        changes["problems"] = _rebatch(sweep.problems, given["batch"], flag["batch"])
-    changes["timing"] = _override_timing(sweep.timing, given)
-    return dataclasses.replace(sweep, **changes)
-
-
-def _override_backends(current: tuple[AlgorithmChoice, ...], names: Sequence[str],
-                       where: str) -> tuple[AlgorithmChoice, ...]:
-    """Named backends in the order given; a backend the suite lists keeps its algorithm list.
-    Asked for by name, a backend is no longer optional: its absence must be reported."""
-    by_name = {choice.backend: choice for choice in current}
-    result = []
-    for name in _unique_list(names, where, indexed=False):
-        name = _text(name, where)
-        choice = by_name.get(name, AlgorithmChoice(name))
-        result.append(dataclasses.replace(choice, optional=False))
-    return tuple(result)
-
-
-def _override_algorithms(current: tuple[AlgorithmChoice, ...], names: Sequence[str],
-                         where: str) -> tuple[AlgorithmChoice, ...]:
-    plain: list[str] = []
-    qualified: dict[str, list[str]] = {}
-    known = [choice.backend for choice in current]
-    for item in _unique_list(names, where, indexed=False):
-        backend, _, algorithm = _text(item, where).rpartition(":")
-        _text(algorithm, where)  # "cpu:" names no algorithm
-        if not backend:
-            plain.append(algorithm)
-        elif backend not in known:
-            raise _Invalid(where, f"{item!r} names backend {backend!r}, which is not in the "
-                                  f"sweep (backends: {', '.join(known)}); add it with --backend")
-        else:
-            qualified.setdefault(backend, []).append(algorithm)
-    result = []
-    for choice in current:
-        chosen = qualified.get(choice.backend) or plain
-        result.append(dataclasses.replace(choice, algorithms=tuple(chosen)) if chosen else choice)
-    return tuple(result)
-
-
-def _rebatch(problems: tuple[ConvProblem, ...], batch: Any,
-             where: str) -> tuple[ConvProblem, ...]:
-    size = _positive_int(batch, where)
-    result: list[ConvProblem] = []
-    for problem in problems:
-        changed = problem.with_batch(size)
-        if changed in result:
-            raise _Invalid(where, f"batch {size} makes layer {changed.label!r} appear twice")
-        result.append(changed)
-    return tuple(result)
-
-
-def _override_timing(timing: TimingOptions, given: dict[str, Any]) -> TimingOptions:
-    changes: dict[str, Any] = {}
-    if given["budget_ms"] is not None:
-        changes["budget_ms"] = _positive_number(given["budget_ms"], OVERRIDE_FLAGS["budget_ms"])
-    if given["timing_mode"] is not None:
-        changes["mode"] = _choice(given["timing_mode"], OVERRIDE_FLAGS["timing_mode"],
-                                  TIMING_MODES, "timing mode")
-    if given["gpu_timer"] is not None:
-        changes["gpu_timer"] = _choice(given["gpu_timer"], OVERRIDE_FLAGS["gpu_timer"],
-                                       GPU_TIMERS, "GPU timer")
-    if given["gpu_processes"] is not None:
-        changes["gpu_processes"] = _gpu_processes(given["gpu_processes"],
-                                                  OVERRIDE_FLAGS["gpu_processes"])
-    return dataclasses.replace(timing, **changes)
-
-
-# ---- sizes ------------------------------------------------------------------------------------
-def parse_size(text: str) -> int | None:
-    """Bytes from "0", "65536", "64MiB", "1.5GiB", "100MB" (SI); None for "unlimited"."""
-    cleaned = text.strip().lower()
-    if cleaned in _UNLIMITED_WORDS:
-        return None
-    match = _SIZE.fullmatch(cleaned)
-    if match is None or match.group(2) not in _SIZE_UNITS:
-        raise SuiteError(f"invalid size {text!r}; expected a byte count such as 0, 65536, "
-                         "64MiB, 1GiB or 'unlimited'")
-    value = Fraction(match.group(1)) * _SIZE_UNITS[match.group(2)]
-    if value.denominator != 1:
-        raise SuiteError(f"invalid size {text!r}: {float(value)} is not a whole number of bytes")
-    return int(value)
-
-
-def _show_size(limit: int | None) -> str:
-    return "unlimited" if limit is None else f"{limit} bytes"
-
-
-# ---- small checkers: each names `where` and the bad value -------------------------------------
-def _check_keys(table: dict[str, Any], allowed: Sequence[str], where: str) -> None:
-    for key in table:
-        if key not in allowed:
-            spot = f"{where}.{key}" if where else key
-            raise _Invalid(spot, f"unknown key {key!r}{_did_you_mean(key, allowed)}; expected "
-                                 f"one of {', '.join(allowed)}")
-
-
-def _table(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _Invalid(where, f"expected a table, got {_kind(value)} {value!r}")
-    return value
-
-
-def _list(value: Any, where: str, allow_empty: bool = False) -> list[Any]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise _Invalid(where, f"expected a list, got {_kind(value)} {value!r}")
-    if not value and not allow_empty:
-        raise _Invalid(where, "is empty; give at least one value")
-    return list(value)
-
-
-def _unique_list(value: Any, where: str, indexed: bool = True) -> list[Any]:
-    items = _list(value, where)
-    for index, item in enumerate(items):
-        if item in items[:index]:
-            spot = f"{where}[{index}]" if indexed else where
-            raise _Invalid(spot, f"{item!r} is listed twice")
-    return items
-
-
-def _choice(value: Any, where: str, allowed: Sequence[str], what: str) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        raise _Invalid(where, f"unknown {what} {value!r}{_did_you_mean(value, allowed)}; "
-                              f"expected one of {', '.join(allowed)}")
-    return value
-
-
-def _text(value: Any, where: str, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise _Invalid(where, f"expected a string, got {_kind(value)} {value!r}")
-    if not allow_empty and not value.strip():
-        raise _Invalid(where, f"{value!r} is empty; expected a name")
-    return value
-
-
-def _plain_from_file(stem: str) -> str:
-    """A file called 'my suite.toml' is suite 'my-suite': a name the user never typed is made
-    plain rather than refused."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).replace("..", "-").lstrip(".-")[:100] or "suite"
-
-
-def _plain_name(value: Any, where: str) -> str:
-    name = _text(value, where)
-    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
-        raise _Invalid(where, f"{name!r} is not a plain name: use letters, digits, '_', '-' and "
-                              "'.', not starting with '.' or '-', no '..', at most 100 "
-                              "characters; it becomes part of file names")
-    return name
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int_at_least(value: Any, where: str, lowest: int) -> int:
-    if not _is_int(value) or value < lowest:
-        rule = "a positive integer" if lowest == 1 else f"an integer >= {lowest}"
-        raise _Invalid(where, f"{value!r} must be {rule}")
-    return value
-
-
-def _positive_int(value: Any, where: str) -> int:
-    return _int_at_least(value, where, 1)
-
-
-def _gpu_processes(value: Any, where: str) -> int:
-    count = _positive_int(value, where)
-    if count > MAX_GPU_PROCESSES:
-        raise _Invalid(where, f"{count} worker processes per GPU is more than the "
-                              f"{MAX_GPU_PROCESSES} allowed")
-    return count
-
-
-def _positive_number(value: Any, where: str) -> float:
-    ok = (_is_int(value) or isinstance(value, float)) and math.isfinite(value) and value > 0
-    if not ok:
-        raise _Invalid(where, f"{value!r} must be a positive number")
-    return float(value)
-
-
-def _fraction(value: Any, where: str, example: str = "0.01 for 1%") -> float:
-    number = _positive_number(value, where)
-    if number >= 1:
-        raise _Invalid(where, f"{value!r} must be a fraction between 0 and 1, e.g. {example}")
-    return number
-
-
-def _kind(value: Any) -> str:
-    names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "list",
-             dict: "table"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _did_you_mean(word: Any, options: Iterable[str]) -> str:
-    if not isinstance(word, str):
-        return ""
-    options = list(options)
-    same_letters = [option for option in options if option.lower() == word.lower()]
-    close = same_letters or difflib.get_close_matches(word, options, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 

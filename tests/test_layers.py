@@ -16,7 +16,8 @@ LAYERS = [
     # facts and pure helpers: no harness imports of their own (cudnn_lib: a ctypes binding)
     {"problem", "precision", "stats", "locks", "backends.cudnn_lib"},
     {"env", "sweep"},
-    {"measurement", "suite", "reference"},
+    {"measurement", "suite_checks", "reference"},
+    {"suite", "suite_overrides"},
     {"timer", "backends.base", "store"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.cudnn_graph",
      "backends.torch_cpu", "backends.torch_gpu", "backends.fake"},
@@ -30,7 +31,7 @@ LAYERS = [
 ]
 # Modules allowed over the size limit for now, with their size when the check was written: each
 # is a split the architecture step still owes (issue 18), and must not grow.
-OVERSIZE = {"compare": 690, "report.figures": 650, "suite": 630, "problem": 590,
+OVERSIZE = {"compare": 690, "report.figures": 650, "problem": 590,
             "store": 440}
 MAX_LINES = 400
 

@@ -8,7 +8,8 @@ import pytest
 
 from harness.problem import parse_benchdnn
 from harness.suite import (REPO_SUITES, SuiteError, available_suites, load_suite, parse_size,
-                           parse_suite, sweep_with_overrides)
+                           parse_suite)
+from harness.suite_overrides import sweep_with_overrides
 from harness.sweep import DIRECTIONS, AlgorithmChoice, TimingOptions
 
 SHIPPED = ["alexnet", "cpu_compare", "deepbench_train", "mobilenet_v1", "quick", "resnet50",

@@ -52,10 +52,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_shapes(args: argparse.Namespace) -> int:
     from harness import suite as suites
+    from harness.suite_overrides import sweep_with_overrides
     from harness.problem import to_benchdnn
     sweep = suites.load_suite(args.suite)
     if args.batch is not None:
-        sweep = suites.sweep_with_overrides(sweep, batch=args.batch)
+        sweep = sweep_with_overrides(sweep, batch=args.batch)
     total = 0.0
     _say(f"{'layer':<34} {'x':>3} {'input':>16} {'output':>16} {'kernel':>9} {'GFLOP':>9}  benchdnn")
     for p in sweep.problems:

@@ -12,11 +12,12 @@ from harness.cli.common import UserError, _say, _warn, _csv_list, EXIT_OK, EXIT_
 
 def _load_sweep(args: argparse.Namespace):
     from harness import suite as suites
+    from harness.suite_overrides import sweep_with_overrides
     sweep = suites.load_suite(args.suite)
     limits = None
     if args.workspace_limit is not None:
         limits = _csv_list(args.workspace_limit)
-    sweep = suites.sweep_with_overrides(
+    sweep = sweep_with_overrides(
         sweep, backends=_csv_list(args.backend), algorithms=_csv_list(args.algorithm),
         directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
         layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,

@@ -1,0 +1,167 @@
+"""The suite loader's checkers: each names where a value came from (a file entry or a flag) and
+the rule it broke; sizes such as "64MiB"; SuiteError, what a bad suite or override raises."""
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from fractions import Fraction
+from typing import Any, Iterable, Sequence
+
+from harness.sweep import MAX_GPU_PROCESSES
+
+_UNLIMITED_WORDS = ("unlimited", "none", "inf")
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)")
+# A suite name becomes part of file names: one plain path component, never "..", "/" or "\\".
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+
+class SuiteError(ValueError):
+    """A suite file or override that cannot be used; the message names where and what."""
+
+    def __init__(self, message: str, *, file: str | None = None, entry: str | None = None):
+        super().__init__(message)
+        self.file = file
+        self.entry = entry
+
+
+class _Invalid(Exception):
+    """Raised by the checkers below; turned into a SuiteError that names the file or the flag."""
+
+    def __init__(self, where: str, message: str):
+        super().__init__(f"{where}: {message}")
+        self.where = where
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes from "0", "65536", "64MiB", "1.5GiB", "100MB" (SI); None for "unlimited"."""
+    cleaned = text.strip().lower()
+    if cleaned in _UNLIMITED_WORDS:
+        return None
+    match = _SIZE.fullmatch(cleaned)
+    if match is None or match.group(2) not in _SIZE_UNITS:
+        raise SuiteError(f"invalid size {text!r}; expected a byte count such as 0, 65536, "
+                         "64MiB, 1GiB or 'unlimited'")
+    value = Fraction(match.group(1)) * _SIZE_UNITS[match.group(2)]
+    if value.denominator != 1:
+        raise SuiteError(f"invalid size {text!r}: {float(value)} is not a whole number of bytes")
+    return int(value)
+
+
+def _show_size(limit: int | None) -> str:
+    return "unlimited" if limit is None else f"{limit} bytes"
+
+
+def _check_keys(table: dict[str, Any], allowed: Sequence[str], where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            spot = f"{where}.{key}" if where else key
+            raise _Invalid(spot, f"unknown key {key!r}{_did_you_mean(key, allowed)}; expected "
+                                 f"one of {', '.join(allowed)}")
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Invalid(where, f"expected a table, got {_kind(value)} {value!r}")
+    return value
+
+
+def _list(value: Any, where: str, allow_empty: bool = False) -> list[Any]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise _Invalid(where, f"expected a list, got {_kind(value)} {value!r}")
+    if not value and not allow_empty:
+        raise _Invalid(where, "is empty; give at least one value")
+    return list(value)
+
+
+def _unique_list(value: Any, where: str, indexed: bool = True) -> list[Any]:
+    items = _list(value, where)
+    for index, item in enumerate(items):
+        if item in items[:index]:
+            spot = f"{where}[{index}]" if indexed else where
+            raise _Invalid(spot, f"{item!r} is listed twice")
+    return items
+
+
+def _choice(value: Any, where: str, allowed: Sequence[str], what: str) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise _Invalid(where, f"unknown {what} {value!r}{_did_you_mean(value, allowed)}; "
+                              f"expected one of {', '.join(allowed)}")
+    return value
+
+
+def _text(value: Any, where: str, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(where, f"expected a string, got {_kind(value)} {value!r}")
+    if not allow_empty and not value.strip():
+        raise _Invalid(where, f"{value!r} is empty; expected a name")
+    return value
+
+
+def _plain_from_file(stem: str) -> str:
+    """A file called 'my suite.toml' is suite 'my-suite': a name the user never typed is made
+    plain rather than refused."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).replace("..", "-").lstrip(".-")[:100] or "suite"
+
+
+def _plain_name(value: Any, where: str) -> str:
+    name = _text(value, where)
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise _Invalid(where, f"{name!r} is not a plain name: use letters, digits, '_', '-' and "
+                              "'.', not starting with '.' or '-', no '..', at most 100 "
+                              "characters; it becomes part of file names")
+    return name
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_at_least(value: Any, where: str, lowest: int) -> int:
+    if not _is_int(value) or value < lowest:
+        rule = "a positive integer" if lowest == 1 else f"an integer >= {lowest}"
+        raise _Invalid(where, f"{value!r} must be {rule}")
+    return value
+
+
+def _positive_int(value: Any, where: str) -> int:
+    return _int_at_least(value, where, 1)
+
+
+def _gpu_processes(value: Any, where: str) -> int:
+    count = _positive_int(value, where)
+    if count > MAX_GPU_PROCESSES:
+        raise _Invalid(where, f"{count} worker processes per GPU is more than the "
+                              f"{MAX_GPU_PROCESSES} allowed")
+    return count
+
+
+def _positive_number(value: Any, where: str) -> float:
+    ok = (_is_int(value) or isinstance(value, float)) and math.isfinite(value) and value > 0
+    if not ok:
+        raise _Invalid(where, f"{value!r} must be a positive number")
+    return float(value)
+
+
+def _fraction(value: Any, where: str, example: str = "0.01 for 1%") -> float:
+    number = _positive_number(value, where)
+    if number >= 1:
+        raise _Invalid(where, f"{value!r} must be a fraction between 0 and 1, e.g. {example}")
+    return number
+
+
+def _kind(value: Any) -> str:
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "list",
+             dict: "table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _did_you_mean(word: Any, options: Iterable[str]) -> str:
+    if not isinstance(word, str):
+        return ""
+    options = list(options)
+    same_letters = [option for option in options if option.lower() == word.lower()]
+    close = same_letters or difflib.get_close_matches(word, options, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
