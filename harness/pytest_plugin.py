@@ -81,7 +81,8 @@ def make_point(problem: "ConvProblem | str", *, backend: str, algorithm: str,
                workspace_limit: int | None = None,
                timing: "TimingOptions | None" = None) -> "Point":
     """A harness Point from test arguments, each checked against the names the harness knows."""
-    from harness.problem import ConvProblem, parse_benchdnn
+    from harness.problem import ConvProblem
+    from harness.problem_text import parse_benchdnn
     from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS, Point, TimingOptions
     for name, value, allowed in (("direction", direction, DIRECTIONS),
                                  ("precision", precision, PRECISIONS),
@@ -101,7 +102,7 @@ def extra_info(m: "Measurement", env: dict[str, Any]) -> dict[str, Any]:
     """What the benchmark's JSON should say besides the times: the point, the verdict of the
     correctness check, how timing stopped, and the machine (GPU, driver, CUDA, cuDNN)."""
     from harness.measurement import relative_noise
-    from harness.problem import to_benchdnn
+    from harness.problem_text import to_benchdnn
     p = m.point
     info: dict[str, Any] = {
         "status": m.status, "reason": m.reason, "point_id": p.point_id,

@@ -20,7 +20,7 @@ from harness.env import ENV_FIELDS
 from harness.locks import OutputLock
 from harness.measurement import Measurement, relative_noise
 from harness.precision import element_bytes
-from harness.problem import to_benchdnn
+from harness.problem_text import to_benchdnn
 
 class ResultsError(ValueError):
     """A file that is not a convbench results file; the message names it."""

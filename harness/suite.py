@@ -49,7 +49,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.problem import ConvProblem, ProblemError, parse_benchdnn, parse_deepbench
+from harness.problem import ConvProblem, ProblemError
+from harness.problem_text import parse_benchdnn, parse_deepbench
 from harness.suite_checks import (SuiteError, _Invalid, _check_keys, _choice, _did_you_mean,
                                   _fraction, _gpu_processes, _int_at_least, _is_int, _kind, _list,
                                   _plain_from_file, _plain_name, _positive_int, _positive_number,

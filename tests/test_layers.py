@@ -15,6 +15,7 @@ HARNESS = Path(__file__).resolve().parents[1] / "harness"
 LAYERS = [
     # facts and pure helpers: no harness imports of their own (cudnn_lib: a ctypes binding)
     {"problem", "precision", "stats", "locks", "backends.cudnn_lib"},
+    {"problem_text"},
     {"env", "sweep"},
     {"measurement", "suite_checks", "reference"},
     {"suite", "suite_overrides"},
@@ -31,8 +32,7 @@ LAYERS = [
 ]
 # Modules allowed over the size limit for now, with their size when the check was written: each
 # is a split the architecture step still owes (issue 18), and must not grow.
-OVERSIZE = {"compare": 690, "report.figures": 650, "problem": 590,
-            "store": 440}
+OVERSIZE = {"compare": 690, "report.figures": 650, "store": 440}
 MAX_LINES = 400
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.problem import parse_benchdnn
+from harness.problem_text import parse_benchdnn
 from harness.suite import (REPO_SUITES, SuiteError, available_suites, load_suite, parse_size,
                            parse_suite)
 from harness.suite_overrides import sweep_with_overrides

@@ -53,7 +53,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_shapes(args: argparse.Namespace) -> int:
     from harness import suite as suites
     from harness.suite_overrides import sweep_with_overrides
-    from harness.problem import to_benchdnn
+    from harness.problem_text import to_benchdnn
     sweep = suites.load_suite(args.suite)
     if args.batch is not None:
         sweep = sweep_with_overrides(sweep, batch=args.batch)
