@@ -32,7 +32,7 @@ LAYERS = [
 ]
 # Modules allowed over the size limit for now, with their size when the check was written: each
 # is a split the architecture step still owes (issue 18), and must not grow.
-OVERSIZE = {"compare": 690, "store": 440}
+OVERSIZE = {"store": 440}
 MAX_LINES = 400
 
 

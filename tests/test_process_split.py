@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import backends, compare as compare_module, process_split, runner, store
+from harness import backends, process_split, runner, store
+from harness.compare import rows as compare_rows
 from harness.compare import Verdict, compare
 from harness.measurement import Measurement
 from harness.problem import ConvProblem
@@ -173,7 +174,7 @@ def test_a_real_regression_moves_every_process_and_stays_slower():
 
 
 def test_planted_fault_without_the_process_rule_the_jump_is_slower_again(monkeypatch):
-    monkeypatch.setattr(compare_module, "_process_overlap", lambda *args: None)
+    monkeypatch.setattr(compare_rows, "_process_overlap", lambda *args: None)
     row = _verdict_of(compare(*_state_pair(split=True, n=40)), "j0")
     assert row.verdict is Verdict.SLOWER
 

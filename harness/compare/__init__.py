@@ -1,0 +1,213 @@
+"""Baseline vs candidate: one noise-aware verdict per point (shared/design/measurement.md).
+
+Rows are matched by `point_id`. Only rows with status "ok" carry timings.
+
+Verdicts, with r = median(new) / median(base), effect = r - 1, t the row's practical threshold
+(`CompareOptions.threshold`, or `layer_thresholds[layer]`):
+
+  SLOWER     effect > +t  and the one-sided Mann-Whitney U test "new is slower" is significant
+             (p after Holm/BH correction across all matched rows <= alpha), and |log r| clears
+             the pair's run-to-run scatter floor (below).
+             A GPU row also needs every worker process's median on the new side to be above
+             every one on the base side by more than t (the process rule, below).
+  FASTER     effect < -t  and the one-sided test "new is faster" is significant likewise.
+  AMBIGUOUS  |effect| > t  but the test in that direction is not significant: the samples are too
+             few or too noisy to call it; rerun with more samples (or `--confirm`). Or it is
+             significant but within the scatter floor: two runs of unchanged code on this
+             machine differ that much.
+  SAME       |effect| <= t, significant or not. A significant effect below the threshold is real
+             but too small to matter; with enough samples every run-to-run drift is significant,
+             so significance alone must never produce a verdict.
+  MISSING    ok in the baseline, but absent from the candidate or not ok there (reason: its status).
+  NEW        ok in the candidate only.
+
+Why two one-sided families: "new is slower" is tested for every matched row and the correction
+is applied to that family, so in an A/A comparison (no real change anywhere) the chance of any
+false SLOWER is at most alpha, with Holm and with Benjamini-Hochberg alike. The "faster" family is
+corrected separately and never changes a SLOWER verdict.
+
+Why Benjamini-Hochberg by default: a real regression usually slows many rows at once (a library
+update, one algorithm family); BH accepts the k-th smallest p-value at k*alpha/m where Holm needs
+alpha/(m-k+1). Holm ("holm") bounds the chance of any false SLOWER even when other
+rows really changed; use it when a single false alarm is expensive.
+
+p-values are exact when the samples have no ties and at most 50 x 50 of them (the usual case), else
+from the normal approximation with tie and continuity corrections. Either way, the smallest p a
+row can reach depends on its sample counts: 5.4e-6 with 10 samples a side (exact), which just
+passes alpha/m for m = 200 rows; with 5 samples a side it is 0.004, never significant. Rows with
+few samples therefore come out AMBIGUOUS, not SLOWER: regression runs need 15-30 samples a point.
+
+Why a scatter floor as well as the rank test: the test sees the noise inside each row's window
+only, and on a shared machine the rows of two runs of unchanged code disagree by far more than
+that (8-13% on the 2-core CI VM against ~2% inside a window; harness/stats.py). The rows of the
+pair itself measure that: their log ratios' robust spread about the median (stats.
+run_to_run_scatter), and a row must move stats.SCATTER_ROW_K of them before it can be SLOWER or
+FASTER. Re-judging a subset (confirm) keeps the first comparison's scatter.
+
+Why the process rule: a GPU point's time can depend on the process it runs in (where its buffers
+land in memory), by 5-16% for a few cuDNN points of 3,646, each process's samples tight, so the
+rank test calls such a jump significant at any sample count. GPU rows share their samples among
+worker processes (harness/process_split.py, `process_samples`), and a row is SLOWER only if the
+fastest process of the new run is slower than the slowest process of the base run by more than
+t; otherwise some process of the new run measured no regression: AMBIGUOUS, with both sets of
+medians. A real regression moves every process (their medians agree to 0.2%, 1.2% at the 90th
+percentile on an H100). Rows measured in one process (CPU rows, older files) give one median a
+side, and the rule is then the ratio rule itself.
+
+The suite verdict (`Comparison.suite`) asks the same question of the run as a whole, because a
+uniform slowdown that no row can prove alone (3-5 samples a point) is still a regression: the
+geometric-mean ratio of the matched rows with a bootstrap interval over rows (harness/stats.py),
+at `suite_confidence` (99%: it is one test, not a family of many), against `suite_threshold`:
+SLOWER when the whole interval lies above +threshold and above stats.SCATTER_SUITE_K scatters,
+FASTER likewise below, SAME inside ±threshold, AMBIGUOUS otherwise; no verdict (None) with fewer
+than stats.MIN_ROWS rows.
+Why a 3% default suite threshold, below the 5% row threshold: averaging many rows removes most
+row noise, so a 3-5% suite-wide shift is measurable and worth a look; but a whole run also drifts
+as a unit (clocks, thermals, neighbours: ~1% on a GPU, as the A/A self-tests model it), which the
+interval over rows cannot see, and 3% keeps that drift 3 sigma away from a false SLOWER where 2%
+would leave ~2% of A/A comparisons of large suites failing. Where the machine drifts far more
+(the CI VM: up to 37% between two runs), the scatter floor is what holds.
+
+`Comparison.fails(policy)` is what a regression check exits on (FAIL_ON): "slower" any SLOWER row
+or a SLOWER suite; "ambiguous" also any AMBIGUOUS or MISSING row or an AMBIGUOUS suite; "never".
+
+Pure logic: nothing here prints or decides exit codes (harness/cli/ does).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from harness.compare.rows import (_confirmed, _distinct, _has_samples, _judge_matched, _missing,
+                                  _new, _only, _points, _scatter)
+from harness.compare.verdicts import _confirmed_suite, _values_text
+from harness.compare.verdicts import (CHANGED, CompareOptions, Comparison,
+                                      DEFAULT_SUITE_CONFIDENCE, DEFAULT_SUITE_THRESHOLD,
+                                      DEFAULT_THRESHOLD, EnvMismatch, EnvironmentMismatch, FAIL_ON,
+                                      IncomparableResults, MATCHED, RowResult, SuiteVerdict,
+                                      Verdict, interval_text, judge_suite, parse_layer_thresholds,
+                                      parse_threshold, pct)
+from harness.env import COMPARABILITY_FIELDS
+
+
+def compare(base: pd.DataFrame, new: pd.DataFrame,
+            options: CompareOptions | None = None) -> Comparison:
+    """Judge every point of `base` and `new` (frames of store.COLUMNS); see the module docstring.
+
+    Raises IncomparableResults when no verdict can come from the two (an empty frame, other
+    schema versions, no point with timings on both sides), and EnvironmentMismatch when the
+    COMPARABILITY_FIELDS differ, unless allowed."""
+    options = options or CompareOptions()
+    shared = _refuse_incomparable(base, new, options.labels)
+    comparison = _judge_frames(base, new, options)
+    if not any(r.verdict in MATCHED for r in comparison.rows):
+        raise IncomparableResults(
+            f"no point has timings in both {options.labels[0]} and {options.labels[1]}: none of "
+            f"their {shared} common points is ok on both sides, so there is nothing to compare")
+    return comparison
+
+
+_ESTIMATE = object()     # _judge_frames: estimate the scatter from the rows being judged
+
+
+def _judge_frames(base: pd.DataFrame, new: pd.DataFrame, options: CompareOptions,
+                  scatter: Any = _ESTIMATE) -> Comparison:
+    mismatches = environment_mismatches(base, new)
+    if mismatches and not options.allow_env_mismatch:
+        raise EnvironmentMismatch(mismatches)
+    base_pts, new_pts = _points(base), _points(new)
+    matched = [pid for pid, p in base_pts.items() if p.samples.size and _has_samples(new_pts, pid)]
+    if scatter is _ESTIMATE:
+        scatter = _scatter(matched, base_pts, new_pts)
+    rows = dict(zip(matched, _judge_matched(matched, base_pts, new_pts, options, scatter)))
+    for pid, point in base_pts.items():
+        if point.samples.size and pid not in rows:
+            rows[pid] = _missing(point, new_pts.get(pid))
+    for pid, point in new_pts.items():
+        if point.samples.size and pid not in rows:
+            rows[pid] = _new(point, base_pts.get(pid))
+    return Comparison(tuple(rows.values()), options, tuple(mismatches), scatter=scatter)
+
+
+def _refuse_incomparable(base: pd.DataFrame, new: pd.DataFrame, labels: tuple[str, str]) -> int:
+    """IncomparableResults naming the file for inputs no verdict can come from; else the number
+    of point ids the two share."""
+    for df, label in zip((base, new), labels):
+        if not len(df):
+            raise IncomparableResults(f"{label} has no rows")
+        if "samples_ms" not in df.columns:     # store.load refuses it; frames made in code may not
+            raise IncomparableResults(f"{label} has no samples_ms column (no raw samples)")
+    versions = _distinct(base, "schema_version"), _distinct(new, "schema_version")
+    if all(versions) and versions[0] != versions[1]:
+        raise IncomparableResults(
+            f"{labels[0]} has schema version {_values_text(versions[0])} and {labels[1]} "
+            f"{_values_text(versions[1])}: re-measure the older one with this convbench")
+    shared = len(set(base["point_id"].astype(str)) & set(new["point_id"].astype(str)))
+    if not shared:
+        suites = _distinct(base, "suite"), _distinct(new, "suite")
+        which = (f" ({labels[0]} is suite {_values_text(suites[0])}, {labels[1]} suite "
+                 f"{_values_text(suites[1])})" if suites[0] != suites[1] else "")
+        raise IncomparableResults(f"{labels[0]} and {labels[1]} have no point in common{which}: "
+                                  "compare two runs of the same suite")
+    return shared
+
+
+def flagged_point_ids(comparison: Comparison) -> list[str]:
+    """The points a `--confirm` round must re-measure: every SLOWER row, and every matched row
+    when the suite is SLOWER (a suite verdict can only be re-judged on a rerun of all of it)."""
+    if comparison.suite.verdict is Verdict.SLOWER:
+        return [r.point_id for r in comparison.rows if r.verdict in MATCHED]
+    return [r.point_id for r in comparison.rows if r.verdict is Verdict.SLOWER]
+
+
+def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame,
+            options: CompareOptions | None = None) -> Comparison:
+    """Merge a confirmation round: a flagged row stays SLOWER only if the rerun flags it again,
+    and a SLOWER suite stays SLOWER only if the rerun of all its rows is SLOWER as a suite.
+
+    The rerun is judged on its own samples (never pooled with the first run's, which were selected
+    for looking slow); the correction family of the rows is just the SLOWER rows. Other rows keep
+    their first verdict, even where a suite rerun re-measured them."""
+    options = options or first.options
+    slower = [r.point_id for r in first.rows if r.verdict is Verdict.SLOWER]
+    reruns = [_judge_frames(_only(rerun_base, slower), _only(rerun_new, slower), options,
+                            first.scatter)]
+    suite = first.suite
+    if suite.verdict is Verdict.SLOWER:
+        every = flagged_point_ids(first)
+        reruns.append(_judge_frames(_only(rerun_base, every), _only(rerun_new, every), options))
+        suite = _confirmed_suite(suite, reruns[-1].suite)
+    again = {r.point_id: r for r in reruns[0].rows}
+    rows = tuple(_confirmed(r, again.get(r.point_id)) if r.verdict is Verdict.SLOWER else r
+                 for r in first.rows)
+    seen = first.env_mismatches + tuple(m for rerun in reruns for m in rerun.env_mismatches)
+    return Comparison(rows, first.options, tuple(dict.fromkeys(seen)),
+                      first.confirmation_rounds + 1, suite, first.scatter)
+
+
+# How the times were taken: a change of GPU timer moves small kernels by ~5% (graph replay leaves
+# out the stream-order gap the held stream counts), which is not the code getting faster.
+METHOD_COLUMNS = ("gpu_timer",)
+
+
+def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMismatch]:
+    """The COMPARABILITY_FIELDS (and timing methods) whose recorded values differ between the
+    two frames."""
+    found = []
+    columns = [(name, f"env_{name}") for name in COMPARABILITY_FIELDS]
+    columns += [(name, name) for name in METHOD_COLUMNS]
+    for name, column in columns:
+        b, n = _distinct(base, column), _distinct(new, column)
+        if b != n:
+            found.append(EnvMismatch(name, b, n))
+    return found
+
+
+__all__ = [
+    "CHANGED", "CompareOptions", "Comparison", "DEFAULT_SUITE_CONFIDENCE",
+    "DEFAULT_SUITE_THRESHOLD", "DEFAULT_THRESHOLD", "EnvMismatch", "EnvironmentMismatch",
+    "FAIL_ON", "IncomparableResults", "MATCHED", "METHOD_COLUMNS", "RowResult", "SuiteVerdict",
+    "Verdict", "compare", "confirm", "environment_mismatches", "flagged_point_ids",
+    "interval_text", "judge_suite", "parse_layer_thresholds", "parse_threshold", "pct"
+]

@@ -1,0 +1,204 @@
+"""One verdict per matched point: each frame's rows pooled per point (and per worker process),
+the rank test, the scatter floor and the process rule (harness/compare/__init__.py has the rules)."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness import stats
+from harness.compare.verdicts import CompareOptions, _floor_text, RowResult, Verdict
+from harness.measurement import Status
+from harness.process_split import process_groups
+from harness.stats import adjust_p_values, mann_whitney_u
+
+@dataclass
+class _Point:
+    """One point of one frame: its description, ok samples pooled, and its last non-ok status."""
+    pid: str
+    meta: dict[str, Any]
+    samples: np.ndarray
+    status: str = Status.OK
+    reason: str = ""
+    process_medians: list[float] = field(default_factory=list)   # one per worker process
+
+
+def _points(df: pd.DataFrame) -> dict[str, _Point]:
+    """point_id -> _Point. A point measured in several runs (a folder of results) is judged on
+    all its ok samples together."""
+    points: dict[str, _Point] = {}
+    wanted = [c for c in ("point_id", "status", "reason", "samples_ms", "process_samples", *_META)
+              if c in df.columns]
+    for rec in df[wanted].to_dict("records"):     # only what is read: result files are wide
+        pid = str(rec["point_id"])
+        point = points.setdefault(pid, _Point(pid, _meta(rec), np.empty(0)))
+        status = _text(rec.get("status")) or "unknown"
+        samples = np.asarray(_samples(rec), dtype=float) if status == Status.OK else np.empty(0)
+        if samples.size:
+            point.samples = np.concatenate([point.samples, samples])
+            point.process_medians += [statistics.median(g) for g in process_groups(
+                samples.tolist(), _text(rec.get("process_samples")))]
+        else:
+            point.status = status
+            point.reason = "no samples stored" if status == Status.OK else _text(rec.get("reason")) or ""
+    return points
+
+
+def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Point],
+                   options: CompareOptions, scatter: float | None) -> list[RowResult]:
+    tests = [mann_whitney_u(new[pid].samples, base[pid].samples) for pid in ids]
+    floor = stats.scatter_floor(scatter, stats.SCATTER_ROW_K)
+    slower_adj = adjust_p_values([t[1] for t in tests], options.correction)
+    faster_adj = adjust_p_values([t[2] for t in tests], options.correction)
+    rows = []
+    for i, pid in enumerate(ids):
+        b, n = base[pid], new[pid]
+        base_med, new_med = _median(b.samples), _median(n.samples)
+        ratio = _ratio(base_med, new_med)
+        slower = ratio >= 1.0
+        p, adj = (tests[i][1], slower_adj[i]) if slower else (tests[i][2], faster_adj[i])
+        threshold = options.threshold_for(b.meta.get("layer"))
+        verdict, reason = _verdict(ratio, slower_adj[i], faster_adj[i], threshold, options.alpha,
+                                   (b.samples.size, n.samples.size), floor,
+                                   _process_overlap(b, n, slower, threshold))
+        rows.append(RowResult(pid, verdict, reason, **b.meta, base_median_ms=base_med,
+                              new_median_ms=new_med, ratio=ratio, p_value=float(p),
+                              adjusted_p=float(adj), threshold=threshold,
+                              n_base=b.samples.size, n_new=n.samples.size))
+    return rows
+
+
+def _process_overlap(base: _Point, new: _Point, slower: bool, threshold: float) -> str | None:
+    """The two runs' worker-process medians when even the least changed pairing of processes
+    stays within the threshold (the process rule of the module docstring), else None."""
+    if not base.process_medians or not new.process_medians or min(base.process_medians) <= 0:
+        return None          # a zero median: the ratio rule has already said what it can
+    if slower:
+        change = min(new.process_medians) / max(base.process_medians) - 1.0
+    else:
+        change = max(new.process_medians) / min(base.process_medians) - 1.0
+    if abs(change) > threshold and (change > 0) == slower:
+        return None
+    return f"base {_ms_list(base.process_medians)}, new {_ms_list(new.process_medians)} ms"
+
+
+def _ms_list(values: list[float]) -> str:
+    return "/".join(f"{v:.4g}" for v in values)
+
+
+def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, alpha: float,
+             sizes: tuple[int, int], floor: float = 0.0,
+             overlap: str | None = None) -> tuple[Verdict, str]:
+    """The rules of the module docstring, with a reason a person can act on; `floor` is the
+    scatter floor as a log ratio (0: none); `overlap` the process medians where the two runs'
+    worker processes overlap (None: they do not)."""
+    effect = ratio - 1.0
+    if abs(effect) <= threshold:
+        return Verdict.SAME, f"{effect:+.1%} within ±{threshold:.1%}"
+    slower = effect > 0
+    p, p_other = (p_slower, p_faster) if slower else (p_faster, p_slower)
+    if p <= alpha and 0 < ratio < math.inf and abs(math.log(ratio)) <= floor:
+        return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} and significant "
+                                   f"(adjusted p {p:.2g}) but within {_floor_text(floor)}: two "
+                                   "runs of unchanged code on this machine differ that much")
+    if p <= alpha and overlap:
+        return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} and significant "
+                                   f"(adjusted p {p:.2g}) but not in every worker process "
+                                   f"(medians {overlap}): the point's time depends on the process "
+                                   "it runs in; `convbench check` re-measures it")
+    if p <= alpha:
+        return (Verdict.SLOWER if slower else Verdict.FASTER,
+                f"{effect:+.1%} beyond ±{threshold:.1%}, adjusted p {p:.2g} <= {alpha:g}")
+    if p_other <= alpha:    # medians and ranks point opposite ways: odd, multi-modal samples
+        return Verdict.AMBIGUOUS, (f"median {effect:+.1%} but the rank test says the other way "
+                                   f"(adjusted p {p_other:.2g}): look at the samples")
+    return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} but not significant "
+                               f"(adjusted p {p:.2g} > {alpha:g}, {sizes[0]}/{sizes[1]} "
+                               f"samples): re-measure with more samples")
+
+
+def _missing(point: _Point, new: _Point | None) -> RowResult:
+    if new is None:
+        reason = "not in the new results"
+    else:
+        reason = f"new status {new.status}" + (f": {new.reason}" if new.reason else "")
+    return RowResult(point.pid, Verdict.MISSING, reason, **point.meta,
+                     base_median_ms=_median(point.samples), n_base=point.samples.size)
+
+
+def _new(point: _Point, base: _Point | None) -> RowResult:
+    if base is None:
+        reason = "not in the baseline"
+    else:
+        reason = f"baseline status {base.status}" + (f": {base.reason}" if base.reason else "")
+    return RowResult(point.pid, Verdict.NEW, reason, **point.meta,
+                     new_median_ms=_median(point.samples), n_new=point.samples.size)
+
+
+def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
+    before = f"first run {first.effect:+.1%}, adjusted p {first.adjusted_p:.2g}"
+    if again is None:
+        return replace(first, verdict=Verdict.AMBIGUOUS,
+                       reason=f"flagged SLOWER ({before}) but the confirmation run has no timing")
+    if again.verdict is Verdict.SLOWER:
+        return replace(again, reason=f"confirmed: {again.reason} ({before})")
+    return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
+
+
+_META = ("suite", "layer", "batch", "direction", "precision", "layout", "backend", "algorithm",
+         "workspace_limit", "timing_mode")
+
+
+def _meta(rec: dict[str, Any]) -> dict[str, Any]:
+    meta = {name: _text(rec.get(name)) for name in _META}
+    for name in ("batch", "workspace_limit"):
+        meta[name] = None if meta[name] is None else int(float(meta[name]))
+    return meta
+
+
+def _scatter(ids: list[str], base: dict[str, _Point], new: dict[str, _Point]) -> float | None:
+    """The pair's run-to-run scatter over the matched rows `ids` (harness/stats.py)."""
+    ratios = [_ratio(_median(base[pid].samples), _median(new[pid].samples)) for pid in ids]
+    sampling = [math.hypot(stats.log_median_se(base[pid].samples),
+                           stats.log_median_se(new[pid].samples)) for pid in ids]
+    return stats.run_to_run_scatter(ratios, sampling)
+
+
+def _ratio(base_median: float, new_median: float) -> float:
+    """median(new) / median(base); infinite when the baseline's median is 0."""
+    return new_median / base_median if base_median > 0 else math.inf
+
+
+def _median(samples: np.ndarray) -> float:
+    return float(statistics.median(samples.tolist()))   # 10x quicker than np.median on ~20 values
+
+
+def _has_samples(points: dict[str, _Point], pid: str) -> bool:
+    return pid in points and points[pid].samples.size > 0
+
+
+def _samples(rec: dict[str, Any]) -> list[float]:
+    value = rec.get("samples_ms")
+    if value is None or isinstance(value, str) or not hasattr(value, "__len__"):
+        return []
+    return [float(v) for v in value]
+
+
+def _only(df: pd.DataFrame, point_ids: list[str]) -> pd.DataFrame:
+    return df[df["point_id"].isin(point_ids)] if len(df) else df
+
+
+def _distinct(df: pd.DataFrame, column: str) -> tuple[str, ...]:
+    if column not in df.columns:
+        return ()
+    return tuple(sorted({str(v) for v in df[column] if _text(v) is not None}))
+
+
+def _text(value: Any) -> str | None:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value)
