@@ -2,7 +2,7 @@
 
 This holds the per-row rank test (exact Mann-Whitney U where it is cheap), the p-value
 adjustment across rows, the sample floor that makes one regressed row provable, the suite-level
-interval and the pair's run-to-run scatter. Verdicts and their wording stay in harness/compare.py.
+interval and the pair's run-to-run scatter. Verdicts and their wording stay in harness/compare/.
 
 The suite-level question: over the rows matched between two runs, is the run as a whole slower?
 The figure is the geometric mean of the per-row ratios new/base of medians, i.e. exp(mean of the
@@ -45,7 +45,7 @@ slower by more than 5%; spreading a row's samples over the run or re-allocating 
 between samples did not shrink that (12-13% either way). On an H100 it is well under 1%, and with
 samples drawn from one distribution for both runs (the synthetic tests) about 0. The median and MAD ignore up to half of the rows, so a regression in a minority of rows does
 not hide itself by widening the scatter; a shift of every row moves the median, not the MAD.
-Verdicts (harness/compare.py) must clear a multiple of it:
+Verdicts (harness/compare/) must clear a multiple of it:
 - a row: |log ratio| > SCATTER_ROW_K x scatter. 8 because row noise has heavy tails: over 20
   A/A pairs of 18 rows on the CI VM the worst row lay 7.5 scatters from no change (k = 6 let 2 of
   360 rows through once a few other rows were planted slower). On a GPU pair with a 0.5%
@@ -187,7 +187,7 @@ def _logs(ratios: Sequence[float]) -> np.ndarray:
     return np.log(r)
 
 
-# ---- the per-row rank test (moved from harness/compare.py) ---------------------------------------
+# ---- the per-row rank test (moved from harness/compare/) ---------------------------------------
 def mann_whitney_u(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
     """(U of x, p for "x tends to be larger than y", p for "x tends to be smaller").
 

@@ -1,6 +1,6 @@
 """A comparison as Markdown: the suite verdict first, the counts, warnings about noise and power,
 and one table row per changed point with the `convbench run` line that re-measures it. The
-verdicts themselves come from harness/compare.py; this module only words them."""
+verdicts themselves come from harness/compare/; this module only words them."""
 from __future__ import annotations
 
 import math
