@@ -19,6 +19,7 @@ LAYERS = [
     {"env", "sweep"},
     {"measurement", "suite_checks", "reference"},
     {"suite", "suite_overrides"},
+    {"schema"},
     {"timer", "backends.base", "store"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.cudnn_graph",
      "backends.torch_cpu", "backends.torch_gpu", "backends.fake"},
@@ -30,9 +31,9 @@ LAYERS = [
     {"report"},
     {"cli", "pytest_plugin"},
 ]
-# Modules allowed over the size limit for now, with their size when the check was written: each
-# is a split the architecture step still owes (issue 18), and must not grow.
-OVERSIZE = {"store": 440}
+# Modules allowed over the size limit, with their size when allowed (none now: issue 18 split
+# cli, compare, report/figures, suite, problem and store).
+OVERSIZE: dict[str, int] = {}
 MAX_LINES = 400
 
 

@@ -1,0 +1,151 @@
+"""The results table's schema: every column once with its dtype, the schema version, how one
+Measurement becomes one row, and how the workspace limit is stored. store.py reads and writes
+files of it."""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import pandas as pd
+
+from harness.env import ENV_FIELDS
+from harness.measurement import Measurement, relative_noise
+from harness.precision import element_bytes
+from harness.problem_text import to_benchdnn
+
+
+class ResultsError(ValueError):
+    """A file that is not a convbench results file; the message names it."""
+
+
+SCHEMA_VERSION = 1
+UNLIMITED_BYTES = -1   # how an unlimited workspace limit is stored (NaN would vanish in groupbys)
+
+
+def limit_to_column(limit: int | None) -> int:
+    """A workspace limit as the `workspace_limit` column stores it (None, no limit: -1)."""
+    return UNLIMITED_BYTES if limit is None else int(limit)
+
+
+def limit_from_column(value: Any) -> int | None:
+    """The limit a `workspace_limit` cell means: bytes, or None for no limit (-1 or empty)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return None if int(value) < 0 else int(value)
+
+# Every column, in order, with its pandas dtype. One definition; everything else refers to it.
+_CORE_COLUMNS: dict[str, str] = {
+    "schema_version": "int64", "run_id": "string", "suite": "string", "point_id": "string",
+    "planned_point_id": "string",
+    "finished_at": "string",
+    # the problem
+    "descriptor": "string", "layer": "string", "multiplicity": "int64", "batch": "int64", "in_channels": "int64",
+    "in_h": "int64", "in_w": "int64", "out_channels": "int64", "kernel_h": "int64",
+    "kernel_w": "int64", "stride_h": "int64", "stride_w": "int64", "pad_top": "int64",
+    "pad_left": "int64", "pad_bottom": "int64", "pad_right": "int64", "dilation_h": "int64",
+    "dilation_w": "int64", "groups": "int64", "out_h": "int64", "out_w": "int64",
+    "flops": "int64", "flops_no_padding": "int64", "bytes_moved": "int64",
+    "arithmetic_intensity": "float64",
+    # the point
+    "direction": "string", "precision": "string", "layout": "string", "backend": "string",
+    "algorithm": "string", "family": "string", "workspace_limit": "int64",
+    "timing_mode": "string", "budget_ms": "float64",
+    # what happened
+    "status": "string", "reason": "string", "stop_reason": "string",
+    "samples_ms": "object", "n_samples": "int64", "median_ms": "float64", "min_ms": "float64",
+    "mean_ms": "float64", "iqr_ms": "float64", "noise": "float64", "gflops": "float64",
+    "workspace_bytes": "Int64", "rel_error": "float64", "max_abs_error": "float64",
+    "tolerance": "float64", "effective_precision": "string", "deterministic": "boolean",
+    "setup_ms": "float64", "host_ms": "float64",
+}
+
+# Backend-specific results a Prepared object or the runner may report through `extras`.
+EXTRA_COLUMNS: dict[str, str] = {
+    "math_type": "string",               # cuDNN math type the algorithm ran with
+    "sm_clock_mhz": "float64",           # lowest SM clock read around the point (NVML)
+    "sm_clock_max_mhz": "float64",
+    "throttled": "boolean",              # sm clock under 90% of max while timing
+    "gpu_timer": "string",               # cuda_graph (warm replay) or held_stream
+    "capture_error": "string",           # why the calls could not be captured into a graph
+    "achieved_tflops": "float64",
+    "achieved_gbps": "float64",
+    "roofline_pct": "float64",           # achieved rate as % of min(peak, intensity x bandwidth)
+    "heuristic_rank": "Int64",           # position in cuDNN's _v7 heuristic list (0 = its pick)
+    "heuristic_pick": "boolean",         # cuDNN's heuristic would pick this under this limit
+    "find_pick": "boolean",              # cudnnFind*Ex picked this under this limit
+    "find_ms": "float64",                # the time cudnnFind reported for this algorithm
+    "numerical_notes": "string",         # graph-API plan notes (tensor_core, down_convert, ...)
+    "engine_id": "Int64",
+    # graph-API plan: behaviour notes (runtime_compilation, ...) and its position in heuristic
+    # mode A's list (0 = the frontend's own pick; empty when only mode B or FALLBACK offered it)
+    "behavior_notes": "string",
+    "graph_heuristic_rank": "Int64",
+    "first_call_ms": "float64",          # host wall time of the first launch (cold start)
+    # samples per worker process, in samples_ms order ("10 10"): harness/process_split.py
+    "process_samples": "string",
+}
+
+ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}
+
+COLUMNS: dict[str, str] = {**_CORE_COLUMNS, **EXTRA_COLUMNS, **ENV_COLUMNS}
+REQUIRED_COLUMNS = tuple(_CORE_COLUMNS)   # extras and env columns may be absent (older files)
+
+
+def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
+           finished_at: str) -> dict[str, Any]:
+    """Flatten one measurement, with its run and environment, into a row of COLUMNS."""
+    p, pt = m.point.problem, m.point
+    samples = list(m.samples_ms)
+    median = m.median_ms
+    bytes_per_element = element_bytes(pt.precision)
+    row: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "run_id": run_id, "suite": suite,
+        "point_id": pt.point_id, "planned_point_id": m.planned_point_id or pt.point_id,
+        "finished_at": finished_at,
+        "descriptor": to_benchdnn(p), "layer": p.name, "multiplicity": p.multiplicity, "batch": p.batch,
+        "in_channels": p.in_channels, "in_h": p.in_h, "in_w": p.in_w,
+        "out_channels": p.out_channels, "kernel_h": p.kernel_h, "kernel_w": p.kernel_w,
+        "stride_h": p.stride_h, "stride_w": p.stride_w, "pad_top": p.pad_top,
+        "pad_left": p.pad_left, "pad_bottom": p.pad_bottom, "pad_right": p.pad_right,
+        "dilation_h": p.dilation_h, "dilation_w": p.dilation_w, "groups": p.groups,
+        "out_h": p.out_h, "out_w": p.out_w, "flops": p.flops,
+        "flops_no_padding": p.flops_no_padding, "bytes_moved": p.bytes_moved(bytes_per_element),
+        "arithmetic_intensity": p.arithmetic_intensity(bytes_per_element),
+        "direction": pt.direction, "precision": pt.precision, "layout": pt.layout,
+        "backend": pt.backend, "algorithm": pt.algorithm, "family": m.family,
+        "workspace_limit": limit_to_column(pt.workspace_limit),
+        "timing_mode": pt.timing.mode, "budget_ms": pt.timing.budget_ms,
+        "status": m.status, "reason": m.reason, "stop_reason": m.stop_reason,
+        "samples_ms": samples, "n_samples": len(samples), "median_ms": median,
+        "min_ms": m.min_ms, "mean_ms": m.mean_ms, "iqr_ms": m.iqr_ms,
+        "noise": relative_noise(samples) if len(samples) > 1 else None,
+        "gflops": m.gflops, "workspace_bytes": m.workspace_bytes, "rel_error": m.rel_error,
+        "max_abs_error": m.max_abs_error, "tolerance": m.tolerance,
+        "effective_precision": m.effective_precision, "deterministic": m.deterministic,
+        "setup_ms": m.setup_ms, "host_ms": m.host_ms,
+    }
+    unknown = set(m.extras) - set(EXTRA_COLUMNS)
+    if unknown:
+        raise KeyError(f"extras not in the schema: {sorted(unknown)}")
+    row.update({name: m.extras.get(name) for name in EXTRA_COLUMNS})
+    row.update({f"env_{name}": _as_text(env.get(name)) for name in ENV_FIELDS})
+    return row
+
+
+def finished_now() -> str:
+    """The `finished_at` of a row measured just now (UTC, to the second)."""
+    from datetime import datetime, timezone
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Rows -> a DataFrame with exactly COLUMNS, in order, with their dtypes."""
+    df = pd.DataFrame(list(rows)).reindex(columns=list(COLUMNS))   # missing columns: None
+    for name, dtype in COLUMNS.items():
+        if dtype != "object":
+            df[name] = df[name].astype(dtype)
+    return df
+
+
+def _as_text(value: Any) -> str | None:
+    return None if value is None else str(value)
