@@ -6,7 +6,6 @@ benchmark) or leave their cell empty (DeepBench). Nothing here measures or print
 """
 from __future__ import annotations
 
-import math
 import statistics
 from bisect import bisect_left, bisect_right
 from datetime import datetime, timezone
@@ -17,6 +16,7 @@ import pandas as pd
 
 from harness.env import ENV_FIELDS
 from harness.measurement import Status
+from harness.stats import quantile
 
 # The pytest-benchmark release whose --benchmark-json layout these dicts follow (checked against
 # the installed pytest-benchmark's own output in tests/test_export.py).
@@ -184,14 +184,8 @@ def _chart_extra(r: dict[str, Any], samples: list[float]) -> str:
 
 
 def _half_iqr(ordered: list[float]) -> float:
-    return (_quantile(ordered, 0.75) - _quantile(ordered, 0.25)) / 2
+    return (quantile(ordered, 0.75) - quantile(ordered, 0.25)) / 2
 
-
-def _quantile(ordered: list[float], q: float) -> float:
-    position = (len(ordered) - 1) * q
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 # ---- DeepBench -----------------------------------------------------------------------------------

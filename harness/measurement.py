@@ -2,12 +2,12 @@
 inside the object, so a new statistic never needs a rerun."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from statistics import mean, median
 from typing import Any
 
+from harness.stats import interquartile_range
 from harness.sweep import Point
 
 class Status(StrEnum):
@@ -75,29 +75,3 @@ class Measurement:
         if not med:
             return None
         return self.point.problem.flops / (med * 1e-3) / 1e9
-
-
-def interquartile_range(samples: tuple[float, ...] | list[float]) -> float:
-    ordered = sorted(samples)
-    return _quantile(ordered, 0.75) - _quantile(ordered, 0.25)
-
-
-def relative_noise(samples: tuple[float, ...] | list[float]) -> float:
-    """Relative standard error of the median, estimated robustly from the IQR.
-
-    For normal data sigma ~= IQR / 1.349, and the median's standard error is ~1.2533 sigma/sqrt(n).
-    """
-    if len(samples) < 2:
-        return math.inf
-    med = median(samples)
-    if med <= 0:
-        return math.inf
-    sigma = interquartile_range(samples) / 1.349
-    return 1.2533 * sigma / math.sqrt(len(samples)) / med
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    position = (len(ordered) - 1) * q
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -101,7 +101,7 @@ def make_point(problem: "ConvProblem | str", *, backend: str, algorithm: str,
 def extra_info(m: "Measurement", env: dict[str, Any]) -> dict[str, Any]:
     """What the benchmark's JSON should say besides the times: the point, the verdict of the
     correctness check, how timing stopped, and the machine (GPU, driver, CUDA, cuDNN)."""
-    from harness.measurement import relative_noise
+    from harness.stats import relative_noise
     from harness.problem_text import to_benchdnn
     p = m.point
     info: dict[str, Any] = {

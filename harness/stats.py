@@ -58,6 +58,7 @@ With fewer than MIN_ROWS rows there is no estimate and no floor.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
@@ -298,3 +299,31 @@ def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+# ---- the spread of one row's samples (moved from harness/measurement.py) ------------------------
+def interquartile_range(samples: tuple[float, ...] | list[float]) -> float:
+    ordered = sorted(samples)
+    return quantile(ordered, 0.75) - quantile(ordered, 0.25)
+
+
+def relative_noise(samples: tuple[float, ...] | list[float]) -> float:
+    """Relative standard error of the median, estimated robustly from the IQR.
+
+    For normal data sigma ~= IQR / 1.349, and the median's standard error is ~1.2533 sigma/sqrt(n).
+    """
+    if len(samples) < 2:
+        return math.inf
+    med = statistics.median(samples)
+    if med <= 0:
+        return math.inf
+    sigma = interquartile_range(samples) / 1.349
+    return 1.2533 * sigma / math.sqrt(len(samples)) / med
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, interpolated linearly (numpy's default method)."""
+    position = (len(ordered) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

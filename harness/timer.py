@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from harness.measurement import relative_noise
+from harness.stats import relative_noise
 from harness.sweep import TimingOptions
 
 
