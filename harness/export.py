@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.env import ENV_FIELDS
 from harness.measurement import Status
-from harness.stats import quantile
+from harness.stats import interquartile_range
 
 # The pytest-benchmark release whose --benchmark-json layout these dicts follow (checked against
 # the installed pytest-benchmark's own output in tests/test_export.py).
@@ -183,8 +183,8 @@ def _chart_extra(r: dict[str, Any], samples: list[float]) -> str:
     return "\n".join(parts)
 
 
-def _half_iqr(ordered: list[float]) -> float:
-    return (quantile(ordered, 0.75) - quantile(ordered, 0.25)) / 2
+def _half_iqr(samples: list[float]) -> float:
+    return interquartile_range(samples) / 2
 
 
 

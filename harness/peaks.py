@@ -19,8 +19,13 @@ MATRIX_SIZE = {"fp64": 4096}   # fp64 is slow: a smaller product still fills the
 DEFAULT_SIZE = 8192
 
 
+# The fingerprint fields a peaks cache entry is keyed by: measured peaks belong to one GPU,
+# driver, CUDA runtime and CuPy.
+CACHE_KEY = ("gpu_name", "gpu_driver", "cuda_runtime", "cupy")
+
+
 def cache_path(env: dict[str, Any]) -> Path:
-    key = "|".join(str(env.get(k)) for k in ("gpu_name", "gpu_driver", "cuda_runtime", "cupy"))
+    key = "|".join(str(env.get(k)) for k in CACHE_KEY)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path.home() / ".cache" / "convbench" / f"peaks-{digest}.json"
 
@@ -93,17 +98,13 @@ def _median_seconds(work, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-# The fingerprint fields behind a peaks cache entry (cache_path), as results columns.
-_MACHINE_COLUMNS = ("env_gpu_name", "env_gpu_driver", "env_cuda_runtime", "env_cupy")
-
-
 def annotate_by_machine(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Roofline columns for each GPU's rows from the peaks measured on that GPU (as cached on
     this machine): a cluster run's rows from other GPU models never take this GPU's ceilings.
     Also the GPU names whose peaks are not cached here (their rows keep no roofline)."""
     if "env_gpu_name" not in df.columns or df["env_gpu_name"].isna().all():
         return df, []
-    keys = [c for c in _MACHINE_COLUMNS if c in df.columns]
+    keys = [f"env_{k}" for k in CACHE_KEY if f"env_{k}" in df.columns]
     parts, missing = [], []
     for values, part in df.groupby(keys, dropna=False, sort=False):
         env = {c.removeprefix("env_"): (None if pd.isna(v) else v)

@@ -55,9 +55,20 @@ def delivered(asked: str, rel_error: float, reduction_length: int,
     tensor cores, or None when the result is wrong even for that."""
     if rel_error <= tolerance(asked, reduction_length, error_factor):
         return asked
-    if asked == "fp32" and rel_error <= tolerance("tf32", reduction_length, error_factor):
-        return "tf32"
+    lowered = _tensor_float_of(asked)
+    if lowered and rel_error <= tolerance(lowered, reduction_length, error_factor):
+        return lowered
     return None
+
+
+def _tensor_float_of(name: str) -> str | None:
+    """The tensor-core format that data of precision `name` may be computed at unasked (fp32:
+    tf32), i.e. a tensor-float precision with the same storage and element size."""
+    asked = TABLE[name]
+    if asked.tensor_float:
+        return None
+    return next((p.name for p in TABLE.values() if p.tensor_float and p.storage == asked.storage
+                 and p.element_bytes == asked.element_bytes), None)
 
 
 def round_to(array: np.ndarray, name: str) -> np.ndarray:

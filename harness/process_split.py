@@ -16,6 +16,7 @@ reference, and the row takes the worst status any process saw.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 from typing import Sequence
 
@@ -96,7 +97,7 @@ def _merge_ok(measurements: list[Measurement]) -> Measurement:
         max_abs_error=least_accurate.max_abs_error,
         effective_precision=least_accurate.effective_precision,
         deterministic=_all(m.deterministic for m in measurements),
-        host_ms=_median_of(m.host_ms for m in measurements))
+        host_ms=_median_high(m.host_ms for m in measurements))
 
 
 def _all(values) -> bool | None:
@@ -104,9 +105,9 @@ def _all(values) -> bool | None:
     return all(known) if known else None
 
 
-def _median_of(values) -> float | None:
-    known = sorted(v for v in values if v is not None)
-    return known[len(known) // 2] if known else None
+def _median_high(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median_high(known) if known else None
 
 
 def process_groups(samples: Sequence[float], counts: str | None) -> list[list[float]]:

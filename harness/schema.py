@@ -10,9 +10,9 @@ import pandas as pd
 
 from harness.env import ENV_FIELDS
 from harness.measurement import Measurement
-from harness.stats import relative_noise
 from harness.precision import element_bytes
 from harness.problem_text import to_benchdnn
+from harness.stats import relative_noise
 
 
 class ResultsError(ValueError):
