@@ -7,8 +7,11 @@
 #                                        cudnn + cudnn_graph + torch_gpu, unlimited workspace
 #   gpu_evidence.sh power OUT NAME RUNS  benchmarks/power.py: RUNS reruns of a legacy cuDNN slice
 #                                        of ResNet-50, A/A and planted slowdowns
+#   gpu_evidence.sh model OUT NAME SOURCE  `run --model SOURCE` (cudnn + cudnn_graph + torch_gpu,
+#                                        fp16/bf16 NHWC, batch 32), then its table, fp16 plan, report
 # Results go to OUT/NAME.parquet (a killed sweep leaves its gzipped journal); logs beside them.
-# SECONDS_LEFT caps a sweep's time; EXTRA_FLAGS are added to every sweep (e.g. --gpu-processes 1).
+# SECONDS_LEFT caps a sweep's time; EXTRA_FLAGS are added to every sweep (e.g. --gpu-processes 1);
+# SWEEP_ONLY=1 stops `model` after the sweep (at most 8 files come back from a lent machine).
 set -uo pipefail
 part=$1; out=$2
 export PYTHONUNBUFFERED=1
@@ -44,5 +47,20 @@ case "$part" in
     timeout "${SECONDS_LEFT:-560}" python3 benchmarks/power.py --suite resnet50 --runs "$4" \
       --out "$out/$3.md" -- --backend cudnn --precision fp16,fp32 --layout NHWC \
       --direction fwd,bwd_data --budget-ms 5 2>&1 | tee "$out/$3.log" | tail -40 ;;
+  model)
+    start=$SECONDS
+    timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run --model "$4" --backend cudnn,cudnn_graph,torch_gpu \
+      --precision fp16,bf16 --layout NHWC --batch 32 --budget-ms 10 ${EXTRA_FLAGS:-} \
+      --out "/tmp/$3.parquet" > "$out/$3.log" 2>&1
+    echo "exit $? sweep wall time: $((SECONDS - start)) s" | tee -a "$out/$3.log"
+    head -3 "$out/$3.log"
+    for f in /tmp/$3.parquet /tmp/$3.suite.toml; do [ -f "$f" ] && cp "$f" "$out/"; done
+    for f in /tmp/$3*.jsonl; do [ -f "$f" ] && gzip -c "$f" > "$out/$(basename "$f").gz"; done
+    [ -n "${SWEEP_ONLY:-}" ] && exit 0     # table, plan and report can be made from the file later
+    python3 -m harness.cli table "/tmp/$3.parquet" > "$out/$3-table.txt" 2>&1
+    tail -4 "$out/$3-table.txt"
+    python3 -m harness.cli plan "/tmp/$3.parquet" --suite "/tmp/$3.suite.toml" --precision fp16 \
+      -o "$out/$3-plan-fp16.json" 2>&1 | tail -2
+    python3 -m harness.cli report "/tmp/$3.parquet" --out "$out/report-$3" 2>&1 | tail -2 ;;
   *) echo "unknown part $part"; exit 2 ;;
 esac

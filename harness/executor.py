@@ -3,7 +3,8 @@
 (harness.worker) and the cluster path (harness.cluster) all call PointExecutor; none of them
 measures on its own.
 
-Every group yields one Measurement per point. What a backend raises becomes a `failed` row; an
+Every group yields one Measurement per point. What a backend raises becomes a `failed` row, or a
+`crashed` one where the error says the CUDA context is lost (backends.base.context_lost); an
 output outside the tolerance is `wrong` and is never timed. Points that differ only in their
 workspace limit are measured once: the algorithm and its kernels are the same, and the limit only
 decides whether each row is `ok` or `workspace_exceeded`.
@@ -17,7 +18,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from harness import backends, memory, precision, reference
-from harness.backends.base import Algorithm, AlgorithmFailed, Unsupported, WorkspaceExceeded, fits
+from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
+                                   WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -106,11 +108,12 @@ class PointExecutor:
         expected = self._cached_reference(point, data, _array_module(output))
         rel, max_abs = reference.relative_errors(output, expected, _array_module(output))
         length = point.problem.reduction_length(point.direction)
-        factor = getattr(prepared, "error_factor", algo.error_factor)
+        factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
         tol = precision.tolerance(point.precision, length, factor)
         effective = precision.delivered(point.precision, rel, length, factor)
-        common = dict(family=getattr(prepared, "family", algo.family),
-                      workspace_bytes=prepared.workspace_bytes, rel_error=rel, max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
+        family = algo.family if prepared.family is None else prepared.family
+        common = dict(family=family, workspace_bytes=prepared.workspace_bytes, rel_error=rel,
+                      max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
                       effective_precision=effective, deterministic=deterministic)
         if effective is None:
             why = (f"relative L2 error {rel:.3g} exceeds the {point.precision} tolerance "
@@ -122,12 +125,12 @@ class PointExecutor:
             return [_failed(p, algo, err) for p in group]
         return [self._row(p, prepared, timing, first_call_ms, common) for p in group]
 
-    def _row(self, p: Point, prepared, timing: Timing, first_call_ms: float,
+    def _row(self, p: Point, prepared: Prepared, timing: Timing, first_call_ms: float,
              common: dict) -> Measurement:
-        extras = dict(prepared.extras)
-        extras["first_call_ms"] = first_call_ms
-        if hasattr(prepared, "extras_for_limit"):
-            extras.update(prepared.extras_for_limit(p.workspace_limit))
+        # The backend's columns, then how the point was timed, then the limit's own: a new dict
+        # per row, so rows of one group never share (and the backend's dict is never written).
+        extras = {**prepared.extras, **_timing_extras(timing), "first_call_ms": first_call_ms,
+                  **prepared.extras_for_limit(p.workspace_limit)}
         needed = prepared.workspace_bytes
         if not fits(needed, p.workspace_limit):
             return Measurement(p, Status.WORKSPACE_EXCEEDED,
@@ -141,15 +144,14 @@ class PointExecutor:
                            stop_reason=timing.stop_reason, host_ms=timing.host_ms,
                            extras=extras, **common)
 
-    def _time(self, prepared, point: Point) -> Timing:
+    def _time(self, prepared: Prepared, point: Point) -> Timing:
         options = point.timing
-        if prepared.device == "simulated":
-            return prepared.simulate(options)
+        own = prepared.own_timing(options)
+        if own is not None:
+            return own
         flush = self._flusher(prepared.device) if options.mode == "cold" else None
         if prepared.device == "cuda":
-            timing = _time_gpu(prepared, options, flush)
-            _note_clock(prepared.extras)
-            return timing
+            return replace(_time_gpu(prepared, options, flush), sm_clock_mhz=_sm_clock())
         return time_cpu(prepared.launch, options, flush)
 
     def _flusher(self, device: str) -> Callable[[], None]:
@@ -188,35 +190,45 @@ def algorithm_for(point: Point) -> Algorithm:
     return backend.algorithm(point.algorithm)
 
 
-def _time_gpu(prepared, options, flush) -> Timing:
+def _time_gpu(prepared: Prepared, options, flush) -> Timing:
     """Warm points replay a CUDA graph of the calls unless the stream timer is asked for; cold
     points (an L2 flush between calls) and libraries whose calls cannot be captured use the held
-    stream. The row says which."""
+    stream. The Timing says which, and why capture failed."""
     from harness.timer import CaptureFailed, time_cuda, time_cuda_graph
+    capture_error = None
     if flush is None and options.gpu_timer == "graph":
         try:
             timing = time_cuda_graph(prepared.launch, prepared.stream, options,
-                                     capture=getattr(prepared, "capture", None))
-            prepared.extras["gpu_timer"] = "cuda_graph"
-            return timing
+                                     capture=prepared.capture)
+            return replace(timing, gpu_timer="cuda_graph")
         except CaptureFailed as err:
-            prepared.extras["capture_error"] = str(err)[:300]
-    prepared.extras["gpu_timer"] = "held_stream"
-    return time_cuda(prepared.launch, prepared.stream, options, flush)
+            capture_error = str(err)[:300]
+    timing = time_cuda(prepared.launch, prepared.stream, options, flush)
+    return replace(timing, gpu_timer="held_stream", capture_error=capture_error)
 
 
-def _note_clock(extras: dict[str, Any]) -> None:
-    """SM clock read right after the timed batches, while the GPU is still busy-warm; a clock
-    under 90% of its maximum flags the row as throttled (it is kept, never discarded)."""
+def _sm_clock() -> tuple[int, int] | None:
+    """SM clock read right after the timed batches, while the GPU is still busy-warm."""
     from harness.env import sm_clock_mhz
-    clocks = sm_clock_mhz()
-    if clocks:
-        current, maximum = clocks
+    return sm_clock_mhz()
+
+
+def _timing_extras(timing: Timing) -> dict[str, Any]:
+    """A row's columns for how it was timed (GPU timers only). A clock under 90% of its maximum
+    flags the row as throttled (it is kept, never discarded)."""
+    extras: dict[str, Any] = {}
+    if timing.capture_error is not None:
+        extras["capture_error"] = timing.capture_error
+    if timing.gpu_timer is not None:
+        extras["gpu_timer"] = timing.gpu_timer
+    if timing.sm_clock_mhz is not None:
+        current, maximum = timing.sm_clock_mhz
         extras.update(sm_clock_mhz=current, sm_clock_max_mhz=maximum,
                       throttled=current < 0.9 * maximum)
+    return extras
 
 
-def _run_twice(prepared) -> tuple[float, Any, bool]:
+def _run_twice(prepared: Prepared) -> tuple[float, Any, bool]:
     """Two poisoned runs: the first call's cost, the output, and whether the bits repeat."""
     prepared.poison()
     start = time.perf_counter()
@@ -248,6 +260,10 @@ def _failed(point: Point, algo: Algorithm, err: BaseException) -> Measurement:
         where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
         at = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
         reason = f"{type(err).__name__}: {err}{at}"
+    if context_lost(err):
+        # Every later CUDA call in this process would fail too: the worker marks the rest of
+        # its group crashed with this reason and hands the GPU to a fresh process.
+        return Measurement(point, Status.CRASHED, f"CUDA context lost: {reason}", algo.family)
     return Measurement(point, Status.FAILED, reason, algo.family)
 
 

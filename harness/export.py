@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis import POINT_KEYS, ranked
 from harness.env import ENV_FIELDS
 from harness.measurement import Status
 from harness.stats import interquartile_range
@@ -32,6 +33,8 @@ DEEPBENCH_ALGOS = {"fwd": "fwd_algo", "bwd_data": "bwd_inputs_algo",
 # conv_bench's precision names where it has one; others keep ours.
 DEEPBENCH_PRECISION = {"fp32": "float", "fp16": "half"}
 # Trailing columns DeepBench lacks but a reader needs to tell rows apart.
+# One DeepBench row: a layer at one point and backend, its three directions side by side.
+_DEEPBENCH_ROW = [k for k in POINT_KEYS if k != "direction"] + ["backend"]
 DEEPBENCH_EXTRA = ("layer", "backend", "layout", "groups", "dilation_h", "dilation_w",
                    "workspace_limit", "timing_mode")
 
@@ -211,9 +214,8 @@ def deepbench_table(df: pd.DataFrame) -> pd.DataFrame:
     columns = [*DEEPBENCH_SHAPE, "precision", *DEEPBENCH_TIMES.values(), "total_time_usec",
                *DEEPBENCH_ALGOS.values(), *DEEPBENCH_EXTRA]
     groups: dict[tuple, dict[str, Any]] = {}
-    for r in _ok_records(df):
-        key = tuple(_plain(r.get(k)) for k in ("descriptor", "precision", "layout", "backend",
-                                               "workspace_limit", "timing_mode"))
+    for r in _ok_records(ranked(df)):
+        key = tuple(_plain(r.get(k)) for k in _DEEPBENCH_ROW)
         row = groups.setdefault(key, _deepbench_row(r))
         us = statistics.median(float(v) for v in r["samples_ms"]) * 1e3
         time_col, algo_col = DEEPBENCH_TIMES[r["direction"]], DEEPBENCH_ALGOS[r["direction"]]
@@ -230,7 +232,8 @@ def _deepbench_row(r: dict[str, Any]) -> dict[str, Any]:
         r["in_w"], r["in_h"], r["in_channels"], r["batch"], r["out_channels"], r["kernel_w"],
         r["kernel_h"], r["pad_left"], r["pad_top"], r["stride_w"], r["stride_h"])))
     row = {k: _plain(v) for k, v in row.items()}
-    row["precision"] = DEEPBENCH_PRECISION.get(r["precision"], r["precision"])
+    delivered = r["effective_precision"]    # a TF32 plan asked for fp32 is a tf32 row
+    row["precision"] = DEEPBENCH_PRECISION.get(delivered, delivered)
     row.update({c: None for c in DEEPBENCH_TIMES.values()})
     row.update({c: None for c in DEEPBENCH_ALGOS.values()})
     row.update({c: _plain(r.get(c)) for c in DEEPBENCH_EXTRA})

@@ -25,6 +25,23 @@ STATUSES = tuple(Status)
 RANKABLE = Status.OK
 
 
+class ReadOnlyDict(dict):
+    """A dict that refuses changes, so a frozen Measurement's extras stay as measured. A dict
+    subclass rather than MappingProxyType because rows cross processes by pickle
+    (multiprocessing, Dask), which a mapping proxy refuses."""
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Measurement.extras is read-only: dataclasses.replace the Measurement "
+                        "with a new dict")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> tuple:
+        # pickle would otherwise rebuild it item by item through the refused __setitem__
+        return (type(self), (dict(self),))
+
+
 @dataclass(frozen=True)
 class Measurement:
     point: Point
@@ -41,12 +58,14 @@ class Measurement:
     host_ms: float | None = None            # host cost of issuing one call
     effective_precision: str | None = None  # what the result's accuracy shows it computed at
     deterministic: bool | None = None       # two runs bitwise equal (None: not checked)
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=ReadOnlyDict)   # a given dict is copied
     planned_point_id: str = ""              # set when an expanding algorithm produced this row
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}")
+        if type(self.extras) is not ReadOnlyDict:   # object.__setattr__: the class is frozen
+            object.__setattr__(self, "extras", ReadOnlyDict(self.extras))
 
     @property
     def ok(self) -> bool:

@@ -25,6 +25,10 @@ class Timing:
     samples_ms: tuple[float, ...]
     stop_reason: str
     host_ms: float | None = None     # host time to issue one call (GPU timers only)
+    # How a GPU point was timed, set by the executor; the row's columns of the same names:
+    gpu_timer: str | None = None      # "cuda_graph" (graph replay) or "held_stream"
+    capture_error: str | None = None  # why the calls could not be captured into a graph
+    sm_clock_mhz: tuple[int, int] | None = None   # (current, max) right after the timed batches
 
 
 # min_samples is a floor the regression verdicts depend on (runner.with_samples_floor), so the

@@ -1,6 +1,7 @@
 """GPU points run in a worker process. An illegal address or launch failure poisons the CUDA
-context for good, and a driver fault can kill the process: either way the point becomes `crashed`
-with the error text, the worker is replaced, and the sweep goes on."""
+context for good (the executor makes such a point `crashed`, see backends.base.context_lost), and
+a driver fault can kill the process: either way the point is `crashed` with the error text, the
+worker is replaced, and the sweep goes on."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -13,18 +14,11 @@ from harness.sweep import Point
 
 # A group that takes longer than this is declared hung; the worker is killed and replaced.
 GROUP_TIMEOUT_S = 600.0
-# CUDA errors after which the context cannot be used again (cudaError_t names).
-_STICKY = ("cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorIllegalInstruction",
-           "cudaErrorMisalignedAddress", "cudaErrorHardwareStackError", "cudaErrorAssert",
-           "cudaErrorInvalidPc", "cudaErrorLaunchTimeout", "CUDA_ERROR_ILLEGAL_ADDRESS",
-           "CUDA_ERROR_LAUNCH_FAILED", "CUDNN_STATUS_EXECUTION_FAILED")
 
 
-def _sticky(measurements: list[Measurement]) -> str | None:
-    for m in measurements:
-        if m.status == Status.FAILED and any(name in m.reason for name in _STICKY):
-            return m.reason
-    return None
+def _lost_context(measurements: list[Measurement]) -> Measurement | None:
+    """The first row whose point took the CUDA context down, if any."""
+    return next((m for m in measurements if m.status == Status.CRASHED), None)
 
 
 def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
@@ -37,15 +31,16 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
         if group is None:
             return
         results = executor.measure(group)
-        poisoned = _sticky(results)
-        if poisoned:
+        lost = _lost_context(results)
+        if lost is not None:
+            # The rows after it ran on a dead context: the whole group is reported as the crash.
             # planned_point_id kept: --resume and the progress count go by planned points
-            results = [Measurement(m.point, Status.CRASHED, f"CUDA context lost: {poisoned}",
-                                   m.family, planned_point_id=m.planned_point_id)
+            results = [Measurement(m.point, Status.CRASHED, lost.reason, m.family,
+                                   planned_point_id=m.planned_point_id)
                        for m in results]
         connection.send(results)
         _return_cached_memory()
-        if poisoned:
+        if lost is not None:
             return  # the context is unusable: let the pool start a fresh process
 
 

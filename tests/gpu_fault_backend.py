@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import reference
-from harness.backends.base import Algorithm, Backend
+from harness.backends.base import Algorithm, Backend, Prepared
 
 _BAD_WRITE = r"""
 extern "C" __global__ void bad_write(float* p) { p[threadIdx.x + (1ull << 40)] = 1.0f; }
@@ -14,7 +14,7 @@ extern "C" __global__ void bad_write(float* p) { p[threadIdx.x + (1ull << 40)] =
 
 
 @dataclass
-class _Prepared:
+class _Prepared(Prepared):
     point: Any
     data: Any
     bad: bool

@@ -9,6 +9,7 @@ import signal
 import time
 from typing import Any
 
+from harness.backends.base import Prepared
 from harness.backends.cpu import CpuBackend
 from harness.backends.fake import FakeBackend, FakeExact
 
@@ -62,17 +63,44 @@ class PlansBackend(FakeBackend):
 SLOWDOWN = 9.0
 
 
-class _SlowedLaunch:
+class _Forwarding(Prepared):
+    """Another backend's Prepared, every member of the protocol passed through but what a
+    subclass overrides (named one by one: a __getattr__ would lose to Prepared's defaults)."""
+
+    def __init__(self, inner: Prepared):
+        self._inner = inner
+        self.workspace_bytes, self.device = inner.workspace_bytes, inner.device
+        self.stream, self.extras = inner.stream, inner.extras
+        self.family, self.error_factor, self.capture = (inner.family, inner.error_factor,
+                                                        inner.capture)
+
+    def launch(self) -> None:
+        self._inner.launch()
+
+    def poison(self) -> None:
+        self._inner.poison()
+
+    def output(self) -> Any:
+        return self._inner.output()
+
+    def release(self) -> None:
+        self._inner.release()
+
+    def extras_for_limit(self, limit):
+        return self._inner.extras_for_limit(limit)
+
+    def own_timing(self, options):
+        return self._inner.own_timing(options)
+
+
+class _SlowedLaunch(_Forwarding):
     """A prepared CPU point whose every launch busy-waits `slowdown` times its own duration
     afterwards: a real, noisy slowdown of the timed call (a sleep would free the core and be
     rounded to the scheduler's tick)."""
 
-    def __init__(self, inner: Any, slowdown: float):
-        self._inner = inner
+    def __init__(self, inner: Prepared, slowdown: float):
+        super().__init__(inner)
         self._slowdown = slowdown
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def launch(self) -> None:
         start = time.perf_counter()
@@ -157,17 +185,11 @@ class FakeGpuBackend(FakeBackend):
         return [_GpuExact(), _GpuDies()]
 
 
-class _ProcessTimedPrepared:
+class _ProcessTimedPrepared(_Forwarding):
     """A fake point on a 'cuda' backend whose every sample is the measuring process's pid in
     microseconds: which worker process took which sample can be read back from the row."""
 
-    def __init__(self, inner: Any):
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def simulate(self, options) -> Any:
+    def own_timing(self, options) -> Any:
         from harness.timer import Timing
         return Timing(tuple(os.getpid() * 1e-3 for _ in range(options.min_samples)), "simulated")
 
@@ -186,3 +208,70 @@ class ProcessGpuBackend(FakeBackend):
 
     def algorithms(self):
         return [ProcessTimed()]
+
+
+class _FailsAtLaunch(_Forwarding):
+    """A fake point whose every launch raises what `error()` makes."""
+
+    def __init__(self, inner: Prepared, error):
+        super().__init__(inner)
+        self._error = error
+
+    def launch(self) -> None:
+        raise self._error()
+
+
+def _execution_failed() -> Exception:
+    """What the cudnn backend raises when a kernel faulted: status 5000, the context is gone."""
+    from harness.backends.cudnn import CudnnFailed
+    return CudnnFailed("CUDNN_STATUS_EXECUTION_FAILED (5000) from the convolution call: planted",
+                       5000)
+
+
+def _quotes_a_fault() -> Exception:
+    """A failure whose text merely quotes the names of context-losing errors."""
+    from harness.backends.base import AlgorithmFailed
+    return AlgorithmFailed("planted: the library's log mentions cudaErrorIllegalAddress and "
+                           "CUDNN_STATUS_EXECUTION_FAILED, but this call only failed")
+
+
+class _ContextLost(FakeExact):
+    backend = "faulty_gpu"
+    name = "context_lost"
+
+    def prepare(self, point, data):
+        return _FailsAtLaunch(super().prepare(point, data), _execution_failed)
+
+
+class _QuotesAFault(FakeExact):
+    backend = "faulty_gpu"
+    name = "quotes_a_fault"
+
+    def prepare(self, point, data):
+        return _FailsAtLaunch(super().prepare(point, data), _quotes_a_fault)
+
+
+class _LostOnSecondPlan(FakeExact):
+    """Expanding: its first plan measures fine, its second loses the CUDA context."""
+    backend = "faulty_gpu"
+    name = "plans"
+    expands = True
+
+    def variants(self, point, data):
+        return ["plan_ok", "plan_lost"]
+
+    def prepare(self, point, data):
+        prepared = super().prepare(point, data)
+        if point.algorithm == "plan_lost":
+            return _FailsAtLaunch(prepared, _execution_failed)
+        return prepared
+
+
+class FaultyGpuBackend(FakeBackend):
+    """Routed like a GPU backend (worker processes); its faults are typed errors, as the real
+    backends raise them, with no GPU anywhere."""
+    name = "faulty_gpu"
+    device = "cuda"
+
+    def algorithms(self):
+        return [_ContextLost(), _QuotesAFault(), _LostOnSecondPlan()]

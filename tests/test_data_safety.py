@@ -41,8 +41,8 @@ def _one_error_line(capsys) -> str:
 def _convbench(args: list[str], cwd: Path, backend: str = "slow") -> subprocess.Popen:
     """convbench in a child process, with a planted backend registered as it is in the tests."""
     code = ("import sys; from harness import backends; "
-            f"backends.register('fake', 'harness.backends.fake:FakeBackend'); "
-            f"backends.register('slow', 'planted_backends:SlowBackend'); "
+            "backends.register('fake', 'harness.backends.fake:FakeBackend'); "
+            "backends.register('slow', 'planted_backends:SlowBackend'); "
             "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, env=environ,

@@ -19,6 +19,7 @@ LAYERS = [
     {"env", "sweep"},
     {"measurement", "suite_checks", "reference"},
     {"suite", "suite_overrides"},
+    {"models"},
     {"schema"},
     {"timer", "backends.base", "store"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.cudnn_graph",
@@ -27,7 +28,7 @@ LAYERS = [
     {"worker"},
     {"runner"},
     {"cluster"},
-    {"analysis", "runs", "export", "compare", "peaks"},
+    {"analysis", "runs", "export", "compare", "peaks", "plan"},
     {"report"},
     {"cli", "pytest_plugin"},
 ]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import analysis, env, executor, runner, store
+from harness.backends.base import Prepared
 from harness.problem import ConvProblem
 from harness.sweep import AlgorithmChoice, Point, Sweep, TimingOptions
 
@@ -49,10 +50,10 @@ def test_planted_wrong_result_is_wrong_and_never_the_best():
     assert {m.status for m in wrong} == {"wrong"}
     assert all(m.rel_error > m.tolerance and not m.samples_ms for m in wrong)
     rows = [store.to_row(m, "r", "t", env.fingerprint(False), "now") for m in results]
-    best = analysis.best_per_setting(store.frame(rows))
+    best = analysis.best_per_point(store.frame(rows))
     assert len(best) == 2 * 3
-    assert "wrong_fast" not in set(best["algorithm"]) and "wrong_fast" not in " ".join(
-        best["runner_up"].dropna())
+    assert "wrong_fast" not in set(best["best_algorithm"]) and "wrong_fast" not in " ".join(
+        best["runner_candidate"].dropna())
 
 
 def test_planted_crash_is_failed_and_the_sweep_finishes():
@@ -148,20 +149,30 @@ def test_expanding_algorithm_yields_a_row_per_variant_and_resumes(tmp_path):
     for m in results:
         writer.append(store.to_row(m, "r", "t", {}, "now"))
     assert {p.point_id for p in points} <= writer.finished_point_ids()
-    best = analysis.best_per_setting(store.frame(
+    best = analysis.best_per_point(store.frame(
         [store.to_row(m, "r", "t", {}, "now") for m in results]))
-    assert set(best["algorithm"]) == {"plan_fast"}
+    assert set(best["best_algorithm"]) == {"plan_fast"}
 
 
-class _CapturelessGpuWork:
+class _CapturelessGpuWork(Prepared):
     """Stands in for a GPU library whose calls cannot be captured into a CUDA graph."""
     device = "cuda"
     stream = None
+    workspace_bytes = 0
 
     def __init__(self):
         self.extras = {}
 
     def launch(self):
+        pass
+
+    def poison(self):
+        pass
+
+    def output(self):
+        return None
+
+    def release(self):
         pass
 
 
@@ -175,9 +186,13 @@ def test_gpu_timer_falls_back_to_the_held_stream_and_says_why(monkeypatch):
     monkeypatch.setattr(timer, "time_cuda_graph", refuse_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
-    assert executor._time_gpu(work, TimingOptions(), None) is held
-    assert work.extras["gpu_timer"] == "held_stream"
-    assert "not permitted" in work.extras["capture_error"]
+    timing = executor._time_gpu(work, TimingOptions(), None)
+    assert timing.samples_ms == held.samples_ms and timing.host_ms == held.host_ms
+    assert timing.gpu_timer == "held_stream"
+    assert "not permitted" in timing.capture_error
+    assert work.extras == {}     # the backend's own columns are never written by the executor
+    assert executor._timing_extras(timing) == {"capture_error": timing.capture_error,
+                                               "gpu_timer": "held_stream"}
 
 
 @pytest.mark.parametrize("options, flush", [
@@ -194,8 +209,11 @@ def test_gpu_points_that_need_the_held_stream_never_try_capture(monkeypatch, opt
     monkeypatch.setattr(timer, "time_cuda_graph", must_not_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
-    assert executor._time_gpu(work, options, flush) is held
-    assert work.extras == {"gpu_timer": "held_stream"}
+    timing = executor._time_gpu(work, options, flush)
+    assert timing.samples_ms == held.samples_ms and timing.host_ms == held.host_ms
+    assert (timing.gpu_timer, timing.capture_error) == ("held_stream", None)
+    assert executor._timing_extras(timing) == {"gpu_timer": "held_stream"}
+    assert work.extras == {}
 
 
 def test_the_stream_timer_is_part_of_the_point_id_and_the_default_ids_are_unchanged():

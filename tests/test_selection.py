@@ -161,3 +161,64 @@ def test_versus_pytorch_adds_an_overall_row_across_settings():
     assert gap.loc["NCHW", "geomean_oracle_over_pytorch"] == pytest.approx(0.5)
     assert gap.loc["all", "geomean_oracle_over_pytorch"] == pytest.approx(1.0)   # sqrt(0.5 * 2)
     assert gap.loc["all", "points"] == 2 and gap.loc["all", "worst"] == pytest.approx(2.0)
+
+
+def _lowered_graph_frame() -> pd.DataFrame:
+    # The graph heuristic's fp32 pick computes at TF32 accuracy; cuDNN's heuristic keeps fp32.
+    return _frame(_row(algorithm="implicit_gemm", ms=2.0, heuristic_pick=True),
+                  _row(backend="cudnn_graph", algorithm="eng0", ms=0.5, effective="tf32",
+                       graph_heuristic_rank=0),
+                  _row(algorithm="implicit_gemm", ms=0.8, precision="tf32", heuristic_pick=True))
+
+
+def test_the_report_and_the_cli_judge_policies_alike():
+    # The report's frame once rewrote `precision` to the delivered one, so its selection table
+    # counted a lowered graph pick as kept (0 lowered) while `table --selection` said 1.
+    from harness.report import analysis as report_analysis
+    df = _lowered_graph_frame()
+    cli = selection.policy_summary(selection.selection(df))
+    report = selection.policy_summary(selection.selection(report_analysis.prepare(df)))
+    pd.testing.assert_frame_equal(cli, report)
+    assert cli.set_index("policy").loc["graph_heuristic", "precision_lowered"] == 1
+
+
+def test_a_lowered_pick_has_no_ratio_in_the_report_tables():
+    from harness.report import analysis as report_analysis
+    df = report_analysis.prepare(_lowered_graph_frame())
+    best = report_analysis.best_per_point(df, "graph_heuristic").set_index("effective_precision")
+    assert best.loc["fp32", "base_candidate"] == "cudnn_graph:eng0 [asked fp32]"
+    assert not bool(best.loc["fp32", "base_comparable"]) and pd.isna(best.loc["fp32", "speedup_base"])
+    totals = report_analysis.network_totals(df, ["graph_heuristic"]).set_index("effective_precision")
+    assert totals.loc["fp32", "missing_graph_heuristic"] == 1
+
+
+def test_unnamed_layers_of_one_batch_stay_apart():
+    from harness import analysis
+    df = _frame(_row(layer="", descriptor="mb32ic64ih56oc64oh56kh1", ms=1.0),
+                _row(layer="", descriptor="mb32ic64ih56oc256oh56kh1", ms=3.0))
+    best = analysis.best_per_point(df)
+    assert sorted(best["best_median_ms"]) == [1.0, 3.0]
+    assert sorted(analysis.layer_labels(best)) == ["mb32ic64ih56oc256oh56kh1",
+                                                   "mb32ic64ih56oc64oh56kh1"]
+
+
+def test_a_name_reused_for_two_shapes_gets_its_shape_in_the_label():
+    from harness import analysis
+    df = _frame(_row(layer="conv", descriptor="mb32ic3oc8", ms=1.0),
+                _row(layer="conv", descriptor="mb32ic8oc8", ms=2.0),
+                _row(layer="conv", descriptor="mb64ic8oc8", ms=2.0, batch=64))
+    assert list(analysis.layer_labels(df)) == ["conv mb32ic3oc8", "conv mb32ic8oc8", "conv n64"]
+
+
+def test_the_table_prints_the_network_time_and_what_the_best_saves(tmp_path, capsys):
+    from harness.cli import main
+    df = _frame(_row(layer="L1", algorithm="gemm", ms=2.0, heuristic_pick=True, multiplicity=3),
+                _row(layer="L1", algorithm="fft", ms=1.0, heuristic_pick=False, multiplicity=3),
+                _row(layer="L2", algorithm="gemm", ms=0.5, heuristic_pick=True),
+                _row(layer="L2", direction="bwd_data", algorithm="gemm", ms=4.0,
+                     heuristic_pick=True))
+    df.to_parquet(tmp_path / "r.parquet")
+    assert main(["table", str(tmp_path / "r.parquet")]) == 0
+    line = capsys.readouterr().out.splitlines()[-1].split()
+    # best: 1.0 x 3 + 0.5 + 4.0 = 7.5; heuristic: 2.0 x 3 + 0.5 + 4.0 = 10.5; saving 3 (28.6%)
+    assert line[4:] == ["7.5", "10.5", "3", "ms", "(28.6%)"], line

@@ -1,7 +1,10 @@
 """The questions asked of a results frame, answered once for the CLI's table, the report and
-the exports: settings and verified rows, the best per setting, the per-GPU split
-(settings.py), and who picks the fastest algorithm (selection.py). Pure pandas."""
-from harness.analysis.settings import (GPU, SETTING, best_per_setting, by_gpu, status_counts,
-                                       verified)
+the exports: the point key, verified rows, the best per point and the per-GPU split
+(points.py); the policies and the oracle (policies.py); who picks the fastest algorithm
+(selection.py). Pure pandas."""
+from harness.analysis.points import (ASKED_KEYS, GPU, LAYER_KEYS, NETWORK_KEYS, POINT_KEYS,
+                                     best_per_point, by_gpu, layer_labels, ranked, status_counts,
+                                     verified, with_candidate)
 
-__all__ = ["GPU", "SETTING", "best_per_setting", "by_gpu", "status_counts", "verified"]
+__all__ = ["ASKED_KEYS", "GPU", "LAYER_KEYS", "NETWORK_KEYS", "POINT_KEYS", "best_per_point",
+           "by_gpu", "layer_labels", "ranked", "status_counts", "verified", "with_candidate"]

@@ -1,10 +1,10 @@
 """Selection analysis: how close each way of choosing a convolution algorithm comes to the best.
 
-Per setting (analysis.SETTING: layer, batch, direction, effective precision, layout, workspace
-limit, timing mode) the ORACLE is the fastest verified row among the harness's own cuDNN backends
+Per point (analysis.POINT_KEYS: layer, its shape and batch, direction, effective precision,
+layout, workspace limit, timing mode) the ORACLE is the fastest verified row among the harness's own cuDNN backends
 (legacy `cudnn` and graph-API `cudnn_graph`) at that effective precision and workspace limit:
 what an exhaustive search over cuDNN offers. PyTorch is never part of the oracle; it is one of
-the policies measured against it:
+the policies (analysis/policies.py) measured against it:
 
   cudnn_heuristic  the legacy cuDNN heuristic's pick (`heuristic_pick` rows of backend cudnn)
   cudnn_find       cudnnFind's pick (`find_pick` rows)
@@ -23,103 +23,59 @@ Pure pandas; nothing here prints.
 from __future__ import annotations
 
 import math
-from typing import Callable
-
 import pandas as pd
 
-from harness.analysis.settings import SETTING, verified
+from harness.analysis import policies
+from harness.analysis.points import NETWORK_KEYS, POINT_KEYS
 from harness.measurement import Status
 
+# The oracle a policy is judged against: an exhaustive search over cuDNN itself.
 ORACLE_BACKENDS = ("cudnn", "cudnn_graph")
-POLICIES = ("cudnn_heuristic", "cudnn_find", "graph_heuristic", "pytorch")
+POLICIES = tuple(policies.POLICIES)
 # A pick within this fraction of the oracle's time counts as picking the oracle (timing noise).
 ORACLE_SLACK = 0.01
-# The setting as the user states it: the precision asked for, not the one delivered.
-_ASKED = [c if c != "effective_precision" else "precision" for c in SETTING]
 _PICK = {"backend": "policy_backend", "algorithm": "policy_algorithm",
          "status": "policy_status", "effective_precision": "policy_effective_precision",
-         "median_ms": "policy_ms", "multiplicity": "multiplicity"}
-COLUMNS = [*SETTING, "multiplicity", "policy", "policy_backend", "policy_algorithm",
+         "median_ms": "policy_ms"}
+COLUMNS = [*POINT_KEYS, "multiplicity", "policy", "policy_backend", "policy_algorithm",
            "policy_status", "policy_effective_precision", "precision_kept", "policy_ms",
            "oracle_backend", "oracle_algorithm", "oracle_ms", "regret", "picks_oracle"]
 
 
-# ---- the policies' picks -------------------------------------------------------------------
-def _flag(column: str, backend: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    def candidates(df: pd.DataFrame) -> pd.DataFrame:
-        flagged = df[column].astype("boolean").fillna(False).astype(bool)
-        return df[(df["backend"] == backend) & flagged].assign(_order=_median_ms)
-    return candidates
-
-
-def _graph_heuristic(df: pd.DataFrame) -> pd.DataFrame:
-    rank = pd.to_numeric(df["graph_heuristic_rank"], errors="coerce")
-    keep = (df["backend"] == "cudnn_graph") & (df["status"] == Status.OK) & rank.notna()
-    return df[keep].assign(_order=lambda picked: rank[picked.index])
-
-
-def _pytorch(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["backend"] == "torch_gpu"].assign(_order=_median_ms)
-
-
-def _median_ms(picked: pd.DataFrame) -> pd.Series:
-    # A callable, not df["median_ms"]: pandas 3 grows an empty frame to a Series' whole index.
-    return picked["median_ms"]
-
-
-_CHOOSERS: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
-    "cudnn_heuristic": _flag("heuristic_pick", "cudnn"),
-    "cudnn_find": _flag("find_pick", "cudnn"),
-    "graph_heuristic": _graph_heuristic,
-    "pytorch": _pytorch,
-}
-
-
 def _picks(df: pd.DataFrame, policy: str) -> pd.DataFrame:
-    """One row per asked-for setting: the row this policy would run."""
-    candidates = _CHOOSERS[policy](df)
-    if candidates.empty:
-        return pd.DataFrame(columns=[*SETTING, "policy", *_PICK.values()])
-    first = candidates.sort_values("_order", kind="stable").groupby(
-        _ASKED, sort=False, dropna=False).head(1)
-    picks = first[[*_ASKED, *_PICK]].rename(columns=_PICK)
-    picks["effective_precision"] = first["precision"]
-    picks["policy_ms"] = picks["policy_ms"].where(picks["policy_status"] == Status.OK)
-    return picks.drop(columns="precision").assign(policy=policy)
+    """One row per point as asked: the row this policy would run."""
+    picked = policies.picks(df, policy)
+    out = picked[[*_PICK, "multiplicity"]].rename(columns=_PICK).reset_index()
+    out["policy_ms"] = out["policy_ms"].where(out["policy_status"] == Status.OK)
+    return out.assign(policy=policy)
 
 
-# ---- the oracle ----------------------------------------------------------------------------
 def oracle(results: pd.DataFrame) -> pd.DataFrame:
-    """Per setting, the fastest verified row of the harness's own cuDNN backends."""
-    ok = verified(results)
-    ok = ok[ok["backend"].isin(ORACLE_BACKENDS)]
-    cols = [*SETTING, "oracle_backend", "oracle_algorithm", "oracle_ms"]
-    if ok.empty:
-        return pd.DataFrame(columns=cols)
-    best = ok.sort_values("median_ms", kind="stable").groupby(
-        SETTING, sort=False, dropna=False).head(1)
+    """Per point, the fastest verified row of the harness's own cuDNN backends."""
+    best = policies.oracle(results, ORACLE_BACKENDS)
     return best.rename(columns={"backend": "oracle_backend", "algorithm": "oracle_algorithm",
-                                "median_ms": "oracle_ms"})[cols]
+                                "median_ms": "oracle_ms"})[
+        [*POINT_KEYS, "oracle_backend", "oracle_algorithm", "oracle_ms"]]
 
 
 def selection(results: pd.DataFrame) -> pd.DataFrame:
     """One row per (setting, policy) with the pick's time, the oracle's, and their ratio
     (regret >= 1 unless the policy found something the harness's search did not)."""
-    parts = [_picks(results, policy) for policy in POLICIES]
-    picks = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(
-        len(p) for p in parts) else pd.DataFrame(columns=[*SETTING, "policy", *_PICK.values()])
-    frame = picks.merge(oracle(results), on=SETTING, how="left")
+    best = oracle(results)
+    parts = [p for p in (_picks(results, policy) for policy in POLICIES) if len(p)]
+    if not parts or best.empty:   # without cuDNN rows there is nothing to judge a pick against
+        return pd.DataFrame(columns=COLUMNS)
+    frame = pd.concat(parts, ignore_index=True).merge(best, on=POINT_KEYS, how="left")
     frame["policy_ms"] = pd.to_numeric(frame["policy_ms"], errors="coerce")
     frame["oracle_ms"] = pd.to_numeric(frame["oracle_ms"], errors="coerce")
-    frame["precision_kept"] = (frame["policy_effective_precision"]
-                               == frame["effective_precision"]).astype("boolean").mask(
-        frame["policy_effective_precision"].isna())
+    frame["precision_kept"] = policies.kept_precision(
+        frame["policy_effective_precision"], frame["effective_precision"])
     lowered = frame["precision_kept"].fillna(True) == False  # noqa: E712 - nullable boolean
     frame["regret"] = (frame["policy_ms"] / frame["oracle_ms"]).mask(lowered)
     frame["picks_oracle"] = (frame["regret"] <= 1 + ORACLE_SLACK).astype("boolean").mask(
         frame["regret"].isna())
     order = {p: i for i, p in enumerate(POLICIES)}
-    frame = frame.sort_values([*SETTING, "policy"], key=lambda s: s.map(order)
+    frame = frame.sort_values([*POINT_KEYS, "policy"], key=lambda s: s.map(order)
                               if s.name == "policy" else s, kind="stable")
     return frame[COLUMNS].reset_index(drop=True)
 
@@ -159,21 +115,18 @@ def policy_summary(frame: pd.DataFrame) -> pd.DataFrame:
 def network_totals(frame: pd.DataFrame) -> pd.DataFrame:
     """Per network setting and policy: the time of one pass over the layers (each layer's time
     x its multiplicity), for the policy and for the oracle over the same layers."""
-    keys = [c for c in SETTING if c != "layer"] + ["policy"]
-    both = frame.assign(
-        _policy=frame["policy_ms"] * frame["multiplicity"],
-        _oracle=frame["oracle_ms"] * frame["multiplicity"],
-        _complete=frame["regret"].notna())   # lowered-precision picks are not comparable
-    rows = []
-    for key, group in both.groupby(keys, sort=False, dropna=False):
-        done = group[group["_complete"]]
-        policy_ms, oracle_ms = done["_policy"].sum(), done["_oracle"].sum()
-        rows.append({**dict(zip(keys, key)), "layers": len(group),
-                     "layers_missing": len(group) - len(done), "policy_total_ms": policy_ms,
-                     "oracle_total_ms": oracle_ms,
-                     "ratio": policy_ms / oracle_ms if oracle_ms > 0 else math.nan})
-    return pd.DataFrame(rows, columns=[*keys, "layers", "layers_missing", "policy_total_ms",
-                                       "oracle_total_ms", "ratio"])
+    keys = [*NETWORK_KEYS, "policy"]
+    complete = frame["regret"].notna()   # lowered-precision picks are not comparable
+    both = frame.assign(_policy=frame["policy_ms"].where(complete),
+                        _oracle=frame["oracle_ms"].where(complete))
+    mine = policies.weighted_totals(both, "_policy", keys)
+    best = policies.weighted_totals(both, "_oracle", keys)
+    out = mine[keys].assign(layers=mine["points"], layers_missing=mine["missing"],
+                            policy_total_ms=mine["total"].fillna(0.0),
+                            oracle_total_ms=best["total"].fillna(0.0))
+    out["ratio"] = (out["policy_total_ms"] / out["oracle_total_ms"]).where(
+        out["oracle_total_ms"] > 0)
+    return out
 
 
 def versus_pytorch(frame: pd.DataFrame, worst: int = 3) -> pd.DataFrame:

@@ -13,10 +13,14 @@ Directions, all in logical NCHW / KCRS index order, x input, w weight, y output:
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+import sys
+from abc import ABC, abstractmethod
+from typing import Any, Callable, ClassVar
 
+from harness.backends.cudnn_lib import CudnnError
 from harness.reference import ProblemData
-from harness.sweep import DIRECTIONS, Point
+from harness.sweep import DIRECTIONS, Point, TimingOptions
+from harness.timer import Timing
 
 
 class Unsupported(Exception):
@@ -44,26 +48,98 @@ def require_fits(needed: int, limit: int | None) -> None:
 
 
 class AlgorithmFailed(Exception):
-    """The library reported an error while running (e.g. a cuDNN status); becomes `failed`."""
+    """The library reported an error while running (e.g. a cuDNN status); becomes `failed`, or
+    `crashed` where a subclass knows from the library's status that the CUDA context is lost."""
+    context_lost: bool = False
 
 
 class BackendUnavailable(Exception):
     """A backend cannot be used on this machine (missing library, no GPU); message says why."""
 
 
-class Prepared(Protocol):
-    """One algorithm bound to one point's buffers, ready to launch."""
-    workspace_bytes: int
-    device: str               # "cpu" or "cuda": selects the timer
-    stream: int | None        # CUDA stream handle for the GPU timer; None on the CPU
-    extras: dict[str, Any]    # optional extra columns (names must exist in store.COLUMNS)
-    # Optional: a prepared variant of an expanding algorithm may also say `family` (str) and
-    # `error_factor` (float) for itself; the runner falls back to the algorithm's.
+# cudaError_t codes after which the CUDA context cannot be used again: every later call in the
+# process fails with the same error. The driver API's CUresult numbers these faults alike
+# (CUDA_ERROR_ILLEGAL_ADDRESS 700, CUDA_ERROR_LAUNCH_FAILED 719, ...).
+CONTEXT_LOST_CODES = {
+    700: "cudaErrorIllegalAddress", 702: "cudaErrorLaunchTimeout", 710: "cudaErrorAssert",
+    714: "cudaErrorHardwareStackError", 715: "cudaErrorIllegalInstruction",
+    716: "cudaErrorMisalignedAddress", 718: "cudaErrorInvalidPc", 719: "cudaErrorLaunchFailure",
+}
+# (module, exception class, attribute holding its cudaError_t / CUresult number) of the CUDA
+# libraries' coded errors. Looked up in sys.modules: an error of a library that was never
+# imported cannot have been raised, and importing cupy or torch here would cost seconds.
+_CODED_CUDA_ERRORS = (
+    ("cupy_backends.cuda.api.runtime", "CUDARuntimeError", "status"),
+    ("cupy_backends.cuda.api.driver", "CUDADriverError", "status"),
+    ("torch", "AcceleratorError", "error_code"),      # torch >= 2.8 (c10::AcceleratorError)
+)
 
-    def launch(self) -> None: ...           # run the convolution once, writing the output
-    def poison(self) -> None: ...           # fill the output with NaN so unwritten elements show
-    def output(self) -> Any: ...            # the result as float64, logical layout (numpy or cupy)
-    def release(self) -> None: ...          # free buffers and workspace
+
+def context_lost(err: BaseException) -> bool:
+    """Whether `err` says the CUDA context of this process is unusable: the point is `crashed`
+    and the worker process must be replaced. Decided by the error's type and status number,
+    never by words in its message (a message that merely quotes an error name is a failure)."""
+    if isinstance(err, (AlgorithmFailed, CudnnError)):    # these know their library's status
+        return err.context_lost
+    for module_name, class_name, attribute in _CODED_CUDA_ERRORS:
+        module = sys.modules.get(module_name)
+        kind = getattr(module, class_name, None)    # None: not loaded, or a torch before 2.8
+        if kind is not None and isinstance(err, kind):
+            return getattr(err, attribute, None) in CONTEXT_LOST_CODES
+    return _torch_cudnn_execution_failed(err)
+
+
+def _torch_cudnn_execution_failed(err: BaseException) -> bool:
+    """PyTorch's cuDNN failures carry no status number: its CuDNNError reaches Python as a plain
+    RuntimeError whose text is fixed as "cuDNN error: <cudnnGetErrorString(status)>", so the
+    status name at its head is all there is. EXECUTION_FAILED (and its _CUDART, _CUDA_DRIVER,
+    ... forms) is a kernel that faulted, as for the legacy cuDNN backend's status 5000-5999."""
+    return ("torch" in sys.modules and type(err) is RuntimeError
+            and str(err).startswith("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"))
+
+
+class Prepared(ABC):
+    """One algorithm bound to one point's buffers, ready to launch. Subclasses set the four
+    attributes (plain attributes or dataclass fields) and implement the four abstract methods;
+    the rest has defaults that a backend overrides where it knows better."""
+    workspace_bytes: int
+    device: str               # "cpu" or "cuda": selects the timer and the cache flusher
+    stream: Any               # CUDA stream for the GPU timer (a cupy Stream); None on the CPU
+    extras: dict[str, Any]    # the backend's own columns (names in schema.EXTRA_COLUMNS); the
+                              # executor copies them into each row and never writes here
+    # A variant of an expanding algorithm (a graph-API plan) may belong to another family and
+    # round differently than its algorithm says; None: the algorithm's.
+    family: str | None = None
+    error_factor: float | None = None
+    # capture(calls) -> replay, for a library whose calls the timer cannot capture into a CUDA
+    # graph itself (PyTorch's allocator must know); None: the timer captures launch().
+    capture: Callable[[int], Callable[[], None]] | None = None
+
+    @abstractmethod
+    def launch(self) -> None:
+        """Run the convolution once, writing the output."""
+
+    @abstractmethod
+    def poison(self) -> None:
+        """Fill the output with NaN, so elements that launch() does not write show."""
+
+    @abstractmethod
+    def output(self) -> Any:
+        """The result as float64 in logical layout (numpy or cupy)."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Free buffers and workspace."""
+
+    def extras_for_limit(self, limit: int | None) -> dict[str, Any]:
+        """Columns that depend on the row's workspace limit (cuDNN: whether this algorithm is
+        the library's own pick under it); the points of a group differ only in that limit."""
+        return {}
+
+    def own_timing(self, options: TimingOptions) -> Timing | None:
+        """The samples of an object that supplies its own (the fake backend draws them from a
+        cost model); None, the default, has the executor time launch() on `device`."""
+        return None
 
 
 class Algorithm:

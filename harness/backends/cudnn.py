@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness.backends import cudnn_lib as lib
-from harness.backends.base import AlgorithmFailed, Algorithm, Backend, Unsupported, require_fits
+from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
+                                   require_fits)
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -83,7 +84,16 @@ class CudnnAlgorithm(Algorithm):
         return self._owner.prepare(self, point, data)
 
 
-class DeviceOutput:
+class CudnnFailed(AlgorithmFailed):
+    """A cuDNN call failed with `status` (None where the library named no status we know)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.context_lost = status is not None and lib.is_execution_failed(status)
+
+
+class DeviceOutput(Prepared):
     """poison / output / release for a Prepared that writes one device buffer on its stream;
     the class using it holds output_buffer, output_view, poison_value, stream and keepalive."""
 
@@ -133,9 +143,8 @@ class CudnnPrepared(DeviceOutput):
     def launch(self) -> None:
         code = self.function(*self.launch_args)
         if code != 0:
-            raise AlgorithmFailed(f"{lib.status_name(code)} ({code}) from the convolution call: "
-                                  f"{lib.last_error()}")
-
+            raise CudnnFailed(f"{lib.status_name(code)} ({code}) from the convolution call: "
+                              f"{lib.last_error()}", code)
 
     def extras_for_limit(self, limit: int | None) -> dict[str, Any]:
         return {"heuristic_pick": self.choices.heuristic_pick(limit) == self.algo_enum,
@@ -223,7 +232,7 @@ class _Session:
         except lib.CudnnError as err:
             if lib.is_not_supported(err.code):
                 raise Unsupported(str(err)) from None
-            raise AlgorithmFailed(str(err)) from None
+            raise CudnnFailed(str(err), err.code) from None
         require_fits(needed, point.workspace_limit)
         choices = self._cached_choices(point, descs, tensors)
         return self._bind(point, algo_enum, descs, tensors, needed, choices)

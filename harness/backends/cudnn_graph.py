@@ -34,10 +34,10 @@ from typing import Any
 
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
-from harness.backends.cudnn import (DeviceOutput, DeviceTensors, _logical_view, _poison_value,
-                                    cuda_unavailable_reason)
+from harness.backends.cudnn import (CudnnFailed, DeviceOutput, DeviceTensors, _logical_view,
+                                    _poison_value, cuda_unavailable_reason)
 from harness.backends import cudnn_lib
-from harness.backends.base import AlgorithmFailed, Algorithm, Backend, Unsupported, require_fits
+from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -142,7 +142,8 @@ class GraphPrepared(DeviceOutput):
         try:
             self.execute(self.variant_pack, self.workspace.data.ptr, self.index, self.handle)
         except self.errors as err:
-            raise AlgorithmFailed(f"execute_plan_at_index({self.index}) failed: {err}") from None
+            raise CudnnFailed(f"execute_plan_at_index({self.index}) failed: {err}",
+                              _frontend_status(err)) from None
 
     def release(self) -> None:
         super().release()
@@ -354,6 +355,14 @@ def _variant_pack(direction: str, tensors: dict[str, Any]) -> tuple[dict[int, in
 def _engine_id(plan_name: str) -> int | None:
     match = re.match(r"eng(\d+)", plan_name)
     return int(match.group(1)) if match else None
+
+
+def _frontend_status(err: BaseException) -> int | None:
+    """The cuDNN status of a failed frontend call, as a number. The frontend raises a plain
+    RuntimeError whose text names the status (cudnnGetErrorString) after cuDNN's last-error
+    text, so the last status name in it is the call's."""
+    names = re.findall(r"CUDNN_STATUS_[A-Z0-9_]+", str(err))
+    return cudnn_lib.status_code(names[-1]) if names else None
 
 
 def _reason(err: BaseException, limit: int = 400) -> str:

@@ -60,8 +60,24 @@ def status_name(code: int) -> str:
     return f"CUDNN_STATUS_{name}"
 
 
+_STATUS_CODES = {f"CUDNN_STATUS_{name}": code for code, name in STATUS_NAMES.items()}
+
+
+def status_code(name: str) -> int | None:
+    """The number of a status named as status_name() names it (an unknown refinement of a known
+    status, from a newer cuDNN, as that status), or None."""
+    known = [n for n in _STATUS_CODES if name.startswith(n)]
+    return _STATUS_CODES[max(known, key=len)] if known else None
+
+
 def is_not_supported(code: int) -> bool:
     return code // 1000 == 3
+
+
+def is_execution_failed(code: int) -> bool:
+    """EXECUTION_FAILED and its refinements (_CUDART, _CUDA_DRIVER, ...): a kernel faulted on
+    the GPU, which leaves the process's CUDA context unusable."""
+    return code // 1000 == 5
 
 
 class CudnnUnavailable(Exception):
@@ -73,6 +89,7 @@ class CudnnError(Exception):
 
     def __init__(self, code: int, call: str, detail: str = ""):
         self.code = code
+        self.context_lost = is_execution_failed(code)
         text = f"{status_name(code)} ({code}) from {call}"
         super().__init__(f"{text}: {detail}" if detail else text)
 

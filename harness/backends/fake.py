@@ -11,16 +11,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness import reference
-from harness.backends.base import AlgorithmFailed, Algorithm, Backend, Unsupported, require_fits
+from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
+                                   require_fits)
 from harness.reference import ProblemData
-from harness.sweep import Point
+from harness.sweep import Point, TimingOptions
 from harness.timer import Timing
 
 MiB = 1 << 20
 
 
 @dataclass
-class _FakePrepared:
+class _FakePrepared(Prepared):
     point: Point
     data: ProblemData
     perturbation: float
@@ -28,7 +29,7 @@ class _FakePrepared:
     gflops: float
     seed: int
     workspace_bytes: int = 0
-    device: str = "simulated"
+    device: str = "cpu"        # never timed on it: own_timing draws the samples
     stream: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
     _out: np.ndarray | None = None
@@ -51,7 +52,7 @@ class _FakePrepared:
     def release(self) -> None:
         self._out = None
 
-    def simulate(self, options) -> Timing:
+    def own_timing(self, options: TimingOptions) -> Timing:
         """Lognormal samples around the cost model's time (2% spread), seeded by the point."""
         base_ms = self.point.problem.flops / (self.gflops * 1e9) * 1e3
         rng = np.random.default_rng(self.seed)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.backends.base import Algorithm, Backend, Unsupported
+from harness.backends.base import Algorithm, Backend, Prepared, Unsupported
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -39,7 +39,7 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-class TorchPrepared:
+class TorchPrepared(Prepared):
     """The library allocates its result on every call (as it does for users); `result` holds
     the latest one (an empty placeholder before the first launch). poison() NaN-fills it, so a
     launch that failed to replace it shows."""

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.backends import torch_cpu
-from harness.backends.base import Algorithm, Backend, Unsupported
+from harness.backends.base import Algorithm, Backend, Prepared, Unsupported
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -47,7 +47,7 @@ def _allow_tf32(torch: Any, allowed: bool) -> None:
         torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
-class TorchGpuPrepared:
+class TorchGpuPrepared(Prepared):
     """PyTorch allocates its result on every call, as it does for users; `result` holds the latest
     one. poison() NaN-fills it, so a launch that failed to replace it shows."""
     device = "cuda"

@@ -16,6 +16,7 @@ from harness.cli.common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED,
                                 _one_line, _utf8_text, _warn)
 from harness.cli.results import (cmd_table, cmd_list, cmd_shapes, cmd_env, cmd_peaks, cmd_compare,
                                  cmd_check, cmd_report)
+from harness.cli import models
 from harness.cli.running import cmd_run
 
 
@@ -90,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="sweep a suite and write verified timings")
-    run.add_argument("suite", nargs="?", default="quick", help="suite name or TOML path")
+    run.add_argument("suite", nargs="?", help="suite name or TOML path (default: quick)")
     _add_sweep_flags(run)
     run.add_argument("--out", help="results file (.parquet or .csv); default: a new file "
                                    "results/<suite>-<machine>-<run id>.parquet")
@@ -100,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_existing_output_flags(run)
     run.add_argument("--seed", type=_count(0), default=0, help="seed of the random test data")
     _add_cluster_flags(run)
+    models.add_run_flags(run)
     run.set_defaults(func=cmd_run)
+    models.add_parsers(sub)
 
     table = sub.add_parser("table", help="best verified algorithm per layer from results")
     table.add_argument("results", nargs="+")
@@ -126,8 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="HTML and Markdown report with figures")
     report.add_argument("results", nargs="+", help="results files or folders")
     report.add_argument("--out", help="output folder (default reports/<first results name>)")
-    report.add_argument("--baseline-policy", help="heuristic, find, torch, a backend or "
-                                                  "backend:algorithm to compare the best with")
+    report.add_argument("--baseline-policy", help="cudnn_heuristic, cudnn_find, graph_heuristic, "
+                                                  "pytorch, a backend or backend:algorithm to "
+                                                  "compare the best with")
     report.add_argument("--peaks", help="peaks JSON (convbench peaks) for the roofline figure")
     report.add_argument("--embed-images", action="store_true",
                         help="put the figures inside index.html (one self-contained file)")
@@ -192,11 +196,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from harness.problem import ProblemError
     from harness.runner import PlanError
     from harness.locks import OutputBusy
+    from harness.models import ModelError
+    from harness.plan import PlanInputError
     from harness.runs import RunNotFound
     from harness.store import ResultsError
     from harness.suite import SuiteError
     return (UserError, SuiteError, PlanError, ProblemError, BackendUnavailable, ResultsError,
-            OutputBusy, RunNotFound, FileNotFoundError, IsADirectoryError)
+            OutputBusy, RunNotFound, ModelError, PlanInputError, FileNotFoundError, IsADirectoryError)
 
 
 def main(argv: list[str] | None = None) -> int:

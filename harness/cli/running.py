@@ -216,8 +216,27 @@ def _planned(sweep):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.source is not None:
+        return _run_model(args)
+    if args.input or args.name:
+        raise UserError(f"--{'input' if args.input else 'name'} needs --model")
+    args.suite = args.suite or "quick"
     sweep = _load_sweep(args)
-    output = _run_output(args, sweep.name)
+    return _run(args, sweep, _run_output(args, sweep.name))
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    """`run --model SOURCE`: import it, keep its suite beside the results, run that suite."""
+    from harness import models
+    from harness.cli.models import suite_for_model
+    if args.suite is not None:
+        raise UserError(f"--model {args.source} and suite {args.suite!r}: give one of them")
+    output = _run_output(args, args.name or models.default_name(args.source))
+    args.suite = str(suite_for_model(args, output.path))
+    return _run(args, _load_sweep(args), output)
+
+
+def _run(args: argparse.Namespace, sweep, output: "RunOutput") -> int:
     points = _planned(sweep)
     with _cluster(args, points) as cluster:
         df, interrupted = _measure(sweep, points, output, args.seed, cluster)
@@ -278,22 +297,64 @@ class _progress:
 
 def _print_best(df) -> None:
     from harness import analysis
-    best = analysis.best_per_setting(df)
+    best = analysis.best_per_point(df)
+    best = best[best["n_ok"] > 0].sort_values(analysis.POINT_KEYS, kind="stable")
     counts = ", ".join(f"{n} {s}" for s, n in analysis.status_counts(df).items())
     if best.empty:
         _say(f"no verified results ({counts})")
         return
     _say("\nbest verified algorithm per layer (" + counts + "):")
     shown = best.assign(
+        layer=analysis.layer_labels(best),
         limit=best["workspace_limit"].map(_format_limit),
-        best=best["backend"] + ":" + best["algorithm"],
-        ms=best["median_ms"].map(lambda v: f"{v:.4g}"),
-        gflops=best["gflops"].map(lambda v: f"{v:.1f}"),
-        vs_next=best["speedup"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
-    columns = ["layer", "direction", "effective_precision", "layout", "limit", "best", "ms",
-               "gflops", "runner_up", "vs_next"]
+        ms=best["best_median_ms"].map(lambda v: f"{v:.4g}"),
+        gflops=best["best_gflops"].map(lambda v: f"{v:.1f}"),
+        vs_next=best["speedup_runner"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
+    columns = ["layer", "direction", "effective_precision", "layout", "limit", "best_candidate",
+               "ms", "gflops", "runner_candidate", "vs_next"]
+    _say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
+                                        "runner_candidate": "runner_up"}).to_string(index=False))
+    _print_step_totals(df)
+
+
+def _print_step_totals(df) -> None:
+    """Per precision and layout: one pass over every layer and direction measured (a training
+    step when all three directions were run) with the best verified algorithm per layer, and
+    with each policy the data can answer, and what the best saves over it."""
+    from harness.analysis import policies
+    names = policies.available(df)
+    totals = policies.network_totals(df, [policies.ORACLE, *names])
+    totals = totals[totals["missing_oracle"] < totals["points"]]
+    if totals.empty:
+        return
+    from harness.sweep import DIRECTIONS
+    directions = " + ".join(d for d in DIRECTIONS if d in set(df["direction"].astype(str)))
+    _say(f"\nnetwork time per pass ({directions}; each layer x its multiplicity), best "
+         f"verified per layer against each policy:")
+    shown = totals.assign(limit=totals["workspace_limit"].map(_format_limit),
+                          best_ms=totals.apply(lambda r: _total(r, "oracle"), axis=1))
+    columns = ["batch", "effective_precision", "layout", "limit", "best_ms"]
+    for name in names:
+        shown[f"{name}_ms"] = totals.apply(lambda r, n=name: _total(r, n), axis=1)
+        shown[f"saving_vs_{name}"] = totals.apply(lambda r, n=name: _saving(r, n), axis=1)
+        columns += [f"{name}_ms", f"saving_vs_{name}"]
     _say(shown[columns].rename(columns={"effective_precision": "precision"})
          .to_string(index=False))
+
+
+def _total(row, name: str) -> str:
+    total, missing = row[f"total_{name}"], int(row[f"missing_{name}"])
+    if missing >= row["points"] or total != total:
+        return "-"
+    return f">={total:.4g} ({missing} missing)" if missing else f"{total:.4g}"
+
+
+def _saving(row, name: str) -> str:
+    """What the best saves over the policy, where both totals cover every point."""
+    if row["missing_oracle"] or row[f"missing_{name}"]:
+        return "-"
+    best, theirs = row["total_oracle"], row[f"total_{name}"]
+    return f"{theirs - best:.4g} ms ({100 * (theirs - best) / theirs:.1f}%)"
 
 
 def _format_limit(value: int) -> str:

@@ -15,7 +15,7 @@ from typing import Iterable, Union
 
 import pandas as pd
 
-from harness.report.analysis import PolicyError
+from harness.analysis.policies import PolicyError
 
 __all__ = ["render_report", "ReportPaths", "PolicyError", "EmptyResults", "PeaksError",
            "load_frames", "read_peaks"]
@@ -100,11 +100,12 @@ def load_frames(frames_or_paths: FrameOrPath | Iterable[FrameOrPath]) -> pd.Data
 
 
 def _resolve_baseline(df: pd.DataFrame, policy: str | None) -> str | None:
+    from harness.analysis import policies
     from harness.report import analysis
     if policy is None:
         return analysis.default_baseline(df)
-    analysis.check_policy(df, policy)
-    return None if policy == analysis.ORACLE else policy
+    policies.check(df, policy)
+    return None if policy == policies.ORACLE else policies.canonical(policy)
 
 
 def read_peaks(path: str | Path) -> dict[str, float]:

@@ -1,35 +1,30 @@
 """What the report says, computed from a results frame with pandas alone (no figures, no text).
 
-Every number a table or figure shows comes from a function here, so a test can check it once.
-A *point* is one measured situation (layer, direction, precision, layout, workspace limit, timing
-mode); the *candidates* at a point are the backend:algorithm pairs that ran there.
+Every number a table or figure shows comes from a function here or in harness.analysis (the one
+point key, verified rows, best per point, policies and the oracle), so a test can check it once.
+A *point* is one measured situation (analysis.POINT_KEYS: layer, direction, delivered precision,
+layout, workspace limit, timing mode); the *candidates* at a point are the backend:algorithm
+pairs that ran there.
 """
 from __future__ import annotations
 
-import difflib
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from harness.analysis import verified
+from harness.analysis import (LAYER_KEYS, POINT_KEYS, best_per_point as _best, layer_labels,
+                              ranked, verified)
+from harness.analysis import policies
 from harness.measurement import RANKABLE
 from harness.store import UNLIMITED_BYTES, limit_from_column
 from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS
 
-POINT_KEYS = ["layer_label", "direction", "precision", "layout", "workspace_limit", "timing_mode"]
-# What one network total sums over (layers and directions); the rest of the keys split it.
-TOTAL_KEYS = ["precision", "layout", "workspace_limit", "timing_mode"]
-TORCH_PREFIX = "torch"     # backends torch_gpu, torch_cpu: what PyTorch would run
-BUILTIN_POLICIES = ("heuristic", "find", "torch")
-ORACLE = "oracle"
+# The point key with each layer told by its readable label (one label per LAYER_KEYS value).
+LABELLED_KEYS = ["layer_label", *[k for k in POINT_KEYS if k not in LAYER_KEYS]]
 
-_ORDER = {"direction": DIRECTIONS, "precision": PRECISIONS, "layout": LAYOUTS,
+_ORDER = {"direction": DIRECTIONS, "effective_precision": PRECISIONS, "layout": LAYOUTS,
           "timing_mode": ("warm", "cold")}
-
-
-class PolicyError(ValueError):
-    """A baseline policy that names nothing in the data; the message lists what does exist."""
 
 
 # ---- preparing the frame --------------------------------------------------------------------------
@@ -47,10 +42,9 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     out["multiplicity"] = out["multiplicity"].fillna(1).astype("int64")
     for flag in ("heuristic_pick", "find_pick", "throttled"):
         out[flag] = out[flag].astype("boolean").fillna(False).astype(bool)
-    out = _plain_columns(out)
-    out["candidate"] = out["backend"] + ":" + out["algorithm"]
-    out = _rank_by_delivered_precision(out)
-    out["layer_label"] = _layer_labels(out)
+    out = _plain_columns(ranked(out))
+    out["candidate"] = _candidates(out)
+    out["layer_label"] = layer_labels(out)
     out["layer_order"] = out.groupby("layer_label", sort=False).ngroup()
     if out["finished_at"].notna().any():
         out = out.sort_values("finished_at", kind="stable", na_position="first")
@@ -58,18 +52,13 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     return sort_points(out)
 
 
-def _rank_by_delivered_precision(df: pd.DataFrame) -> pd.DataFrame:
-    """A verified row whose error shows a lower precision than asked (a graph plan asked for
-    fp32 that computes at TF32 accuracy) competes at the precision it delivers, never as the
-    one asked for, like selection.py's oracle; its candidate name says what was asked."""
-    delivered = df["effective_precision"].astype("string")
-    lowered = ((df["status"] == RANKABLE) & delivered.notna()
-               & (delivered != df["precision"])).fillna(False).astype(bool)
-    out = df.assign(asked_precision=df["precision"])
-    out.loc[lowered, "candidate"] = (out.loc[lowered, "candidate"] + " [asked "
-                                     + out.loc[lowered, "precision"] + "]")
-    out.loc[lowered, "precision"] = delivered[lowered]
-    return out
+def _candidates(df: pd.DataFrame) -> pd.Series:
+    """backend:algorithm; a verified row that delivered a lower precision than asked (a graph plan
+    asked for fp32 that computes at TF32 accuracy) competes at the precision it delivers, and its
+    name says what was asked, so it is never taken for the plan asked at that precision."""
+    names = df["backend"] + ":" + df["algorithm"]
+    lowered = ((df["status"] == RANKABLE) & (df["effective_precision"] != df["precision"]))
+    return names.where(~lowered, names + " [asked " + df["precision"] + "]")
 
 
 def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -83,19 +72,10 @@ def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _layer_labels(df: pd.DataFrame) -> pd.Series:
-    """The layer name, made unique where one name was run at several shapes (e.g. batch sizes)."""
-    name = df["layer"].astype("string")
-    name = name.where(name.notna() & (name != ""), df["descriptor"].astype("string")).fillna("?")
-    shapes = df.groupby(name, sort=False)["descriptor"].transform("nunique")
-    batch = "n" + df["batch"].astype("string").fillna("?")
-    return name.where(shapes <= 1, name + " " + batch).astype(str)
-
-
 def sort_points(df: pd.DataFrame) -> pd.DataFrame:
     """Rows in reading order: network order of layers, then the sweep's own axis orders."""
-    keys = [k for k in ["layer_order", "direction", "precision", "layout", "workspace_limit",
-                        "timing_mode"] if k in df.columns]
+    keys = [k for k in ["layer_order", "direction", "effective_precision", "layout",
+                        "workspace_limit", "timing_mode"] if k in df.columns]
     return df.sort_values(keys, key=_rank, kind="stable").reset_index(drop=True)
 
 
@@ -123,94 +103,27 @@ def reference_limit(df: pd.DataFrame) -> int:
 # ---- ranking ---------------------------------------------------------------------------------------
 def best_per_point(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     """One row per point: the fastest verified candidate, the runner-up and the baseline's pick."""
-    points = df.drop_duplicates(POINT_KEYS)[POINT_KEYS + ["layer_order", "multiplicity"]]
-    tried = df.groupby(POINT_KEYS, sort=False).size().rename("n_tried")
-    ranked = verified(df).sort_values("median_ms", kind="stable")
-    n_ok = ranked.groupby(POINT_KEYS, sort=False).size().rename("n_ok")
-    first = ranked.drop_duplicates(POINT_KEYS)
-    second = ranked[ranked.duplicated(POINT_KEYS)].drop_duplicates(POINT_KEYS)
-    cols = ["candidate", "median_ms", "workspace_bytes", "effective_precision"]
-    out = (points.set_index(POINT_KEYS).join(tried).join(n_ok)
-           .join(first.set_index(POINT_KEYS)[cols].add_prefix("best_"))
-           .join(second.set_index(POINT_KEYS)[["candidate", "median_ms"]].add_prefix("runner_")))
+    labels = df.drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)[["layer_label", "layer_order"]]
+    out = _best(df).set_index(POINT_KEYS).join(labels)
     if baseline is not None:
-        picks = policy_picks(df, baseline)[["candidate", "median_ms", "status"]]
+        picks = policies.picks(df, baseline)
+        picks = picks.assign(comparable=policies.comparable(picks))[
+            ["candidate", "median_ms", "status", "effective_precision", "comparable"]]
         out = out.join(picks.add_prefix("base_"))
-    out["n_ok"] = out["n_ok"].fillna(0).astype(int)
-    out["speedup_runner"] = out["runner_median_ms"] / out["best_median_ms"]
-    if baseline is not None:
-        base_ok = out["base_status"] == RANKABLE
+        base_ok = (out["base_status"] == RANKABLE) & out["base_comparable"].fillna(False)
         out["speedup_base"] = (out["base_median_ms"] / out["best_median_ms"]).where(base_ok)
     return sort_points(out.reset_index())
 
 
 # ---- selection policies ---------------------------------------------------------------------------
-def available_policies(df: pd.DataFrame) -> list[str]:
-    """The built-in baseline policies this data can answer, in order of preference."""
-    return [p for p in BUILTIN_POLICIES if _policy_mask(df, p).any()]
-
-
 def default_baseline(df: pd.DataFrame) -> str | None:
-    found = available_policies(df)
+    found = policies.available(df)
     return found[0] if found else None
 
 
-def check_policy(df: pd.DataFrame, policy: str) -> None:
-    """Refuse a policy that matches no row, naming what the data does have."""
-    if policy == ORACLE or _policy_mask(df, policy).any():
-        return
-    names = available_policies(df) + sorted(set(df["backend"])) + sorted(set(df["candidate"]))
-    close = difflib.get_close_matches(policy, names, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise PolicyError(f"baseline policy {policy!r} matches no row{hint} Known: "
-                      f"{', '.join(names[:40])}{' ...' if len(names) > 40 else ''}")
-
-
-def _policy_mask(df: pd.DataFrame, policy: str) -> pd.Series:
-    if policy == ORACLE:
-        return (df["status"] == RANKABLE) & df["median_ms"].notna()
-    if policy == "heuristic":
-        return df["heuristic_pick"]
-    if policy == "find":
-        return df["find_pick"]
-    if policy == "torch":
-        return df["backend"].str.startswith(TORCH_PREFIX)
-    if ":" in policy:
-        return df["candidate"] == policy
-    return df["backend"] == policy
-
-
-def policy_picks(df: pd.DataFrame, policy: str) -> pd.DataFrame:
-    """Per point, the row a user following `policy` would get, indexed by POINT_KEYS.
-
-    Where a policy offers several rows at one point (two backends both flag a heuristic pick, or a
-    backend name matches many algorithms) the verified and fastest stands for it. A pick that was
-    not verified keeps its status: following that policy there gives a wrong or failed call.
-    """
-    rows = df[_policy_mask(df, policy)]
-    bad = rows["status"] != RANKABLE
-    rows = rows.assign(_bad=bad).sort_values(["_bad", "median_ms"], kind="stable")
-    return rows.drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)
-
-
-def network_totals(df: pd.DataFrame, policies: Iterable[str],
-                   keys: list[str] = TOTAL_KEYS) -> pd.DataFrame:
-    """Sum over layers (x multiplicity) and the rest of the point keys of each policy's pick time.
-
-    `missing_<policy>` counts points where the policy had no verified pick: such a total is a
-    lower bound and says so.
-    """
-    points = df.drop_duplicates(POINT_KEYS)[POINT_KEYS + ["multiplicity"]].set_index(POINT_KEYS)
-    out = points.groupby(keys).size().rename("points").to_frame()
-    for policy in policies:
-        picks = policy_picks(df, policy)
-        ms = picks["median_ms"].where(picks["status"] == RANKABLE)
-        timed = points.join(ms.rename("ms"))
-        timed["weighted"] = timed["ms"] * timed["multiplicity"]
-        grouped = timed.groupby(keys)
-        out[f"total_{policy}"] = grouped["weighted"].sum(min_count=1)
-        out[f"missing_{policy}"] = grouped["ms"].apply(lambda s: int(s.isna().sum()))
-    return sort_points(out.reset_index())
+def network_totals(df: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
+    """policies.network_totals over one training step, in the report's reading order."""
+    return sort_points(policies.network_totals(df, names))
 
 
 # ---- heatmap, Pareto fronts -------------------------------------------------------------------------

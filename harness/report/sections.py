@@ -7,15 +7,11 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis import policies
+from harness.analysis.policies import meaning
 from harness.report import analysis, figures, tables
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 
-POLICY_MEANING = {
-    "oracle": "the fastest verified algorithm at every point (what an exhaustive search gives)",
-    "heuristic": "the algorithm cuDNN's heuristic (cudnnGet*Algorithm_v7) ranks first",
-    "find": "the algorithm cudnnFind*AlgorithmEx picks by its own timing",
-    "torch": "what PyTorch runs for the same convolution",
-}
 SHOWN_FIGURES = 2      # figures of one kind shown open; the rest are folded
 
 
@@ -23,13 +19,13 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
           peaks: dict[str, float] | None, title: str, renderer: figures.Renderer,
           repeats: int = 0) -> Document:
     """The whole report for a prepared frame; hands the figures for `fig_dir` to `renderer`."""
-    policies = ["oracle", *analysis.available_policies(df)]
-    if baseline and baseline not in policies:
-        policies.append(baseline)
-    totals = analysis.network_totals(df, policies)
+    shown = [policies.ORACLE, *policies.available(df)]
+    if baseline and baseline not in shown:
+        shown.append(baseline)
+    totals = analysis.network_totals(df, shown)
     rel = fig_dir.name
     sections = (     # the headline first: how much the whole network gains
-        network_section(totals, policies, fig_dir, rel, renderer),
+        network_section(totals, shown, fig_dir, rel, renderer),
         *selection_section(df),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel, renderer),
@@ -42,10 +38,10 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
 
 
 def intro(df: pd.DataFrame, baseline: str | None, repeats: int = 0) -> list[Block]:
-    counts = {name: df[name].nunique() for name in ("layer_label", "direction", "precision")}
+    counts = {name: df[name].nunique() for name in ("layer_label", "direction", "effective_precision")}
     blocks: list[Block] = [Text(
         f"{len(df):,} measurements: {counts['layer_label']} layers, "
-        f"directions {_listed(df, 'direction')}, precisions {_listed(df, 'precision')}, "
+        f"directions {_listed(df, 'direction')}, precisions {_listed(df, 'effective_precision')}, "
         f"layouts {_listed(df, 'layout')}, backends {_listed(df, 'backend')}, workspace limits "
         f"{', '.join(tables.fmt_limit(v) for v in dict.fromkeys(df['workspace_limit']))}.")]
     if repeats:
@@ -54,8 +50,7 @@ def intro(df: pd.DataFrame, baseline: str | None, repeats: int = 0) -> list[Bloc
                            f"run were left out: each point shows its latest measurement "
                            f"({runs} runs contribute). Compare runs with `convbench compare`."))
     if baseline:
-        meaning = POLICY_MEANING.get(baseline, f"the rows of {baseline}")
-        blocks.append(Text(f"Baseline policy: {baseline}, {meaning}."))
+        blocks.append(Text(f"Baseline policy: {baseline}, {policies.meaning(baseline)}."))
     if analysis.machines(df) > 1:
         blocks.append(Text(f"Warning: these rows come from {analysis.machines(df)} different "
                            "machines; rankings mix them. Compare machines with `convbench "
@@ -113,7 +108,7 @@ def heatmap_section(df: pd.DataFrame, fig_dir: Path, rel: str,
 
 
 def _label(info: dict[str, Any]) -> str:
-    parts = [info.get("precision"), info.get("layout")]
+    parts = [info.get("effective_precision"), info.get("layout")]
     if "workspace_limit" in info:
         parts.append(f"workspace {tables.fmt_limit(info['workspace_limit'])}")
     parts.append(info.get("timing_mode"))
@@ -173,26 +168,26 @@ def roofline_section(df: pd.DataFrame, peaks: dict[str, float] | None, fig_dir: 
         Image(f"{rel}/{path.name}", "Roofline")))
 
 
-def network_section(totals: pd.DataFrame, policies: list[str], fig_dir: Path, rel: str,
+def network_section(totals: pd.DataFrame, names: list[str], fig_dir: Path, rel: str,
                     renderer: figures.Renderer) -> Section:
-    meanings = "; ".join(f"{p}: {POLICY_MEANING.get(p, 'the rows of ' + p)}" for p in policies)
+    meanings = "; ".join(f"{p}: {meaning(p)}" for p in names)
     blocks: list[Block] = [Text(
         "Sum over layers and directions of each policy's pick × layer multiplicity. " + meanings
         + ". ≥ marks a total missing points where the policy gave no verified result; ratios "
           "are shown only where both totals are complete.")]
     # With the oracle alone a bar chart would only repeat the table.
-    path = (figures.network_figure(totals, policies, fig_dir, renderer) if len(policies) > 1
+    path = (figures.network_figure(totals, names, fig_dir, renderer) if len(names) > 1
             else None)
     if path is not None:
         blocks.append(Image(f"{rel}/{path.name}", "Network totals per selection policy, "
-                            "relative to the oracle" if len(policies) > 1 else "Network totals"))
+                            "relative to the oracle" if len(names) > 1 else "Network totals"))
     limit = analysis.reference_limit(totals)
     headline = totals[totals["workspace_limit"] == limit]
-    blocks.append(tables.network_table(headline, policies,
+    blocks.append(tables.network_table(headline, names,
                                        f"Workspace {tables.fmt_limit(limit)}"))
     if len(headline) < len(totals):
         blocks.append(Fold("Every workspace limit",
-                           (tables.network_table(totals, policies, "Every workspace limit"),)))
+                           (tables.network_table(totals, names, "Every workspace limit"),)))
     return Section("Network totals per selection policy", "totals", tuple(blocks))
 
 

@@ -14,7 +14,7 @@ from harness.store import limit_from_column
 
 FOLD_ROWS = 25          # longer tables are folded so the page stays scannable
 DASH = "—"
-KEY_HEADERS = {"layer_label": "Layer", "direction": "Direction", "precision": "Precision",
+KEY_HEADERS = {"layer_label": "Layer", "direction": "Direction", "effective_precision": "Precision",
                "layout": "Layout", "workspace_limit": "Workspace limit", "timing_mode": "Timing"}
 
 
@@ -65,13 +65,9 @@ def fmt_key(name: str, value: Any) -> str:
     return fmt_limit(value) if name == "workspace_limit" else str(value)
 
 
-def fmt_candidate(candidate: Any, effective: Any = None, precision: Any = None) -> str:
-    """backend:algorithm, flagged where its error shows a lower precision than requested."""
-    if _missing(candidate):
-        return DASH
-    if not _missing(effective) and not _missing(precision) and effective != precision:
-        return f"{candidate} [{effective}]"
-    return str(candidate)
+def fmt_candidate(candidate: Any) -> str:
+    """backend:algorithm (with "[asked fp32]" where it delivered a lower precision than asked)."""
+    return DASH if _missing(candidate) else str(candidate)
 
 
 # ---- helpers -------------------------------------------------------------------------------------
@@ -91,7 +87,7 @@ def best_tables(best: pd.DataFrame, baseline: str | None) -> list[Block]:
     shown = analysis.varying(best, ["layout", "workspace_limit", "timing_mode"])
     with_workspace = best["best_workspace_bytes"].notna().any()
     blocks: list[Block] = []
-    for (direction, precision), part in best.groupby(["direction", "precision"], sort=False):
+    for (direction, precision), part in best.groupby(["direction", "effective_precision"], sort=False):
         title = f"{direction} · {precision}"
         table = _best_table(part, shown, baseline, with_workspace, title)
         blocks.append(maybe_fold(title, table))
@@ -116,7 +112,7 @@ def _best_table(part: pd.DataFrame, keys: list[str], baseline: str | None,
 
 def _best_cells(r: pd.Series, keys: list[str], baseline: str | None) -> list[str]:
     cells = [str(r["layer_label"]), str(r["multiplicity"]), *_key_cells(r, keys),
-             fmt_candidate(r["best_candidate"], r["best_effective_precision"], r["precision"]),
+             fmt_candidate(r["best_candidate"]),
              fmt_ms(r["best_median_ms"]), fmt_bytes(r["best_workspace_bytes"]),
              f"{r['n_ok']}/{r['n_tried']}", fmt_candidate(r["runner_candidate"]),
              fmt_ratio(r["speedup_runner"])]
@@ -132,13 +128,15 @@ def _baseline_pick(r: pd.Series) -> str:
         return DASH
     if status != Status.OK:
         return f"{r['base_candidate']} ({status})"
+    if not r["base_comparable"]:   # delivered a lower precision than its point's: no ratio
+        return f"{r['base_candidate']} [{r['base_effective_precision']}]"
     return "same" if r["base_candidate"] == r["best_candidate"] else str(r["base_candidate"])
 
 
 # ---- 3. workspace ---------------------------------------------------------------------------------
 def workspace_totals_table(totals: pd.DataFrame) -> Table:
     """Oracle network total (all layers and directions) under each workspace limit."""
-    keys = ["precision", "layout", *analysis.varying(totals, ["timing_mode"])]
+    keys = ["effective_precision", "layout", *analysis.varying(totals, ["timing_mode"])]
     headers = [KEY_HEADERS[k] for k in keys] + ["Workspace limit", "Network total ms"]
     rows = [(*_key_cells(r, keys), fmt_limit(r["workspace_limit"]),
              fmt_total(r["total_oracle"], r["missing_oracle"], r["points"]))
@@ -148,7 +146,7 @@ def workspace_totals_table(totals: pd.DataFrame) -> Table:
 
 def pareto_table(fronts: pd.DataFrame) -> Table:
     """Per point, the workspace/time trade-offs worth taking, by rising workspace."""
-    keys = ["layer_label", "direction", "precision",
+    keys = ["layer_label", "direction", "effective_precision",
             *analysis.varying(fronts, ["layout", "timing_mode"])]
     rows = []
     for values, part in fronts.groupby(keys, sort=False):
@@ -161,10 +159,10 @@ def pareto_table(fronts: pd.DataFrame) -> Table:
 
 # ---- 6. network totals per policy -----------------------------------------------------------------
 def network_table(totals: pd.DataFrame, policies: list[str], title: str = "") -> Table:
-    keys = ["precision", *analysis.varying(totals, ["layout", "workspace_limit", "timing_mode"])]
+    keys = ["effective_precision", *analysis.varying(totals, ["layout", "workspace_limit", "timing_mode"])]
     headers = [KEY_HEADERS[k] for k in keys] + [f"{p} ms" for p in policies]
     if "oracle" in policies and len(policies) > 1:
-        headers += [f"{p} / oracle" for p in policies if p != "oracle"]
+        headers += [f"{p} / oracle (oracle saves)" for p in policies if p != "oracle"]
     rows = []
     for _, r in totals.iterrows():
         cells = _key_cells(r, keys)
@@ -180,7 +178,9 @@ def _policy_ratio(r: pd.Series, policy: str) -> str:
     """Only where both totals cover every point: a partial total would flatter the policy."""
     if r[f"missing_{policy}"] or r["missing_oracle"]:
         return DASH
-    return fmt_ratio(r[f"total_{policy}"] / r["total_oracle"])
+    theirs, best = r[f"total_{policy}"], r["total_oracle"]
+    return (f"{fmt_ratio(theirs / best)} ({fmt_ms(theirs - best)} ms, "
+            f"{100 * (theirs - best) / theirs:.1f}%)")
 
 
 # ---- 7. environment and method --------------------------------------------------------------------

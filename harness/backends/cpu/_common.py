@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.backends.base import Algorithm, Unsupported, WorkspaceExceeded
+from harness.backends.base import Algorithm, Prepared, Unsupported, WorkspaceExceeded
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -92,7 +92,7 @@ def tap_major_weights(p: ConvProblem, w: np.ndarray) -> np.ndarray:
                      p.kernel_w).transpose(3, 4, 0, 1, 2)
 
 
-class CpuPrepared:
+class CpuPrepared(Prepared):
     """One algorithm bound to one point: operands in the compute dtype, output and scratch
     preallocated. `kernel` computes into `result` (logical NCHW/KCRS, compute dtype)."""
     device = "cpu"

@@ -137,7 +137,7 @@ class Im2col(CpuAlgorithm):
     def bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         """col2im: dcol = W^T dy per block of images, then one strided add per tap."""
         p = point.problem
-        g, kg, cg = p.groups, p.filters_per_group, p.channels_per_group
+        g, kg = p.groups, p.filters_per_group
         crs = p.in_channels * p.kernel_h * p.kernel_w
         images, _ = _blocks(p, crs * p.out_w * np.dtype(dtype).itemsize, True)
         length = _max_len(images) * p.out_h * p.out_w

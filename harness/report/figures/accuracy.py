@@ -15,18 +15,18 @@ def accuracy_figure(df: pd.DataFrame, out: Path, renderer: Renderer = SERIAL) ->
     if rows.empty:
         return None
     path = out / "accuracy_vs_speed.png"
-    columns = ["precision", "family", "status", "median_ms", "rel_error", "tolerance"]
+    columns = ["effective_precision", "family", "status", "median_ms", "rel_error", "tolerance"]
     renderer.submit(_accuracy_png, rows[columns], path)
     return path
 
 
 def _accuracy_png(rows: pd.DataFrame, path: Path) -> None:
-    precisions = list(dict.fromkeys(rows["precision"]))
+    precisions = list(dict.fromkeys(rows["effective_precision"]))
     colours = family_colours(list(rows["family"]))
     fig, axes = _panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
                         ("median time (ms)", "relative L2 error vs float64"))
     for ax, precision in zip(axes, precisions):
-        _accuracy_axis(ax, rows[rows["precision"] == precision], colours)
+        _accuracy_axis(ax, rows[rows["effective_precision"] == precision], colours)
         ax.set_title(precision, fontsize=9)
     _family_legend(fig, colours, extra_wrong=True)
     _save(fig, path)

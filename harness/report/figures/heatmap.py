@@ -21,7 +21,7 @@ def heatmaps(df: pd.DataFrame, out: Path,
              renderer: Renderer = SERIAL) -> list[tuple[dict[str, Any], Path]]:
     """A figure per precision x layout x workspace limit x timing mode; directions side by side."""
     written = []
-    keys = ["precision", "layout", "workspace_limit", "timing_mode"]
+    keys = ["effective_precision", "layout", "workspace_limit", "timing_mode"]
     for values, part in df.groupby(keys, sort=False):
         path = out / f"heatmap_{slug(*values[:2], tables.fmt_limit(values[2]), values[3])}.png"
         renderer.submit(_heatmap_png, part[HEATMAP_COLUMNS], path)

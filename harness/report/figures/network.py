@@ -26,7 +26,7 @@ def _network_png(totals: pd.DataFrame, policies: list[str], path: Path) -> None:
     part = totals[totals["workspace_limit"] == limit]
     panels = list(part.groupby(["layout", "timing_mode"], sort=False))
     relative = len(policies) > 1 and "oracle" in policies
-    fig = _figure(max(6.0, 1.2 + 0.45 * len(policies) * part["precision"].nunique() * len(panels)),
+    fig = _figure(max(6.0, 1.2 + 0.45 * len(policies) * part["effective_precision"].nunique() * len(panels)),
                   3.8)
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     for ax, ((layout, mode), rows) in zip(axes, panels):
@@ -58,7 +58,7 @@ def _network_axis(ax: Any, rows: pd.DataFrame, policies: list[str], relative: bo
             ax.bar_label(bars, [f"{v:.2f}" if v == v else "" for v in total], fontsize=6.5,
                          padding=1)
     labels = [f"{p}\noracle {tables.fmt_ms(t)} ms" if relative else p
-              for p, t in zip(rows["precision"], rows["total_oracle"])]
+              for p, t in zip(rows["effective_precision"], rows["total_oracle"])]
     ax.set_xticks(x, labels, fontsize=8)
     if relative:
         ax.axhline(1.0, color="black", linewidth=0.8)

@@ -15,24 +15,24 @@ from harness.report.figures.common import (family_colours, _family_legend, _log_
 def roofline_figure(df: pd.DataFrame, peaks: dict[str, float], out: Path,
                     renderer: Renderer = SERIAL) -> Path | None:
     rows = analysis.verified(df)
-    rows = rows[rows["arithmetic_intensity"].notna() & rows["precision"].isin(list(peaks))]
+    rows = rows[rows["arithmetic_intensity"].notna() & rows["effective_precision"].isin(list(peaks))]
     if rows.empty:
         return None
     path = out / "roofline.png"
-    columns = ["precision", "family", "arithmetic_intensity", "achieved_tflops", "flops",
+    columns = ["effective_precision", "family", "arithmetic_intensity", "achieved_tflops", "flops",
                "median_ms"]
     renderer.submit(_roofline_png, rows[columns], peaks, path)
     return path
 
 
 def _roofline_png(rows: pd.DataFrame, peaks: dict[str, float], path: Path) -> None:
-    precisions = list(dict.fromkeys(rows["precision"]))
+    precisions = list(dict.fromkeys(rows["effective_precision"]))
     colours = family_colours(list(rows["family"]))
     fig, axes = _panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
                         ("arithmetic intensity (FLOP / byte of compulsory traffic)",
                          "achieved TFLOP/s"))
     for ax, precision in zip(axes, precisions):
-        part = rows[rows["precision"] == precision]
+        part = rows[rows["effective_precision"] == precision]
         _roofline_axis(ax, part, peaks[precision], peaks.get("bandwidth_gbps"), colours)
         ax.set_title(f"{precision} (peak {peaks[precision]:.4g} TFLOP/s)", fontsize=9)
     _family_legend(fig, colours)

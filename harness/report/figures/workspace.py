@@ -12,7 +12,8 @@ from harness.report.figures.heatmap import display_names
 from harness.report.figures.common import (_log_axes, _panels, Renderer, _save, SERIAL, slug,
                                            _tidy_ticks)
 
-PARETO_KEYS = ["layer_label", "direction", "precision", "layout", "timing_mode"]
+# A Pareto front trades workspace for time: every key of the point but the workspace limit.
+PARETO_KEYS = [k for k in analysis.LABELLED_KEYS if k != "workspace_limit"]
 
 
 def pareto_figures(df: pd.DataFrame, out: Path,
@@ -20,7 +21,7 @@ def pareto_figures(df: pd.DataFrame, out: Path,
     """Per precision x layout x mode: a small panel per layer, time against workspace, with the
     front of each direction drawn as a staircase."""
     written = []
-    keys = ["precision", "layout", "timing_mode"]
+    keys = ["effective_precision", "layout", "timing_mode"]
     colours = _direction_colours(df)
     columns = ["layer_label", "direction", "workspace_bytes", "median_ms"]
     ok = analysis.verified(df)
@@ -107,11 +108,11 @@ def workspace_totals_figure(totals: pd.DataFrame, out: Path,
 
 
 def _workspace_totals_png(totals: pd.DataFrame, path: Path) -> None:
-    precisions = list(dict.fromkeys(totals["precision"]))
+    precisions = list(dict.fromkeys(totals["effective_precision"]))
     fig, axes = _panels(len(precisions), min(5, len(precisions)), (2.4, 2.2),
                         ("workspace limit", "network total (ms, Σ best × multiplicity)"))
     for ax, precision in zip(axes, precisions):
-        part = totals[totals["precision"] == precision]
+        part = totals[totals["effective_precision"] == precision]
         limits = list(dict.fromkeys(part["workspace_limit"]))
         for (layout, mode), line in part.groupby(["layout", "timing_mode"], sort=False):
             x = [limits.index(v) for v in line["workspace_limit"]]

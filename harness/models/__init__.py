@@ -1,0 +1,108 @@
+"""Layer shapes read from a real model, written as a suite file `convbench run` takes.
+
+A SOURCE names a model: `torchvision:NAME`, `timm:NAME`, `module.path:callable` (a user's own
+`nn.Module`) or a path to an `.onnx` file. Capturing it (torch_models.py, onnx_models.py) gives
+every 2-D convolution in network order, at the input size it really sees there, plus a count of the
+convolutions convbench cannot run (1-D, 3-D, transposed, quantized), which are listed, never
+dropped silently. Identical shapes are then merged into one layer with a multiplicity, named by
+the module path of the first (`layer1.0.conv2*3`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from harness.problem import ConvProblem
+
+# The input a model gets when the user gives none and the model does not say (torchvision's
+# classification models all take 3x224x224).
+DEFAULT_INPUT = (3, 224, 224)
+DEFAULT_BATCH = 32
+
+
+class ModelError(ValueError):
+    """A model that cannot be imported; the one-line message names the value and why."""
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What one capture of a model found, before merging.
+
+    convs: each 2-D convolution in network order as a ConvProblem whose `name` is its module
+      path (e.g. "layer1.0.conv2"; ONNX: the node name, else "conv<index>") and multiplicity 1;
+      the batch is whatever the capture used (import_model sets the one asked for).
+    skipped: convolutions convbench cannot run, by kind ("Conv3d", "ConvTranspose2d", ...) -> count.
+    method: how the shapes were found ("torch.export", "forward hooks", "onnx shape inference").
+    """
+    convs: tuple[ConvProblem, ...]
+    skipped: dict[str, int] = field(default_factory=dict)
+    method: str = ""
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    name: str                     # suite name: letters, digits, _ - .
+    source: str                   # what the user typed
+    batch: int
+    layers: tuple[ConvProblem, ...]   # merged: unique shapes with multiplicity, network order
+    convs: int                    # 2-D convolutions found, before merging
+    skipped: dict[str, int]
+    method: str
+
+
+def import_model(source: str, batch: int = DEFAULT_BATCH,
+                 input_chw: tuple[int, int, int] | None = None,
+                 name: str | None = None) -> ImportedModel:
+    """Capture `source` and merge its convolutions; ModelError on bad input."""
+    capture = _capture(source, input_chw)
+    if not capture.convs:
+        skipped = f" (only {_skipped_text(capture.skipped)})" if capture.skipped else ""
+        raise ModelError(f"{source}: the model has no 2-D convolution{skipped}")
+    layers = merge(tuple(p.with_batch(batch) for p in capture.convs))
+    return ImportedModel(name or default_name(source), source, batch, layers,
+                         len(capture.convs), dict(capture.skipped), capture.method)
+
+
+def _capture(source: str, input_chw: tuple[int, int, int] | None) -> Capture:
+    if source.lower().endswith(".onnx") or Path(source).is_file():
+        from harness.models import onnx_models
+        return onnx_models.capture(Path(source), input_chw)
+    if ":" not in source:
+        raise ModelError(f"model {source!r}: expected torchvision:NAME, timm:NAME, "
+                         f"module.path:callable or a path to an .onnx file")
+    from harness.models import torch_models
+    return torch_models.capture(source, input_chw)
+
+
+def merge(convs: tuple[ConvProblem, ...]) -> tuple[ConvProblem, ...]:
+    """Identical shapes as one layer, in order of first appearance, counted by multiplicity and
+    named by the first one's path."""
+    firsts: dict[ConvProblem, ConvProblem] = {}
+    counts: dict[ConvProblem, int] = {}
+    for conv in convs:
+        shape = replace(conv, name="", multiplicity=1)
+        firsts.setdefault(shape, conv)
+        counts[shape] = counts.get(shape, 0) + conv.multiplicity
+    return tuple(replace(first, multiplicity=counts[shape]) for shape, first in firsts.items())
+
+
+def default_name(source: str) -> str:
+    """A suite name from a source: `torchvision:resnet50` -> resnet50, `my.pkg:build` -> build,
+    `models/net.onnx` -> net."""
+    stem = Path(source).stem if source.lower().endswith(".onnx") else source.rsplit(":", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_.-") or "model"
+
+
+def _skipped_text(skipped: dict[str, int]) -> str:
+    return ", ".join(f"{count} {kind}" for kind, count in sorted(skipped.items()))
+
+
+def parse_input(text: str) -> tuple[int, int, int]:
+    """`--input CxHxW` (e.g. 3x224x224) as three positive integers; ModelError otherwise."""
+    parts = text.lower().replace("*", "x").split("x")
+    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ModelError(f"--input {text!r}: expected CxHxW, three positive integers such as "
+                         f"3x224x224")
+    c, h, w = (int(p) for p in parts)
+    return c, h, w

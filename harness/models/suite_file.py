@@ -1,0 +1,63 @@
+"""An imported model as suite text (TOML) that `convbench run` takes, and back again."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from harness.models import ImportedModel
+from harness.problem import ConvProblem
+from harness.problem_text import parse_benchdnn, to_benchdnn
+
+# A training step runs every direction; the user narrows with --direction.
+DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
+
+
+def suite_text(model: ImportedModel, command: str = "") -> str:
+    """The suite file for `model`; its comments say where it came from and what was left out."""
+    total = sum(p.multiplicity for p in model.layers)
+    skipped = (", ".join(f"{n} {kind}" for kind, n in sorted(model.skipped.items()))
+               if model.skipped else "none")
+    header = [
+        f"# Imported from {model.source} ({model.method}) on "
+        f"{datetime.now(timezone.utc):%Y-%m-%d}" + (f" by `{command}`" if command else ""),
+        f"# {total} 2-D convolutions, {len(model.layers)} unique shapes; `*K` in a name counts "
+        f"how often the shape occurs (named by its first module).",
+        f"# Not imported (convbench runs 2-D convolutions only): {skipped}",
+        "",
+        f"name = {_string(model.name)}",
+        f"description = {_string(f'{model.name} from {model.source}: {len(model.layers)} unique conv shapes ({total} layers), batch {model.batch}')}",
+        "",
+        "layers = [",
+        *[f"  {_layer(p)}," for p in model.layers],
+        "]",
+        "",
+        "[sweep]",
+        f"batch = {model.batch}",
+        f"directions = {json.dumps(list(DIRECTIONS))}",
+    ]
+    return "\n".join(header) + "\n"
+
+
+def _layer(problem: ConvProblem) -> str:
+    """A benchdnn string when it says the whole shape, else an inline table of ConvProblem's
+    fields (benchdnn implies the end padding from the output size, which can lose it)."""
+    text = to_benchdnn(problem)
+    if _round_trips(text, problem):
+        return _string(text)
+    fields = {name: getattr(problem, name) for name in problem.__dataclass_fields__}
+    return "{ " + ", ".join(f"{k} = {_string(v) if isinstance(v, str) else v}"
+                            for k, v in fields.items()) + " }"
+
+
+def _round_trips(text: str, problem: ConvProblem) -> bool:
+    try:
+        return replace(parse_benchdnn(text), name=problem.name,
+                       multiplicity=problem.multiplicity) == problem
+    except ValueError:
+        return False
+
+
+def _string(value: str) -> str:
+    """A TOML basic string (JSON's escaping is valid TOML for these)."""
+    return json.dumps(value, ensure_ascii=False)
