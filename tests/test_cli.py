@@ -323,6 +323,25 @@ def test_progress_counts_planned_points_not_the_rows_they_expand_into(tmp_path, 
     assert all("/2" in line for line in progress)
 
 
+def test_a_cluster_run_has_one_bar_over_its_shards_with_per_worker_counts(monkeypatch):
+    """On a terminal the one bar advances by planned points and its text counts the shards each
+    worker finished; off a terminal (CI logs) each shard is a line."""
+    import io
+    from harness.cli import running
+
+    class _Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(running.sys, "stdout", _Terminal())
+    with running._progress(10) as progress:
+        progress.shard_done(1, 3, "tcp://a:1", 4, {"tcp://a:1": 1})
+        progress.shard_done(2, 3, "tcp://b:2", 4, {"tcp://a:1": 1, "tcp://b:2": 1})
+        task = progress._bar.tasks[0]
+        assert task.description == "shards 2/3 (tcp://a:1 1, tcp://b:2 1)"
+        assert task.total == 10
+
+
 def test_a_second_report_into_the_same_folder_is_refused_unless_forced(tmp_path, results_file,
                                                                        capsys):
     out = tmp_path / "rep"

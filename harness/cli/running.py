@@ -65,17 +65,17 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     _say(f"writing {output.path}")
     interrupted = False
     try:
-        with _progress(len(todo)) as advance:
+        with _progress(len(todo)) as progress:
             def on_result(m, measured_on: dict[str, Any] = env,
                           finished_at: str | None = None) -> None:
                 stamp = finished_at or store.finished_now()
                 writer.append(store.to_row(m, run_id, sweep.name, measured_on, stamp))
-                advance(m)
+                progress.advance(m)
             try:
                 if cluster is None:
                     runner.run_points(todo, on_result, seed=seed)
                 else:
-                    _measure_on_cluster(cluster, todo, on_result, seed)
+                    _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done)
             except KeyboardInterrupt:
                 interrupted = True
     except BaseException:
@@ -87,10 +87,11 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     return (df[df["run_id"] == run_id] if len(df) else df), interrupted
 
 
-def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int) -> None:
+def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int,
+                        shard_done: Callable[..., None]) -> None:
     """Shards go out largest first; each finished shard's rows are written with the
     environment of the worker that measured them and the time each point finished there (not
-    when the shard came back), and a line counts shards per worker."""
+    when the shard came back), and the progress counts shards per worker."""
     from collections import Counter
     from harness import runner
     shards = runner.shards(points)
@@ -107,9 +108,7 @@ def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: i
             else:                                 # nothing seen yet: the client's machine
                 on_result(m, finished_at=finished_at)
         per_worker[shard.worker] += 1
-        counts = ", ".join(f"{name} {n}" for name, n in sorted(per_worker.items()))
-        _say(f"shard {number}/{len(shards)} done on worker {shard.worker} "
-             f"({len(shard.measurements)} rows; shards per worker: {counts})")
+        shard_done(number, len(shards), shard.worker, len(shard.measurements), per_worker)
 
 
 def _cluster(args: argparse.Namespace, points):
@@ -260,28 +259,31 @@ def _with_roofline(df):
 class _progress:
     """A rich progress bar on a terminal, one plain line per row otherwise. It counts planned
     points, not rows: an expanding algorithm (every graph-API plan) turns one planned point
-    into many rows, and "[4482/960]" helps nobody."""
+    into many rows, and "[4482/960]" helps nobody. A cluster run's bar also says how many shards
+    each worker finished (the one bar over all shards); off a terminal that is a line a shard."""
 
     def __init__(self, total: int):
         self.total = total
         self.rows = 0
         self._points: set[str] = set()
         self._bar = None
+        self._shards = ""
 
-    def __enter__(self) -> Callable[[Any], None]:
+    def __enter__(self) -> "_progress":
         if sys.stdout.isatty():
             from rich.progress import Progress
             self._bar = Progress(transient=True)
             self._bar.start()
             self._task = self._bar.add_task("measuring", total=self.total)
-        return self.advance
+        return self
 
     def advance(self, m) -> None:
         self.rows += 1
         self._points.add(m.planned_point_id or m.point.point_id)
         done = len(self._points)
         if self._bar is not None:
-            self._bar.update(self._task, completed=done, description=m.point.problem.label[:40])
+            self._bar.update(self._task, completed=done,
+                             description=self._shards or m.point.problem.label[:40])
             return
         p = m.point
         timing = f" {m.median_ms:.4g} ms" if m.median_ms is not None else ""
@@ -289,6 +291,16 @@ class _progress:
         rows = f", row {self.rows}" if self.rows != done else ""
         _say(f"[{done}/{self.total}{rows}] {p.problem.label} {p.direction} {p.precision} "
              f"{p.layout} {p.backend}:{p.algorithm}: {m.status}{timing}{detail}")
+
+    def shard_done(self, number: int, total: int, worker: str, rows: int,
+                   per_worker: dict[str, int]) -> None:
+        counts = ", ".join(f"{name} {n}" for name, n in sorted(per_worker.items()))
+        if self._bar is None:
+            _say(f"shard {number}/{total} done on worker {worker} ({rows} rows; shards per "
+                 f"worker: {counts})")
+            return
+        self._shards = f"shards {number}/{total} ({counts})"
+        self._bar.update(self._task, description=self._shards)
 
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
@@ -329,8 +341,9 @@ def _print_step_totals(df) -> None:
         return
     from harness.sweep import DIRECTIONS
     directions = " + ".join(d for d in DIRECTIONS if d in set(df["direction"].astype(str)))
-    _say(f"\nnetwork time per pass ({directions}; each layer x its multiplicity), best "
-         f"verified per layer against each policy:")
+    layers = df[["layer", "descriptor"]].drop_duplicates().shape[0]
+    _say(f"\nnetwork time per pass over the {layers} layers measured ({directions}; each layer x "
+         f"its multiplicity), best verified per layer against each policy:")
     shown = totals.assign(limit=totals["workspace_limit"].map(_format_limit),
                           best_ms=totals.apply(lambda r: _total(r, "oracle"), axis=1))
     columns = ["batch", "effective_precision", "layout", "limit", "best_ms"]
