@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Callable
 
-from harness import backends, memory, precision, reference
+from harness import backends, contention, memory, precision, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
@@ -136,10 +136,13 @@ class PointExecutor:
             return Measurement(p, Status.WORKSPACE_EXCEEDED,
                                f"needs {needed} bytes of workspace, limit is {p.workspace_limit}",
                                extras=extras, **{**common, "effective_precision": None})
-        reason = ""
+        notes = []
         if common["effective_precision"] != p.precision:
-            reason = (f"asked for {p.precision}, delivers {common['effective_precision']} "
-                      f"accuracy (relative L2 error {common['rel_error']:.3g})")
+            notes.append(f"asked for {p.precision}, delivers {common['effective_precision']} "
+                         f"accuracy (relative L2 error {common['rel_error']:.3g})")
+        if timing.contention:
+            notes.append(timing.contention)
+        reason = "; ".join(notes)
         return Measurement(p, Status.OK, reason, samples_ms=timing.samples_ms,
                            stop_reason=timing.stop_reason, host_ms=timing.host_ms,
                            extras=extras, **common)
@@ -152,7 +155,7 @@ class PointExecutor:
         flush = self._flusher(prepared.device) if options.mode == "cold" else None
         if prepared.device == "cuda":
             return replace(_time_gpu(prepared, options, flush), sm_clock_mhz=_sm_clock())
-        return time_cpu(prepared.launch, options, flush)
+        return _time_cpu_alone(prepared, options, flush)
 
     def _flusher(self, device: str) -> Callable[[], None]:
         if device not in self._flushers:
@@ -207,6 +210,22 @@ def _time_gpu(prepared: Prepared, options, flush) -> Timing:
     return replace(timing, gpu_timer="held_stream", capture_error=capture_error)
 
 
+def _time_cpu_alone(prepared: Prepared, options, flush) -> Timing:
+    """A CPU point timed, and timed once more (same prepared object) when the first timing
+    shared the cores with other work (harness/contention.py). The row keeps the second timing;
+    if that shared them too, it says so (`contended`, and why in its reason) and `compare`
+    never calls it SLOWER or FASTER. One retry: on a machine that stays busy, more cost time
+    and would not give a clean number."""
+    first = time_cpu(prepared.launch, options, flush)
+    if first.cpu_use is None or contention.shared_cores(first.cpu_use) is None:
+        return first
+    again = time_cpu(prepared.launch, options, flush)
+    why = contention.shared_cores(again.cpu_use, first.cpu_use)
+    if why is not None:
+        why += f"; re-measured once, the first timing: {contention.describe(first.cpu_use)}"
+    return replace(again, contention=why)
+
+
 def _sm_clock() -> tuple[int, int] | None:
     """SM clock read right after the timed batches, while the GPU is still busy-warm."""
     from harness.env import sm_clock_mhz
@@ -214,9 +233,13 @@ def _sm_clock() -> tuple[int, int] | None:
 
 
 def _timing_extras(timing: Timing) -> dict[str, Any]:
-    """A row's columns for how it was timed (GPU timers only). A clock under 90% of its maximum
-    flags the row as throttled (it is kept, never discarded)."""
+    """A row's columns for how it was timed. A clock under 90% of its maximum flags the row as
+    throttled, a CPU point that shared the cores as contended (either is kept, never
+    discarded)."""
     extras: dict[str, Any] = {}
+    if timing.cpu_use is not None:
+        extras.update(cpu_time_ratio=timing.cpu_use.ratio, load_avg=timing.cpu_use.load,
+                      contended=timing.contention is not None)
     if timing.capture_error is not None:
         extras["capture_error"] = timing.capture_error
     if timing.gpu_timer is not None:

@@ -84,6 +84,12 @@ EXTRA_COLUMNS: dict[str, str] = {
     "first_call_ms": "float64",          # host wall time of the first launch (cold start)
     # samples per worker process, in samples_ms order ("10 10"): harness/process_split.py
     "process_samples": "string",
+    # CPU points (harness/contention.py): process CPU time / wall time over the timed samples,
+    # the higher 1-minute load average read before and after them, and whether the point shared
+    # the cores with other work even when re-measured (the reason says how)
+    "cpu_time_ratio": "float64",
+    "load_avg": "float64",
+    "contended": "boolean",
 }
 
 ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from harness.contention import CpuUse, available_cores, load_average
 from harness.stats import relative_noise
 from harness.sweep import TimingOptions
 
@@ -29,6 +30,8 @@ class Timing:
     gpu_timer: str | None = None      # "cuda_graph" (graph replay) or "held_stream"
     capture_error: str | None = None  # why the calls could not be captured into a graph
     sm_clock_mhz: tuple[int, int] | None = None   # (current, max) right after the timed batches
+    cpu_use: CpuUse | None = None     # CPU timers: what the process got (harness/contention.py)
+    contention: str | None = None     # set by the executor: why the point shared the CPU
 
 
 # min_samples is a floor the regression verdicts depend on (runner.with_samples_floor), so the
@@ -69,24 +72,32 @@ class _StoppingRule:
 def time_cpu(launch: Callable[[], None], options: TimingOptions,
              flush: Callable[[], None] | None = None) -> Timing:
     """Time `launch` with perf_counter_ns; GC off while timing; `flush` (cold mode) runs untimed
-    before each sample."""
+    before each sample. Also reports the process CPU time over the samples and the load average
+    around them, from which the executor judges whether the point shared the cores."""
     for _ in range(options.warmup):
         launch()
     rule = _StoppingRule(options)
     samples: list[float] = []
+    cpu_ns = 0
+    load_before = load_average()
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         while (reason := rule.reason_to_stop(samples)) is None:
             if flush is not None:
                 flush()
+            # process CPU time brackets the sample from outside, so reading it costs the sample
+            # nothing; the flush stays out of both sums
+            cpu_start = time.process_time_ns()
             start = time.perf_counter_ns()
             launch()
             samples.append((time.perf_counter_ns() - start) / 1e6)
+            cpu_ns += time.process_time_ns() - cpu_start
     finally:
         if gc_was_enabled:
             gc.enable()
-    return Timing(tuple(samples), reason)
+    use = CpuUse(cpu_ns / 1e6, sum(samples), load_before, load_average(), available_cores())
+    return Timing(tuple(samples), reason, cpu_use=use)
 
 
 class CpuCacheFlusher:

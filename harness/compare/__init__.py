@@ -68,6 +68,10 @@ interval over rows cannot see, and 3% keeps that drift 3 sigma away from a false
 would leave ~2% of A/A comparisons of large suites failing. Where the machine drifts far more
 (the CI VM: up to 37% between two runs), the scatter floor is what holds.
 
+A CPU row that shared the cores with other work (`contended`, harness/contention.py) in either
+run is AMBIGUOUS, whatever its ratio, with how it shared them: its time measures the neighbours
+as much as the code. It is left out of the scatter and of the suite estimate too.
+
 `Comparison.fails(policy)` is what a regression check exits on (FAIL_ON): "slower" any SLOWER row
 or a SLOWER suite; "ambiguous" also any AMBIGUOUS or MISSING row or an AMBIGUOUS suite; "never".
 
@@ -118,8 +122,9 @@ def _judge_frames(base: pd.DataFrame, new: pd.DataFrame, options: CompareOptions
         raise EnvironmentMismatch(mismatches)
     base_pts, new_pts = _points(base), _points(new)
     matched = [pid for pid, p in base_pts.items() if p.samples.size and _has_samples(new_pts, pid)]
-    if scatter is _ESTIMATE:
-        scatter = _scatter(matched, base_pts, new_pts)
+    if scatter is _ESTIMATE:     # rows that shared the CPU would widen it for every row
+        quiet = [pid for pid in matched if not (base_pts[pid].contended or new_pts[pid].contended)]
+        scatter = _scatter(quiet, base_pts, new_pts)
     rows = dict(zip(matched, _judge_matched(matched, base_pts, new_pts, options, scatter)))
     for pid, point in base_pts.items():
         if point.samples.size and pid not in rows:

@@ -25,14 +25,15 @@ class _Point:
     status: str = Status.OK
     reason: str = ""
     process_medians: list[float] = field(default_factory=list)   # one per worker process
+    contended: str | None = None     # how an ok row shared the CPU (harness/contention.py)
 
 
 def _points(df: pd.DataFrame) -> dict[str, _Point]:
     """point_id -> _Point. A point measured in several runs (a folder of results) is judged on
     all its ok samples together."""
     points: dict[str, _Point] = {}
-    wanted = [c for c in ("point_id", "status", "reason", "samples_ms", "process_samples", *_META)
-              if c in df.columns]
+    wanted = [c for c in ("point_id", "status", "reason", "samples_ms", "process_samples",
+                          *_CONTENTION, *_META) if c in df.columns]
     for rec in df[wanted].to_dict("records"):     # only what is read: result files are wide
         pid = str(rec["point_id"])
         point = points.setdefault(pid, _Point(pid, _meta(rec), np.empty(0)))
@@ -42,6 +43,7 @@ def _points(df: pd.DataFrame) -> dict[str, _Point]:
             point.samples = np.concatenate([point.samples, samples])
             point.process_medians += [statistics.median(g) for g in process_groups(
                 samples.tolist(), _text(rec.get("process_samples")))]
+            point.contended = point.contended or _contention(rec)
         else:
             point.status = status
             point.reason = "no samples stored" if status == Status.OK else _text(rec.get("reason")) or ""
@@ -65,11 +67,27 @@ def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Poin
         verdict, reason = _verdict(ratio, slower_adj[i], faster_adj[i], threshold, options.alpha,
                                    (b.samples.size, n.samples.size), floor,
                                    _process_overlap(b, n, slower, threshold))
+        shared = _shared_cpu_reason(b, n, ratio)
+        if shared:
+            verdict, reason = Verdict.AMBIGUOUS, shared
         rows.append(RowResult(pid, verdict, reason, **b.meta, base_median_ms=base_med,
                               new_median_ms=new_med, ratio=ratio, p_value=float(p),
                               adjusted_p=float(adj), threshold=threshold,
-                              n_base=b.samples.size, n_new=n.samples.size))
+                              n_base=b.samples.size, n_new=n.samples.size,
+                              contended=bool(shared)))
     return rows
+
+
+def _shared_cpu_reason(base: _Point, new: _Point, ratio: float) -> str | None:
+    """Why a row whose CPU timing shared the cores, in either run, can be no verdict but
+    AMBIGUOUS: its time measures the neighbours as much as the code (270 ms instead of 11 ms
+    once), so neither SLOWER nor FASTER nor SAME would mean anything."""
+    sides = [f"{label} run {point.contended}" for label, point in (("base", base), ("new", new))
+             if point.contended]
+    if not sides:
+        return None
+    return (f"{ratio - 1.0:+.1%}, but the {' and the '.join(sides)}: re-measure on a quiet "
+            "machine")
 
 
 def _process_overlap(base: _Point, new: _Point, slower: bool, threshold: float) -> str | None:
@@ -147,6 +165,27 @@ def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
     if again.verdict is Verdict.SLOWER:
         return replace(again, reason=f"confirmed: {again.reason} ({before})")
     return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
+
+
+_CONTENTION = ("contended", "cpu_time_ratio", "load_avg")
+
+
+def _contention(rec: dict[str, Any]) -> str | None:
+    """"shared the CPU (load 3.1, CPU/wall 0.48)" for a row marked contended, else None (rows
+    of older files, GPU rows and rows that had the cores to themselves)."""
+    flag = rec.get("contended")
+    if _text(flag) is None or not bool(flag):      # None, NA or NaN: not measured
+        return None
+    load, ratio = _number(rec.get("load_avg")), _number(rec.get("cpu_time_ratio"))
+    details = ", ".join(text for text in (
+        None if load is None else f"load {load:.1f}",
+        None if ratio is None else f"CPU/wall {ratio:.2f}") if text)
+    return "shared the CPU" + (f" ({details})" if details else "")
+
+
+def _number(value: Any) -> float | None:
+    text = _text(value)
+    return None if text is None else float(text)
 
 
 _META = ("suite", "layer", "batch", "direction", "precision", "layout", "backend", "algorithm",

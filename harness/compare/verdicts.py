@@ -95,6 +95,7 @@ class RowResult:
     threshold: float | None = None
     n_base: int = 0
     n_new: int = 0
+    contended: bool = False             # a CPU timing shared the cores in either run: AMBIGUOUS
 
     @property
     def effect(self) -> float | None:
@@ -249,8 +250,10 @@ def judge_suite(rows: Sequence[RowResult], options: CompareOptions,
     run-to-run scatter (None: no floor)."""
     ratios = _matched_ratios(rows)
     t, confidence = options.suite_threshold, options.suite_confidence
-    left_out = sum(r.verdict in MATCHED for r in rows) - len(ratios)
+    contended = sum(r.verdict in MATCHED and r.contended for r in rows)
+    left_out = sum(r.verdict in MATCHED for r in rows) - len(ratios) - contended
     note = f"; {left_out} rows with a zero median left out" if left_out else ""
+    note += f"; {contended} rows that shared the CPU left out" if contended else ""
     interval = stats.geomean_interval(ratios, confidence)
     if interval is None:
         reason = (f"only {len(ratios)} matched rows, a suite interval needs {stats.MIN_ROWS}: "
@@ -292,8 +295,10 @@ def _floor_text(floor: float) -> str:
 
 
 def _matched_ratios(rows: Iterable[RowResult]) -> list[float]:
-    return [r.ratio for r in rows
-            if r.verdict in MATCHED and r.ratio is not None and 0 < r.ratio < math.inf]
+    """The ratios the suite estimate is made of: matched rows with a finite positive ratio,
+    except those whose CPU timing shared the cores (they measure the neighbours)."""
+    return [r.ratio for r in rows if r.verdict in MATCHED and not r.contended
+            and r.ratio is not None and 0 < r.ratio < math.inf]
 
 
 def _confirmed_suite(first: SuiteVerdict, again: SuiteVerdict) -> SuiteVerdict:
