@@ -131,6 +131,30 @@ def test_small_blocks_and_alternate_paths(problem: ConvProblem, monkeypatch) -> 
         _check_all(problem, seed=7)
 
 
+# im2col's stride-1 bwd_data: a forward correlation of dy padded by dilation*(k-1) - pad, which
+# is a crop where a pad exceeds the dilated kernel's reach (pad_top=5 and pad_right=3 below).
+TRANSPOSED_PROBLEMS = [
+    ConvProblem(2, 6, 10, 11, 6, 3, 2, pad_top=5, pad_left=0, pad_bottom=1, pad_right=3,
+                dilation_h=2, groups=6),  # depthwise
+    ConvProblem(2, 6, 9, 12, 9, 2, 3, pad_top=0, pad_left=3, pad_bottom=2, pad_right=1,
+                dilation_h=3, dilation_w=2, groups=3),
+    ConvProblem(1, 3, 7, 9, 5, 1, 3, pad_top=1, pad_left=2, pad_bottom=0, pad_right=1),
+]  # (a 1x1 kernel keeps col2im, one add: im2col.bwd_data says why)
+
+
+def _no_col2im(*args, **kwargs):
+    raise AssertionError("stride-1 bwd_data fell back to col2im")
+
+
+@pytest.mark.parametrize("waste", [1.1, 100.0])  # per-tap windows / flat column matrix
+@pytest.mark.parametrize("problem", TRANSPOSED_PROBLEMS, ids=lambda p: p.short_shape)
+def test_im2col_stride_1_bwd_data_is_a_forward_correlation(problem: ConvProblem, waste: float,
+                                                           monkeypatch) -> None:
+    monkeypatch.setattr(im2col, "WIDE_MAX_WASTE", waste)
+    monkeypatch.setattr(im2col, "_col2im", _no_col2im)
+    _check_all(problem, seed=3, names=["im2col"])
+
+
 def test_larger_channel_counts_within_tolerance() -> None:
     """Errors at realistic reduction lengths (C*R*S = 576), where fp32 rounding has room to grow."""
     _check_all(ConvProblem(2, 64, 10, 10, 32, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
