@@ -177,3 +177,12 @@ def network_totals(df: pd.DataFrame, names: Iterable[str],
         out[f"total_{policy}"] = totals["total"]
         out[f"missing_{policy}"] = totals["missing"]
     return out.reset_index()
+
+
+def saving(totals_row: pd.Series, policy: str) -> tuple[float, float] | None:
+    """What the oracle saves over `policy` in one row of network_totals(): (ms, % of the
+    policy's total); None where either total misses points (a partial total would flatter it)."""
+    if totals_row["missing_oracle"] or totals_row[f"missing_{policy}"]:
+        return None
+    best, theirs = totals_row[f"total_{ORACLE}"], totals_row[f"total_{policy}"]
+    return theirs - best, 100.0 * (theirs - best) / theirs

@@ -16,11 +16,20 @@ def _imported(args: argparse.Namespace):
                                input_chw=chw, name=args.name)
 
 
+def _write_output(args: argparse.Namespace, text: str) -> Path:
+    """-o: a file the user may have made is replaced only with --force."""
+    path = Path(args.output)
+    if path.exists() and not args.force:
+        raise UserError(f"-o {path}: the file exists; pass --force to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def _summary(model) -> str:
-    skipped = (", ".join(f"{n} {kind}" for kind, n in sorted(model.skipped.items()))
-               if model.skipped else "none")
+    from harness.models import skipped_text
     return (f"{model.source}: {model.convs} 2-D convolutions, {len(model.layers)} unique shapes "
-            f"({model.method}); not imported: {skipped}")
+            f"({model.method}); not imported: {skipped_text(model.skipped)}")
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -31,11 +40,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         _warn(_summary(model))
         return EXIT_OK
-    path = Path(args.output)
-    if path.exists() and not args.force:
-        raise UserError(f"-o {path}: the file exists; pass --force to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    path = _write_output(args, text)
     _say(f"{_summary(model)}\nwrote {path}: `convbench run {path}` measures it")
     return EXIT_OK
 
@@ -79,10 +84,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return EXIT_OK
-    path = Path(args.output)
-    if path.exists() and not args.force:
-        raise UserError(f"-o {path}: the file exists; pass --force to replace it")
-    path.write_text(text, encoding="utf-8")
+    path = _write_output(args, text)
     found = sum(1 for layer in document["layers"] for d in layer["directions"].values() if d)
     _say(f"wrote {path}: {len(document['layers'])} layers, {found} layer-directions with a "
          f"verified algorithm")

@@ -363,11 +363,9 @@ def _total(row, name: str) -> str:
 
 
 def _saving(row, name: str) -> str:
-    """What the best saves over the policy, where both totals cover every point."""
-    if row["missing_oracle"] or row[f"missing_{name}"]:
-        return "-"
-    best, theirs = row["total_oracle"], row[f"total_{name}"]
-    return f"{theirs - best:.4g} ms ({100 * (theirs - best) / theirs:.1f}%)"
+    from harness.analysis import policies
+    saved = policies.saving(row, name)
+    return "-" if saved is None else f"{saved[0]:.4g} ms ({saved[1]:.1f}%)"
 
 
 def _format_limit(value: int) -> str:

@@ -57,7 +57,7 @@ def import_model(source: str, batch: int = DEFAULT_BATCH,
     """Capture `source` and merge its convolutions; ModelError on bad input."""
     capture = _capture(source, input_chw)
     if not capture.convs:
-        skipped = f" (only {_skipped_text(capture.skipped)})" if capture.skipped else ""
+        skipped = f" (only {skipped_text(capture.skipped)})" if capture.skipped else ""
         raise ModelError(f"{source}: the model has no 2-D convolution{skipped}")
     layers = merge(tuple(p.with_batch(batch) for p in capture.convs))
     return ImportedModel(name or default_name(source), source, batch, layers,
@@ -94,8 +94,10 @@ def default_name(source: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_.-") or "model"
 
 
-def _skipped_text(skipped: dict[str, int]) -> str:
-    return ", ".join(f"{count} {kind}" for kind, count in sorted(skipped.items()))
+def skipped_text(skipped: dict[str, int]) -> str:
+    """"2 Conv3d, 1 ConvTranspose2d", or "none": what an import left out, said the same way in
+    the suite file and the command's output."""
+    return ", ".join(f"{count} {kind}" for kind, count in sorted(skipped.items())) or "none"
 
 
 def parse_input(text: str) -> tuple[int, int, int]:

@@ -5,7 +5,7 @@ import json
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from harness.models import ImportedModel
+from harness.models import ImportedModel, skipped_text
 from harness.problem import ConvProblem
 from harness.problem_text import parse_benchdnn, to_benchdnn
 
@@ -16,14 +16,12 @@ DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 def suite_text(model: ImportedModel, command: str = "") -> str:
     """The suite file for `model`; its comments say where it came from and what was left out."""
     total = sum(p.multiplicity for p in model.layers)
-    skipped = (", ".join(f"{n} {kind}" for kind, n in sorted(model.skipped.items()))
-               if model.skipped else "none")
     header = [
         f"# Imported from {model.source} ({model.method}) on "
         f"{datetime.now(timezone.utc):%Y-%m-%d}" + (f" by `{command}`" if command else ""),
         f"# {total} 2-D convolutions, {len(model.layers)} unique shapes; `*K` in a name counts "
         f"how often the shape occurs (named by its first module).",
-        f"# Not imported (convbench runs 2-D convolutions only): {skipped}",
+        f"# Not imported (convbench runs 2-D convolutions only): {skipped_text(model.skipped)}",
         "",
         f"name = {_string(model.name)}",
         f"description = {_string(f'{model.name} from {model.source}: {len(model.layers)} unique conv shapes ({total} layers), batch {model.batch}')}",

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from harness.analysis import policies
 from harness.measurement import Status
 from harness.report import analysis
 from harness.report.document import Block, Fold, Table
@@ -176,11 +177,11 @@ def network_table(totals: pd.DataFrame, policies: list[str], title: str = "") ->
 
 def _policy_ratio(r: pd.Series, policy: str) -> str:
     """Only where both totals cover every point: a partial total would flatter the policy."""
-    if r[f"missing_{policy}"] or r["missing_oracle"]:
+    saved = policies.saving(r, policy)
+    if saved is None:
         return DASH
-    theirs, best = r[f"total_{policy}"], r["total_oracle"]
-    return (f"{fmt_ratio(theirs / best)} ({fmt_ms(theirs - best)} ms, "
-            f"{100 * (theirs - best) / theirs:.1f}%)")
+    return (f"{fmt_ratio(r[f'total_{policy}'] / r['total_oracle'])} ({fmt_ms(saved[0])} ms, "
+            f"{saved[1]:.1f}%)")
 
 
 # ---- 7. environment and method --------------------------------------------------------------------
