@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 import traceback
 from collections import OrderedDict
-from dataclasses import replace
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, Callable, Iterable, Iterator
 
 from harness import backends, contention, memory, precision, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
@@ -24,6 +25,20 @@ from harness.measurement import Measurement, Status
 from harness.reference import ProblemData
 from harness.sweep import Point
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A part of a group measured in one go: `variant` names the expanding algorithm's concrete
+    variant it is (None for a plain algorithm, or rows that say why there are no variants)."""
+    variant: str | None
+    measure: Callable[[], list[Measurement]]
+
+
+def _rows_of(rows: Iterable[Measurement]) -> Unit:
+    """A unit whose rows are already known (they say why nothing was measured)."""
+    known = list(rows)
+    return Unit(None, lambda: known)
 
 
 def _loosest(points: list[Point]) -> Point:
@@ -51,36 +66,51 @@ class PointExecutor:
         return self.measure([point])[0]
 
     def measure(self, group: list[Point]) -> list[Measurement]:
+        return [row for unit in self.units(group) for row in unit.measure()]
+
+    def units(self, group: list[Point], skip: frozenset[str] = frozenset()) -> Iterator[Unit]:
+        """The group's rows in units measured one after another: one unit for a plain algorithm;
+        for an expanding one (e.g. every graph-API execution plan) one per concrete variant it
+        names for this problem, each measured like an algorithm of its own, its rows remembering
+        the planned point they came from (so --resume can skip it). Variants named in `skip` are
+        left out: the worker process (harness.worker) measures the rest of a group in a fresh
+        process after one variant hung or took the process down."""
         point = _loosest(group)
         backend = backends.get(point.backend)
         algo = backend.algorithm(point.algorithm)
         # Buffers that cannot fit are known before allocating: a row, not a MemoryError.
         reason = algo.supports(point) or memory.refusal(point, backend.device)
         if reason:
-            return [Measurement(p, Status.UNSUPPORTED, reason, algo.family) for p in group]
-        if algo.expands:
-            return self._measure_variants(group, point, algo)
-        return self._measure_supported(group, point, algo)
+            yield _rows_of(Measurement(p, Status.UNSUPPORTED, reason, algo.family) for p in group)
+        elif not algo.expands:
+            yield Unit(None, lambda: self._measure_supported(group, point, algo))
+        else:
+            yield from self._variant_units(group, point, algo, skip)
 
-    def _measure_variants(self, group: list[Point], point: Point,
-                          algo: Algorithm) -> list[Measurement]:
-        """An expanding algorithm (e.g. every graph-API execution plan) names its concrete
-        variants for this problem; each is measured like an algorithm of its own, and every row
-        remembers the planned point it came from (so --resume can skip it)."""
+    def _variant_units(self, group: list[Point], point: Point, algo: Algorithm,
+                       skip: frozenset[str]) -> Iterator[Unit]:
         try:
             variants = algo.variants(point, self._cached_data(point))
         except Unsupported as err:
-            return [Measurement(p, Status.UNSUPPORTED, str(err), algo.family) for p in group]
+            yield _rows_of(Measurement(p, Status.UNSUPPORTED, str(err), algo.family)
+                           for p in group)
+            return
         except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
-            return [_failed(p, algo, err) for p in group]
-        rows: list[Measurement] = []
+            yield _rows_of(_failed(p, algo, err) for p in group)
+            return
+        if not variants:
+            yield _rows_of(Measurement(p, Status.UNSUPPORTED, "the backend offered no variant",
+                                       algo.family) for p in group)
         for variant in variants:
-            members = [replace(p, algorithm=variant) for p in group]
-            measured = self._measure_supported(members, replace(point, algorithm=variant), algo)
-            rows += [replace(m, planned_point_id=planned.point_id)
-                     for m, planned in zip(measured, group)]
-        return rows or [Measurement(p, Status.UNSUPPORTED, "the backend offered no variant",
-                                    algo.family) for p in group]
+            if variant not in skip:
+                yield Unit(variant, partial(self._measure_variant, group, point, algo, variant))
+
+    def _measure_variant(self, group: list[Point], point: Point, algo: Algorithm,
+                         variant: str) -> list[Measurement]:
+        members = [replace(p, algorithm=variant) for p in group]
+        measured = self._measure_supported(members, replace(point, algorithm=variant), algo)
+        return [replace(m, planned_point_id=planned.point_id)
+                for m, planned in zip(measured, group)]
 
     def _measure_supported(self, group: list[Point], point: Point,
                            algo: Algorithm) -> list[Measurement]:

@@ -50,10 +50,11 @@ def merge(group: Sequence[Point], per_process: Sequence[Sequence[Measurement]]
           ) -> list[Measurement]:
     """One Measurement per row, in the first process's order (rows only a later process made, as
     an expanding algorithm can, follow), each on its point as planned (not the shared timing).
-    A planned point that crashed in any process is that crash's rows alone: its other rows were
-    measured by fewer processes than asked."""
+    A planned point that crashed as a whole in any process is that crash's rows alone: its other
+    rows were measured by fewer processes than asked. One plan's crash is that plan's row."""
     planned = {p.point_id: p for p in group}
-    crashed = {_planned_id(m) for ms in per_process for m in ms if m.status == Status.CRASHED}
+    # A planned point's own crash row (not one plan's) means its plans were not all measured.
+    crashed = {m.point.point_id for ms in per_process for m in ms if m.status == Status.CRASHED}
     by_id: dict[str, list[Measurement]] = {}
     for measurements in per_process:
         for m in measurements:

@@ -141,7 +141,7 @@ class Measurer:
         measured: list[list[Measurement]] = []
         # One process after another, never at once: they share the GPU being timed.
         for pool in self._pools(group[0].timing.gpu_processes):
-            measured.append(pool.measure(shared))
+            measured.append(pool.measure(shared, skip=_crashed_variants(measured)))
             if all(m.status == Status.CRASHED for m in measured[-1]):
                 break   # the next would crash (or hang) the same way: the rows are crashes
         return process_split.merge(group, measured)
@@ -156,6 +156,14 @@ class Measurer:
         for pool in self._remotes:
             pool.close()
         self._remotes = []
+
+
+def _crashed_variants(measured: list[list[Measurement]]) -> frozenset[str]:
+    """Plans that hung or crashed in an earlier process: the next would only wait out the same
+    cap (process_split.merge keeps the crash as the plan's row)."""
+    return frozenset(m.point.algorithm for rows in measured for m in rows
+                     if m.status == Status.CRASHED and m.planned_point_id not in
+                     (None, m.point.point_id))
 
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],

@@ -1,47 +1,51 @@
 """GPU points run in a worker process. An illegal address or launch failure poisons the CUDA
 context for good (the executor makes such a point `crashed`, see backends.base.context_lost), and
-a driver fault can kill the process: either way the point is `crashed` with the error text, the
-worker is replaced, and the sweep goes on."""
+a driver fault can kill the process, and a graph-API plan can hang: either way the point (of an
+expanding algorithm, the one plan) is `crashed` with the reason, the worker is replaced, the
+group's other plans are measured in the fresh one, and the sweep goes on."""
 from __future__ import annotations
 
 import multiprocessing as mp
 import sys
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness import backends
 from harness.measurement import Measurement, Status
 from harness.sweep import Point
 
-# A group that takes longer than this is declared hung; the worker is killed and replaced.
-GROUP_TIMEOUT_S = 600.0
+# A unit (one algorithm, or one plan of an expanding algorithm, over a point's workspace
+# limits) that takes longer than this is declared hung: the worker is killed, the unit becomes a
+# `crashed` row naming the cap, and the group's other plans are measured in a fresh process.
+# Far above any unit that returns: on an H100 the slowest of 12 efficientnet_b0 depthwise
+# bwd_data plans took 8.5 s, and the 13th did not return in 140 s (benchmarks/stall_plans.py).
+UNIT_TIMEOUT_S = 120.0
 
 
-def _lost_context(measurements: list[Measurement]) -> Measurement | None:
-    """The first row whose point took the CUDA context down, if any."""
-    return next((m for m in measurements if m.status == Status.CRASHED), None)
+def _lost_context(measurements: list[Measurement]) -> bool:
+    return any(m.status == Status.CRASHED for m in measurements)
 
 
 def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
+    """Measures groups unit by unit, saying which unit it starts before it starts it, so the
+    pool knows what hung or took the process down."""
     from harness import backends
     from harness.executor import PointExecutor
     backends.register_all(registry)
     executor = PointExecutor(seed)
     while True:
-        group = connection.recv()
-        if group is None:
+        message = connection.recv()
+        if message is None:
             return
-        results = executor.measure(group)
-        lost = _lost_context(results)
-        if lost is not None:
-            # The rows after it ran on a dead context: the whole group is reported as the crash.
-            # planned_point_id kept: --resume and the progress count go by planned points
-            results = [Measurement(m.point, Status.CRASHED, lost.reason, m.family,
-                                   planned_point_id=m.planned_point_id)
-                       for m in results]
-        connection.send(results)
+        group, skip = message
+        for unit in executor.units(group, skip):
+            connection.send(("start", unit.variant))
+            rows = unit.measure()
+            connection.send(("rows", rows))
+            if _lost_context(rows):
+                return  # the context is unusable: the pool goes on in a fresh process
+        connection.send(("done", None))
         _return_cached_memory()
-        if lost is not None:
-            return  # the context is unusable: let the pool start a fresh process
 
 
 # Cached, unused GPU memory a worker keeps for its next group; beyond it the pool's free blocks
@@ -59,11 +63,20 @@ def _return_cached_memory() -> None:
         pool.free_all_blocks()
 
 
-class WorkerPool:
-    """One worker process at a time, restarted whenever it dies."""
+@dataclass
+class _Stopped:
+    """Where a worker stopped before finishing its group: the variant it was on (None: a plain
+    algorithm, or before any variant started) and, unless its rows already say so, why."""
+    variant: str | None
+    reason: str | None
 
-    def __init__(self, seed: int = 0):
+
+class WorkerPool:
+    """One worker process at a time, restarted whenever it dies or hangs."""
+
+    def __init__(self, seed: int = 0, unit_timeout_s: float | None = None):
         self.seed = seed
+        self.unit_timeout_s = UNIT_TIMEOUT_S if unit_timeout_s is None else unit_timeout_s
         self._context = mp.get_context("spawn")
         self._process = None
         self._connection = None
@@ -76,22 +89,53 @@ class WorkerPool:
         child.close()
         self._connection = parent
 
-    def measure(self, group: list[Point]) -> list[Measurement]:
-        if self._process is None or not self._process.is_alive():
-            self._start()
-        try:
-            self._connection.send(group)
-            if not self._connection.poll(GROUP_TIMEOUT_S):
-                self._kill()
-                return _crashed(group, f"no result within {GROUP_TIMEOUT_S:.0f} s: worker killed")
-            results = self._connection.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            code = self._process.exitcode if self._process else None
+    def measure(self, group: list[Point], skip: frozenset[str] = frozenset()
+                ) -> list[Measurement]:
+        """Every row of `group` (variants in `skip` left out). A plan that hangs or takes the
+        process down costs that plan's rows, never the rows measured before it or the plans
+        after it: those are measured in a fresh process."""
+        rows: list[Measurement] = []
+        skip = set(skip)
+        while True:
+            if self._process is None or not self._process.is_alive():
+                self._start()
+            stopped = self._stream(group, skip, rows)
+            if stopped is None:
+                return rows
             self._kill()
-            return _crashed(group, f"worker process died (exit code {code})")
-        if any(m.status == Status.CRASHED for m in results):
-            self._kill()  # it is exiting on its own; do not hand it the next group
-        return results
+            if stopped.reason is not None:
+                rows += _crashed(group, stopped.reason, stopped.variant)
+            if stopped.variant is None:
+                return rows    # nothing to skip past: the group ends with its crash
+            skip.add(stopped.variant)
+
+    def _stream(self, group: list[Point], skip: set[str],
+                rows: list[Measurement]) -> _Stopped | None:
+        """Appends the worker's rows for `group` as its units finish, and each finished variant
+        to `skip`; None once the group is done."""
+        variant = None
+        try:
+            self._connection.send((group, frozenset(skip)))
+            while True:
+                if not self._connection.poll(self.unit_timeout_s):
+                    return _Stopped(variant, f"no result within {self.unit_timeout_s:.0f} s: "
+                                             "worker killed")
+                kind, payload = self._connection.recv()
+                if kind == "done":
+                    return None
+                if kind == "start":
+                    variant = payload
+                    continue
+                rows += payload
+                if _lost_context(payload):
+                    return _Stopped(variant, None)
+                if variant is not None:
+                    skip.add(variant)
+                variant = None     # between units: a stop now is the group's, not a plan's
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._process.join(timeout=10)    # the pipe closes before the exit code is known
+            return _Stopped(variant, f"worker process died (exit code "
+                                    f"{self._process.exitcode})")
 
     def _kill(self) -> None:
         if self._process is not None:
@@ -109,5 +153,10 @@ class WorkerPool:
         self._kill()
 
 
-def _crashed(group: list[Point], reason: str) -> list[Measurement]:
-    return [Measurement(p, Status.CRASHED, reason) for p in group]
+def _crashed(group: list[Point], reason: str, variant: str | None = None) -> list[Measurement]:
+    """Crash rows for the group's points, or for one variant of them (rows that remember their
+    planned point, as the variant's measured rows would)."""
+    if variant is None:
+        return [Measurement(p, Status.CRASHED, reason) for p in group]
+    return [Measurement(replace(p, algorithm=variant), Status.CRASHED, f"{variant}: {reason}",
+                        planned_point_id=p.point_id) for p in group]

@@ -251,20 +251,51 @@ class _QuotesAFault(FakeExact):
         return _FailsAtLaunch(super().prepare(point, data), _quotes_a_fault)
 
 
-class _LostOnSecondPlan(FakeExact):
-    """Expanding: its first plan measures fine, its second loses the CUDA context."""
+class _Hangs(FakeExact):
     backend = "faulty_gpu"
-    name = "plans"
+    name = "hangs"
+
+    def prepare(self, point, data):
+        time.sleep(3600)
+
+
+class _FaultOnSecondPlan(FakeExact):
+    """Expanding: its first and third plans measure fine, its second has the fault a subclass
+    plants in `faulty`."""
+    backend = "faulty_gpu"
     expands = True
 
     def variants(self, point, data):
-        return ["plan_ok", "plan_lost"]
+        return ["plan_ok", "plan_faulty", "plan_after"]
 
     def prepare(self, point, data):
         prepared = super().prepare(point, data)
-        if point.algorithm == "plan_lost":
-            return _FailsAtLaunch(prepared, _execution_failed)
-        return prepared
+        return self.faulty(prepared) if point.algorithm == "plan_faulty" else prepared
+
+
+class _LostOnSecondPlan(_FaultOnSecondPlan):
+    """The second plan loses the CUDA context."""
+    name = "plans"
+
+    def faulty(self, prepared):
+        return _FailsAtLaunch(prepared, _execution_failed)
+
+
+class _HangsOnSecondPlan(_FaultOnSecondPlan):
+    """The second plan never returns, as an efficientnet_b0 depthwise bwd_data graph plan did
+    on an H100 (benchmarks/stall_plans.py)."""
+    name = "hanging_plans"
+
+    def faulty(self, prepared):
+        time.sleep(3600)
+
+
+class _DiesOnSecondPlan(_FaultOnSecondPlan):
+    """The second plan takes the whole process down, as a driver fault can."""
+    name = "dying_plans"
+
+    def faulty(self, prepared):
+        os._exit(9)
 
 
 class FaultyGpuBackend(FakeBackend):
@@ -274,4 +305,5 @@ class FaultyGpuBackend(FakeBackend):
     device = "cuda"
 
     def algorithms(self):
-        return [_ContextLost(), _QuotesAFault(), _LostOnSecondPlan()]
+        return [_ContextLost(), _QuotesAFault(), _Hangs(), _LostOnSecondPlan(),
+                _HangsOnSecondPlan(), _DiesOnSecondPlan()]

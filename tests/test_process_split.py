@@ -180,12 +180,12 @@ def test_planted_fault_without_the_process_rule_the_jump_is_slower_again(monkeyp
 
 
 def test_a_group_that_crashes_one_process_is_not_sent_to_the_next(process_gpu, monkeypatch):
-    """A crash (or a hang, killed after the group timeout) would repeat in the next process:
+    """A crash (or a hang, killed after the unit timeout) would repeat in the next process:
     the rows are crashes either way, and a hung point must not cost the timeout twice."""
     from harness.worker import WorkerPool
     calls = []
 
-    def crash(self, group):
+    def crash(self, group, skip=frozenset()):
         calls.append(self)
         return [Measurement(p, "crashed", "worker process died (exit code -9)") for p in group]
     monkeypatch.setattr(WorkerPool, "measure", crash)

@@ -6,7 +6,9 @@ fault, an illegal address on a GPU, is tests/test_cudnn_gpu.py's."""
 from __future__ import annotations
 
 import sys
+import time
 import types
+from dataclasses import replace
 
 import pytest
 
@@ -106,7 +108,7 @@ def test_the_executor_makes_a_lost_context_crashed_and_a_quoted_name_failed():
     assert quoted.status == Status.FAILED and "cudaErrorIllegalAddress" in quoted.reason
 
 
-def test_a_worker_that_lost_its_context_reports_the_group_crashed_and_is_replaced():
+def test_a_worker_that_lost_its_context_is_replaced_and_the_plans_after_go_on_in_a_fresh_one():
     pool = WorkerPool()
     try:
         (quoted,) = pool.measure([_point("quotes_a_fault")])
@@ -116,13 +118,79 @@ def test_a_worker_that_lost_its_context_reports_the_group_crashed_and_is_replace
 
         group = [_point("plans"), _point("plans", 0)]
         rows = pool.measure(group)
-        # plan_ok measured fine before plan_lost lost the context: every row is the crash
-        assert sorted(m.point.algorithm for m in rows) == ["plan_lost"] * 2 + ["plan_ok"] * 2
-        assert {(m.status, m.reason) for m in rows} == {(Status.CRASHED, LOST)}
+        # plan_ok was verified and timed before plan_faulty lost the context: its rows stand;
+        # plan_after is measured in a fresh process
+        assert _statuses(rows) == {("plan_ok", Status.OK): 2, ("plan_faulty", Status.CRASHED): 2,
+                                   ("plan_after", Status.OK): 2}
+        assert {m.reason for m in rows if m.status == Status.CRASHED} == {LOST}
         assert {m.planned_point_id for m in rows} == {p.point_id for p in group}
-        assert not first.is_alive() and pool._process is None
+        assert not first.is_alive() and pool._process.pid != first.pid
 
-        (again,) = pool.measure([_point("quotes_a_fault")])   # in a fresh process
-        assert again.status == Status.FAILED and pool._process.pid != first.pid
+        (again,) = pool.measure([_point("quotes_a_fault")])   # the fresh process serves on
+        assert again.status == Status.FAILED
     finally:
         pool.close()
+
+
+def _statuses(rows) -> dict:
+    counts: dict = {}
+    for m in rows:
+        counts[(m.point.algorithm, m.status)] = counts.get((m.point.algorithm, m.status), 0) + 1
+    return counts
+
+
+def test_a_hung_plan_costs_its_own_rows_and_the_cap_not_the_point():
+    """The planted plan sleeps for an hour; with a 3 s cap the pool kills the worker, gives that
+    plan a crashed row naming the cap, and measures the plan after it in a fresh process."""
+    pool = WorkerPool(unit_timeout_s=3.0)
+    try:
+        group = [_point("hanging_plans"), _point("hanging_plans", 0)]
+        rows = pool.measure(group)
+        assert _statuses(rows) == {("plan_ok", Status.OK): 2, ("plan_faulty", Status.CRASHED): 2,
+                                   ("plan_after", Status.OK): 2}
+        hung = {m.reason for m in rows if m.status == Status.CRASHED}
+        assert hung == {"plan_faulty: no result within 3 s: worker killed"}
+        assert {m.planned_point_id for m in rows} == {p.point_id for p in group}
+        assert len({m.point.point_id for m in rows}) == len(rows)    # no row twice
+    finally:
+        pool.close()
+
+
+def test_a_plan_that_kills_the_process_costs_its_own_rows_only():
+    pool = WorkerPool()
+    try:
+        rows = pool.measure([_point("dying_plans")])
+        assert _statuses(rows) == {("plan_ok", Status.OK): 1, ("plan_faulty", Status.CRASHED): 1,
+                                   ("plan_after", Status.OK): 1}
+        (died,) = [m for m in rows if m.status == Status.CRASHED]
+        assert died.reason == "plan_faulty: worker process died (exit code 9)"
+    finally:
+        pool.close()
+
+
+def test_a_plain_algorithm_that_hangs_is_one_crashed_row_per_point():
+    pool = WorkerPool(unit_timeout_s=3.0)
+    try:
+        group = [_point("hangs"), _point("hangs", 0)]
+        rows = pool.measure(group)
+        assert [(m.point, m.status, m.reason) for m in rows] == [
+            (p, Status.CRASHED, "no result within 3 s: worker killed") for p in group]
+        (after,) = pool.measure([_point("quotes_a_fault")])    # a fresh worker serves on
+        assert after.status == Status.FAILED
+    finally:
+        pool.close()
+
+
+def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypatch):
+    """Timed in two processes (process_split): the hung plan costs the cap once, its row is the
+    crash, and the other plans' rows merge the samples of both processes."""
+    from harness import runner, worker
+    monkeypatch.setattr(worker, "UNIT_TIMEOUT_S", 3.0)
+    point = replace(_point("hanging_plans"), timing=replace(FAST, gpu_processes=2))
+    rows: list = []
+    started = time.perf_counter()
+    runner.run_points([point], rows.append)
+    assert time.perf_counter() - started < 3.0 * 2   # one cap, not one per process
+    assert _statuses(rows) == {("plan_ok", Status.OK): 1, ("plan_faulty", Status.CRASHED): 1,
+                               ("plan_after", Status.OK): 1}
+    assert {len(m.extras["process_samples"].split()) for m in rows if m.ok} == {2}
