@@ -11,7 +11,8 @@
 #                                        fp16/bf16 NHWC, batch 32), then its table, fp16 plan, report
 # Results go to OUT/NAME.parquet (a killed sweep leaves its gzipped journal); logs beside them.
 # SECONDS_LEFT caps a sweep's time; EXTRA_FLAGS are added to every sweep (e.g. --gpu-processes 1);
-# SWEEP_ONLY=1 stops `model` after the sweep (at most 8 files come back from a lent machine).
+# SWEEP_ONLY=1 stops `model` after the sweep (at most 8 files come back from a lent machine);
+# RESUME_FROM=DIR resumes `model` from DIR/NAME.suite.toml and DIR/NAME.parquet.partial.jsonl.gz.
 set -uo pipefail
 part=$1; out=$2
 export PYTHONUNBUFFERED=1
@@ -49,8 +50,14 @@ case "$part" in
       --direction fwd,bwd_data --budget-ms 5 2>&1 | tee "$out/$3.log" | tail -40 ;;
   model)
     start=$SECONDS
+    resume=""
+    if [ -n "${RESUME_FROM:-}" ]; then     # a folder holding NAME.suite.toml and the gzipped journal
+      cp "$RESUME_FROM/$3.suite.toml" /tmp/ && zcat "$RESUME_FROM/$3.parquet.partial.jsonl.gz" \
+        > "/tmp/$3.parquet.partial.jsonl" && resume=--resume
+      echo "resuming from $(wc -l < "/tmp/$3.parquet.partial.jsonl") journal lines"
+    fi
     timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run --model "$4" --backend cudnn,cudnn_graph,torch_gpu \
-      --precision fp16,bf16 --layout NHWC --batch 32 --budget-ms 10 ${EXTRA_FLAGS:-} \
+      --precision fp16,bf16 --layout NHWC --batch 32 --budget-ms 10 ${EXTRA_FLAGS:-} $resume \
       --out "/tmp/$3.parquet" > "$out/$3.log" 2>&1
     echo "exit $? sweep wall time: $((SECONDS - start)) s" | tee -a "$out/$3.log"
     head -3 "$out/$3.log"

@@ -20,6 +20,11 @@ from harness.sweep import Point
 # Far above any unit that returns: on an H100 the slowest of 12 efficientnet_b0 depthwise
 # bwd_data plans took 8.5 s, and the 13th did not return in 140 s (benchmarks/stall_plans.py).
 UNIT_TIMEOUT_S = 120.0
+# Once one plan of a point returned verified rows, the point's later plans get this shorter cap:
+# they share its problem, and the plans that returned took 0.0-8.5 s each (plan building
+# included); a plan still running after this is either hung or too slow to ever be picked, and on
+# efficientnet_b0 such a plan recurred on every depthwise layer (120 s each).
+PLAN_TIMEOUT_S = 30.0
 
 
 def _lost_context(measurements: list[Measurement]) -> bool:
@@ -74,9 +79,11 @@ class _Stopped:
 class WorkerPool:
     """One worker process at a time, restarted whenever it dies or hangs."""
 
-    def __init__(self, seed: int = 0, unit_timeout_s: float | None = None):
+    def __init__(self, seed: int = 0, unit_timeout_s: float | None = None,
+                 plan_timeout_s: float | None = None):
         self.seed = seed
         self.unit_timeout_s = UNIT_TIMEOUT_S if unit_timeout_s is None else unit_timeout_s
+        self.plan_timeout_s = PLAN_TIMEOUT_S if plan_timeout_s is None else plan_timeout_s
         self._context = mp.get_context("spawn")
         self._process = None
         self._connection = None
@@ -117,9 +124,9 @@ class WorkerPool:
         try:
             self._connection.send((group, frozenset(skip)))
             while True:
-                if not self._connection.poll(self.unit_timeout_s):
-                    return _Stopped(variant, f"no result within {self.unit_timeout_s:.0f} s: "
-                                             "worker killed")
+                cap, why = self._cap(variant, rows)
+                if not self._connection.poll(cap):
+                    return _Stopped(variant, f"no result within {cap:.0f} s{why}: worker killed")
                 kind, payload = self._connection.recv()
                 if kind == "done":
                     return None
@@ -136,6 +143,14 @@ class WorkerPool:
             self._process.join(timeout=10)    # the pipe closes before the exit code is known
             return _Stopped(variant, f"worker process died (exit code "
                                     f"{self._process.exitcode})")
+
+    def _cap(self, variant: str | None, rows: list[Measurement]) -> tuple[float, str]:
+        """How long the unit under way may take, and why when it is the shorter plan cap."""
+        if variant is not None and any(m.ok and m.planned_point_id not in (None, m.point.point_id)
+                                       for m in rows):
+            if self.plan_timeout_s < self.unit_timeout_s:
+                return self.plan_timeout_s, " (another plan of this point returned)"
+        return self.unit_timeout_s, ""
 
     def _kill(self) -> None:
         if self._process is not None:
