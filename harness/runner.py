@@ -73,10 +73,17 @@ def with_samples_floor(timing: TimingOptions, rows: int) -> tuple[TimingOptions,
 
 def _locality(sweep: Sweep) -> Callable[[Point], tuple]:
     """Order points so that those sharing test data, references and device buffers run one after
-    another (problem, then precision and layout, then direction), whatever the backend; the sort
-    is stable, so points differing only in workspace limit stay adjacent."""
+    another (problem, then precision and layout, then direction), GPU backends together; each
+    CPU backend in a phase of its own (its library's threads spinning after a call slowed
+    another library's next call up to 2x: PyTorch's oneDNN threads beside NumPy's BLAS ones).
+    The sort is stable, so points differing only in workspace limit stay adjacent."""
     problem_index = {p: i for i, p in enumerate(sweep.problems)}
-    return lambda p: (problem_index[p.problem], p.precision, p.layout, p.direction)
+    cpu_backends = [c.backend for c in sweep.backends if backends.get(c.backend).device != "cuda"]
+
+    def phase(backend: str) -> int:
+        return cpu_backends.index(backend) + 1 if backend in cpu_backends else 0
+    return lambda p: (phase(p.backend), problem_index[p.problem], p.precision, p.layout,
+                      p.direction)
 
 
 def _algorithm_names(backend: str) -> list[str]:

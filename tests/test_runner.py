@@ -236,3 +236,21 @@ def test_measure_one_runs_a_named_variant_of_an_expanding_algorithm():
     assert plain.ok and plain.rel_error == 0
     with pytest.raises(KeyError, match="no algorithm 'bogus'"):
         executor.algorithm_for(Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "fake", "bogus"))
+
+
+def test_each_cpu_library_runs_in_a_phase_of_its_own_gpu_backends_together():
+    """Threads one CPU library leaves spinning slow the next library's call, so a plan runs all
+    of one CPU backend's points before the next one's; GPU points keep their locality order."""
+    from harness.problem import ConvProblem
+    from harness.sweep import AlgorithmChoice, Sweep
+    problems = (ConvProblem(1, 4, 8, 8, 4, 3, 3, name="a"), ConvProblem(1, 8, 6, 6, 8, 1, 1,
+                                                                         name="b"))
+    sweep = Sweep("phases", problems, directions=("fwd", "bwd_data"),
+                  backends=(AlgorithmChoice("cpu", ("im2col",)), AlgorithmChoice("fake"),
+                            AlgorithmChoice("faulty_gpu", ("quotes_a_fault",))))
+    from harness import backends
+    backends.register("faulty_gpu", "planted_backends:FaultyGpuBackend")
+    order = [p.backend for p in runner.plan(sweep).points]
+    runs = [b for i, b in enumerate(order) if i == 0 or order[i - 1] != b]
+    assert runs == ["faulty_gpu", "cpu", "fake"]
+    assert order.count("cpu") == 4 and order.count("faulty_gpu") == 4
