@@ -59,13 +59,6 @@ def load_average() -> float | None:
         return None
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))   # a container or taskset may allow fewer
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def shared_cores(use: CpuUse, first: CpuUse | None = None) -> str | None:
     """Why `use` shows the point shared the cores (module docstring), or None. `first` is the
     measurement a re-measurement repeats."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
-from harness import backends, contention, memory, precision, reference
+from harness import backends, contention, memory, precision, reference, threads
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
@@ -125,7 +125,10 @@ class PointExecutor:
         except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
             return [_failed(p, algo, err) for p in group]
         try:
-            return self._verify_and_time(group, point, algo, prepared, data, started)
+            # after prepare: a backend imports its library there (threads.limited sets PyTorch's
+            # pool only once it is imported)
+            with threads.limited(point.threads):
+                return self._verify_and_time(group, point, algo, prepared, data, started)
         finally:
             prepared.release()
 

@@ -24,6 +24,7 @@ from harness.backends.base import fits
 from harness.problem_text import to_benchdnn
 from harness.schema import limit_to_column
 from harness.sweep import Sweep
+from harness.threads import ALL as ALL_THREADS
 
 SCHEMA = "convbench-plan/1"
 _MACHINE = {"gpu": "env_gpu_name", "driver": "env_gpu_driver", "cuda": "env_cuda_runtime",
@@ -40,6 +41,7 @@ def build(df: pd.DataFrame, sweep: Sweep, limit: int | None, precision: str | No
     precision = _only(rows, "precision", precision)
     layout = _only(rows, "layout", layout)
     rows = rows[(rows["precision"] == precision) & (rows["layout"] == layout)]
+    rows = rows[rows["threads"] == _thread_count(rows)]
     best = _fastest_within(rows, limit)
     layers = [_layer(problem, best) for problem in sweep.problems]
     return {"schema": SCHEMA, "suite": sweep.name, "precision": precision, "layout": layout,
@@ -57,6 +59,13 @@ def _only(rows: pd.DataFrame, column: str, wanted: str | None) -> str:
     if wanted not in present:
         raise PlanInputError(f"--{column} {wanted}: the results hold {', '.join(present) or 'none'}")
     return wanted
+
+
+def _thread_count(rows: pd.DataFrame) -> int:
+    """The thread count a plan answers for: the default (all cores) where it was measured, else
+    the most threads measured (a plan is for the framework's own thread settings)."""
+    counts = set(rows["threads"].fillna(ALL_THREADS).astype(int))
+    return ALL_THREADS if ALL_THREADS in counts or not counts else max(counts)
 
 
 def _fastest_within(rows: pd.DataFrame, limit: int | None) -> pd.DataFrame:

@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 from typing import Callable, Iterable, Iterator
 
-from harness import backends
+from harness import backends, threads
 from harness.executor import PointExecutor
 from harness.measurement import Measurement, Status
 from harness.stats import samples_floor
 from harness.sweep import Point, Sweep, TimingOptions
+from harness.threads import ALL as ALL_THREADS
 
 
 class PlanError(ValueError):
@@ -49,7 +50,10 @@ def plan(sweep: Sweep) -> Plan:
                                 f"known: {', '.join(known)}")
         kept.append(choice)
     trimmed = replace(sweep, backends=tuple(kept))
-    points = [p for p in trimmed.points(_algorithm_names) if _exists(p)]
+    points = list(dict.fromkeys(_threads_for_device(p) for p in trimmed.points(_algorithm_names)
+                                if _exists(p)))
+    if any(p.threads != ALL_THREADS for p in points) and threads.missing_library():
+        raise PlanError(threads.missing_library())
     timing, raised = with_samples_floor(sweep.timing, len(points))
     points = [replace(p, timing=timing) for p in points]
     notes += [raised] if raised else []
@@ -84,6 +88,14 @@ def _locality(sweep: Sweep) -> Callable[[Point], tuple]:
         return cpu_backends.index(backend) + 1 if backend in cpu_backends else 0
     return lambda p: (phase(p.backend), problem_index[p.problem], p.precision, p.layout,
                       p.direction)
+
+
+def _threads_for_device(point: Point) -> Point:
+    """GPU points run at the libraries' own thread count whatever --threads asks: it would change
+    nothing they time (the duplicates this makes are dropped)."""
+    if point.threads != ALL_THREADS and backends.get(point.backend).device == "cuda":
+        return replace(point, threads=ALL_THREADS)
+    return point
 
 
 def _algorithm_names(backend: str) -> list[str]:

@@ -13,6 +13,7 @@ from harness.measurement import Measurement
 from harness.precision import element_bytes
 from harness.problem_text import to_benchdnn
 from harness.stats import relative_noise
+from harness.threads import ALL as ALL_THREADS
 
 
 class ResultsError(ValueError):
@@ -51,6 +52,7 @@ _CORE_COLUMNS: dict[str, str] = {
     "direction": "string", "precision": "string", "layout": "string", "backend": "string",
     "algorithm": "string", "family": "string", "workspace_limit": "int64",
     "timing_mode": "string", "budget_ms": "float64",
+    "threads": "int64",   # CPU points: threads the libraries were given (0: all cores)
     # what happened
     "status": "string", "reason": "string", "stop_reason": "string",
     "samples_ms": "object", "n_samples": "int64", "median_ms": "float64", "min_ms": "float64",
@@ -95,7 +97,10 @@ EXTRA_COLUMNS: dict[str, str] = {
 ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}
 
 COLUMNS: dict[str, str] = {**_CORE_COLUMNS, **EXTRA_COLUMNS, **ENV_COLUMNS}
-REQUIRED_COLUMNS = tuple(_CORE_COLUMNS)   # extras and env columns may be absent (older files)
+# What a column that older files lack means there (it came later, with the default it names).
+COLUMN_DEFAULTS: dict[str, Any] = {"threads": ALL_THREADS}
+# Extras, env columns and the defaulted ones may be absent (older files).
+REQUIRED_COLUMNS = tuple(c for c in _CORE_COLUMNS if c not in COLUMN_DEFAULTS)
 
 
 def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
@@ -122,6 +127,7 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "backend": pt.backend, "algorithm": pt.algorithm, "family": m.family,
         "workspace_limit": limit_to_column(pt.workspace_limit),
         "timing_mode": pt.timing.mode, "budget_ms": pt.timing.budget_ms,
+        "threads": pt.threads,
         "status": m.status, "reason": m.reason, "stop_reason": m.stop_reason,
         "samples_ms": samples, "n_samples": len(samples), "median_ms": median,
         "min_ms": m.min_ms, "mean_ms": m.mean_ms, "iqr_ms": m.iqr_ms,
@@ -148,6 +154,7 @@ def finished_now() -> str:
 def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Rows -> a DataFrame with exactly COLUMNS, in order, with their dtypes."""
     df = pd.DataFrame(list(rows)).reindex(columns=list(COLUMNS))   # missing columns: None
+    df = df.fillna(COLUMN_DEFAULTS)
     for name, dtype in COLUMNS.items():
         if dtype != "object":
             df[name] = df[name].astype(dtype)

@@ -23,6 +23,7 @@ The format (suites/quick.toml shows every key):
     layouts = ["NCHW"]                   # NCHW, NHWC
     workspace_limits = ["unlimited"]     # bytes as integers, or "0", "64MiB", "1GiB", "unlimited"
     batch = 2                            # replaces every layer's batch
+    threads = ["all"]                    # CPU points: "all" cores (default) or counts, e.g. [1, 2]
     [[sweep.backends]]                   # one table per backend, in run order
     name = "cpu"
     algorithms = ["direct", "im2col"]    # optional; left out = all of the backend's algorithms
@@ -57,6 +58,7 @@ from harness.suite_checks import (SuiteError, _Invalid, _check_keys, _choice, _d
                                   _show_size, _table, _text, _unique_list, parse_size)
 from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
+from harness.threads import ALL as ALL_THREADS
 
 SUITE_SUFFIX = ".toml"
 # This module's own path, not harness.__file__: a stale editable install can load `harness` as a
@@ -65,7 +67,8 @@ REPO_SUITES = Path(__file__).resolve().parent.parent / "suites"
 
 
 _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
-_SWEEP_KEYS = ("directions", "precisions", "layouts", "workspace_limits", "batch", "backends")
+_SWEEP_KEYS = ("directions", "precisions", "layouts", "workspace_limits", "batch", "threads",
+               "backends")
 _BACKEND_KEYS = ("name", "algorithms", "optional")
 _TIMING_KEYS = tuple(f.name for f in dataclasses.fields(TimingOptions))
 _COMPARE_KEYS = ("threshold",)
@@ -181,6 +184,8 @@ def _axes(axes: dict[str, Any]) -> dict[str, Any]:
     if "workspace_limits" in axes:
         fields["workspace_limits"] = checked_workspace_limits(axes["workspace_limits"],
                                                        "sweep.workspace_limits")
+    if "threads" in axes:
+        fields["threads"] = checked_threads(axes["threads"], "sweep.threads")
     if "backends" in axes:
         fields["backends"] = _backends(axes["backends"], "sweep.backends")
     return fields
@@ -274,6 +279,24 @@ def checked_workspace_limits(value: Any, where: str, indexed: bool = True) -> tu
             raise _Invalid(spot, f"{item!r} repeats an earlier limit ({_show_size(limit)})")
         limits.append(limit)
     return tuple(limits)
+
+
+def checked_threads(value: Any, where: str, indexed: bool = True) -> tuple[int, ...]:
+    """Thread counts for CPU points: positive integers, or "all" (the libraries' default)."""
+    counts: list[int] = []
+    for index, item in enumerate(_unique_list(value, where, indexed)):
+        spot = f"{where}[{index}]" if indexed else where
+        if isinstance(item, str) and item.strip().lower() == "all":
+            counts.append(ALL_THREADS)
+        elif isinstance(item, str) and item.strip().isdigit():
+            counts.append(_positive_int(int(item), spot))
+        elif _is_int(item):
+            counts.append(_positive_int(item, spot))
+        else:
+            raise _Invalid(spot, f"expected a thread count or 'all', got {_kind(item)} {item!r}")
+    if len(set(counts)) < len(counts):
+        raise _Invalid(where, "a thread count is given twice")
+    return tuple(counts)
 
 
 def _size(item: Any, where: str) -> int | None:

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from harness.problem import ConvProblem
-from harness.suite import checked_choices, checked_workspace_limits
+from harness.suite import checked_choices, checked_threads, checked_workspace_limits
 from harness.suite_checks import (SuiteError, _Invalid, _choice, _gpu_processes, _positive_int,
                                   _positive_number, _text, _unique_list)
 from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES,
@@ -18,7 +18,7 @@ OVERRIDE_FLAGS = {
     "precisions": "--precision", "layouts": "--layout", "batch": "--batch",
     "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
-    "gpu_processes": "--gpu-processes",
+    "gpu_processes": "--gpu-processes", "threads": "--threads",
 }
 
 
@@ -31,7 +31,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          workspace_limits: Sequence[int | str | None] | None = None,
                          timing_mode: str | None = None,
                          gpu_timer: str | None = None,
-                         gpu_processes: int | None = None) -> Sweep:
+                         gpu_processes: int | None = None,
+                         threads: Sequence[int | str] | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -58,6 +59,8 @@ def _apply_overrides(sweep: Sweep, given: dict[str, Any]) -> Sweep:
     if given["algorithms"] is not None:
         choices = _override_algorithms(choices, given["algorithms"], flag["algorithms"])
     changes["backends"] = choices
+    if given["threads"] is not None:
+        changes["threads"] = checked_threads(given["threads"], flag["threads"], indexed=False)
     if given["batch"] is not None:
         changes["problems"] = _rebatch(sweep.problems, given["batch"], flag["batch"])
     changes["timing"] = _override_timing(sweep.timing, given)

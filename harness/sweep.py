@@ -1,8 +1,8 @@
 """What to run: the sweep axes of a suite and the single points they expand to.
 
 `Sweep` holds the axes as a suite file states them; `Sweep.points()` is their cartesian product.
-A `Point` is one (problem, direction, precision, layout, backend, algorithm, workspace limit)
-with the timing options that apply to it. Both are frozen: they describe work, never results.
+A `Point` is one (problem, direction, precision, layout, backend, algorithm, workspace limit,
+thread count) with the timing options that apply to it. Both are frozen: they describe work, never results.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Iterator
 
 from harness import precision as precision_table
 from harness.problem import ConvProblem
+from harness.threads import ALL as ALL_THREADS
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 PRECISIONS = precision_table.NAMES
@@ -55,6 +56,7 @@ class Point:
     algorithm: str
     workspace_limit: int | None = UNLIMITED
     timing: TimingOptions = field(default_factory=TimingOptions)
+    threads: int = ALL_THREADS    # CPU points: threads the libraries may use (harness.threads)
 
     @property
     def point_id(self) -> str:
@@ -69,6 +71,8 @@ class Point:
         timing = self.timing.mode
         if self.timing.gpu_timer != "graph":      # default ids stay as they always were
             timing += f"+{self.timing.gpu_timer}"
+        if self.threads != ALL_THREADS:
+            timing += f"+t{self.threads}"
         return "|".join((p.name, shape, self.direction, self.precision, self.layout, self.backend,
                          self.algorithm, limit, timing))
 
@@ -93,6 +97,7 @@ class Sweep:
     backends: tuple[AlgorithmChoice, ...] = (AlgorithmChoice("cpu"),)
     workspace_limits: tuple[int | None, ...] = (UNLIMITED,)
     timing: TimingOptions = field(default_factory=TimingOptions)
+    threads: tuple[int, ...] = (ALL_THREADS,)
     regression_threshold: float = 0.05   # fractional slowdown that `compare` calls practical
 
     def points(self, algorithms_of) -> Iterator[Point]:
@@ -100,8 +105,8 @@ class Sweep:
         used where a backend entry names none."""
         for choice in self.backends:
             names = choice.algorithms or tuple(algorithms_of(choice.backend))
-            for problem, direction, precision, layout, algorithm, limit in product(
+            for problem, direction, precision, layout, algorithm, limit, threads in product(
                     self.problems, self.directions, self.precisions, self.layouts, names,
-                    self.workspace_limits):
+                    self.workspace_limits, self.threads):
                 yield Point(problem, direction, precision, layout, choice.backend, algorithm,
-                            limit, self.timing)
+                            limit, self.timing, threads)

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from harness.contention import CpuUse, available_cores, load_average
+from harness.contention import CpuUse, load_average
+from harness.threads import available_cores
 from harness.stats import relative_noise
 from harness.sweep import TimingOptions
 

@@ -307,3 +307,34 @@ class FaultyGpuBackend(FakeBackend):
     def algorithms(self):
         return [_ContextLost(), _QuotesAFault(), _Hangs(), _LostOnSecondPlan(),
                 _HangsOnSecondPlan(), _DiesOnSecondPlan()]
+
+
+# Thread counts each launch of a ThreadsSeenBackend point found: (BLAS threads, torch threads).
+THREADS_SEEN: list[tuple[int, int | None]] = []
+
+
+def _threads_now() -> tuple[int, int | None]:
+    import sys
+    from threadpoolctl import threadpool_info
+    blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    torch = sys.modules.get("torch")
+    return (min(blas) if blas else -1), (torch.get_num_threads() if torch else None)
+
+
+class _RecordsThreads(_Forwarding):
+    def launch(self) -> None:
+        THREADS_SEEN.append(_threads_now())
+        self._inner.launch()
+
+
+class _RecordsThreadsAlgorithm(_SlowedAlgorithm):
+    def prepare(self, point, data) -> _RecordsThreads:
+        return _RecordsThreads(self._inner.prepare(point, data))
+
+
+class ThreadsSeenBackend(CpuBackend):
+    """The real `cpu` backend, each launch noting the thread counts it ran with."""
+    name = "threads_seen"
+
+    def algorithms(self) -> list:
+        return [_RecordsThreadsAlgorithm(a, 0.0) for a in super().algorithms()]

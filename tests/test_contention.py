@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from harness import contention, runner, store
+from harness import contention, runner, store, threads
 from harness.cli import main
 from harness.contention import CpuUse
 from harness.measurement import Measurement, Status
@@ -59,7 +59,7 @@ def _spin_probe(seconds: float = 0.3) -> float:
 
 
 def _machine_busy() -> str | None:
-    cores, load, probe = contention.available_cores(), contention.load_average(), _spin_probe()
+    cores, load, probe = threads.available_cores(), contention.load_average(), _spin_probe()
     use = CpuUse(probe, 1.0, load, load, cores)
     why = contention.shared_cores(use)
     return None if why is None else f"the machine is busy before the test ({why})"
@@ -71,7 +71,7 @@ def test_a_point_beside_busy_processes_is_contended_with_its_reason():
     it keeps under half of one on any machine, so CPU/wall catches it even where the load
     average has not caught up yet (it takes a minute to rise)."""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                for _ in range(2 * contention.available_cores())]
+                for _ in range(2 * threads.available_cores())]
     try:
         time.sleep(0.5)                   # every spinner started and spinning
         m = runner.run_point(_point())

@@ -49,6 +49,8 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer", help="comma list of layer names to run (default: all)")
     p.add_argument("--workspace-limit", help="comma list of limits, e.g. 0,64MiB,unlimited")
     p.add_argument("--budget-ms", type=float, help="time budget per point in milliseconds")
+    p.add_argument("--threads", help="comma list of thread counts for CPU points, e.g. 1,2,all "
+                                     "(default: all cores; recorded in the `threads` column)")
     p.add_argument("--timing-mode", help="warm (default) or cold (caches flushed per sample)")
     p.add_argument("--gpu-timer", help="graph (default: replay a CUDA graph of the calls, kernel "
                                        "time) or stream (stream order, as eager frameworks run)")

@@ -22,7 +22,7 @@ def _load_sweep(args: argparse.Namespace):
         directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
         layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
         workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer,
-        gpu_processes=args.gpu_processes)
+        gpu_processes=args.gpu_processes, threads=_csv_list(args.threads))
     if args.layer:
         wanted = set(_csv_list(args.layer))
         kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)
@@ -322,7 +322,8 @@ def _print_best(df) -> None:
         ms=best["best_median_ms"].map(lambda v: f"{v:.4g}"),
         gflops=best["best_gflops"].map(lambda v: f"{v:.1f}"),
         vs_next=best["speedup_runner"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
-    columns = ["layer", "direction", "effective_precision", "layout", "limit", "best_candidate",
+    columns = ["layer", "direction", "effective_precision", "layout", "limit",
+               *(["threads"] if best["threads"].nunique() > 1 else []), "best_candidate",
                "ms", "gflops", "runner_candidate", "vs_next"]
     _say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
                                         "runner_candidate": "runner_up"}).to_string(index=False))
@@ -346,7 +347,8 @@ def _print_step_totals(df) -> None:
          f"its multiplicity), best verified per layer against each policy:")
     shown = totals.assign(limit=totals["workspace_limit"].map(_format_limit),
                           best_ms=totals.apply(lambda r: _total(r, "oracle"), axis=1))
-    columns = ["batch", "effective_precision", "layout", "limit", "best_ms"]
+    columns = ["batch", "effective_precision", "layout", "limit",
+               *(["threads"] if totals["threads"].nunique() > 1 else []), "best_ms"]
     for name in names:
         shown[f"{name}_ms"] = totals.apply(lambda r, n=name: _total(r, n), axis=1)
         shown[f"saving_vs_{name}"] = totals.apply(lambda r, n=name: _saving(r, n), axis=1)

@@ -189,12 +189,12 @@ def _number(value: Any) -> float | None:
 
 
 _META = ("suite", "layer", "batch", "direction", "precision", "layout", "backend", "algorithm",
-         "workspace_limit", "timing_mode")
+         "workspace_limit", "timing_mode", "threads")
 
 
 def _meta(rec: dict[str, Any]) -> dict[str, Any]:
     meta = {name: _text(rec.get(name)) for name in _META}
-    for name in ("batch", "workspace_limit"):
+    for name in ("batch", "workspace_limit", "threads"):
         meta[name] = None if meta[name] is None else int(float(meta[name]))
     return meta
 

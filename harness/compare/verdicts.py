@@ -87,6 +87,7 @@ class RowResult:
     algorithm: str | None = None
     workspace_limit: int | None = None  # bytes; -1 = unlimited (store.UNLIMITED_BYTES)
     timing_mode: str | None = None
+    threads: int | None = None          # CPU points: 0 = all cores (harness.threads)
     base_median_ms: float | None = None
     new_median_ms: float | None = None
     ratio: float | None = None          # new / base medians

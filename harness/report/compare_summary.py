@@ -21,7 +21,7 @@ REPRODUCE_TEMPLATE = ("convbench run {suite} --backend {backend} --algorithm {al
 
 def reproduce_command(row: RowResult) -> str:
     """The `convbench run` line that re-measures just this row: REPRODUCE_TEMPLATE, plus the
-    workspace limit, timing mode and GPU timer where they are not the defaults (they are part of
+    workspace limit, timing mode, GPU timer and thread count where they are not the defaults (they are part of
     the point)."""
     command = _fill(REPRODUCE_TEMPLATE, row)
     limit = limit_from_column(row.workspace_limit)
@@ -29,8 +29,10 @@ def reproduce_command(row: RowResult) -> str:
         command += f" --workspace-limit {limit}"
     if row.timing_mode and row.timing_mode != "warm":
         command += f" --timing-mode {shlex.quote(row.timing_mode)}"
-    if row.point_id.endswith("+stream"):
+    if "+stream" in row.point_id:
         command += " --gpu-timer stream"
+    if row.threads:
+        command += f" --threads {row.threads}"
     return command
 
 

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.measurement import Status
+from harness.threads import ALL as ALL_THREADS
 
 DPI = 100
 # Cells that hold no time: a letter, a colour and a hatch each, so none is ever blank or confused.
@@ -86,6 +87,12 @@ SERIAL = Renderer()
 def slug(*parts: Any) -> str:
     text = "_".join(str(p) for p in parts)
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip("-")
+
+
+def threads_text(threads: Any, prefix: str = "") -> str:
+    """A thread count where the row set one (--threads); nothing for the default, so the figures
+    of a sweep without the axis keep their names and labels."""
+    return "" if int(threads) == ALL_THREADS else f"{prefix}{int(threads)} threads"
 
 
 def short_names(candidates: list[str]) -> dict[str, str]:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report import analysis, tables
-from harness.report.figures.common import _figure, Renderer, _save, SERIAL
+from harness.report.figures.common import _figure, Renderer, _save, SERIAL, threads_text
 
 def network_figure(totals: pd.DataFrame, policies: list[str], out: Path,
                    renderer: Renderer = SERIAL) -> Path | None:
@@ -24,14 +24,15 @@ def network_figure(totals: pd.DataFrame, policies: list[str], out: Path,
 def _network_png(totals: pd.DataFrame, policies: list[str], path: Path) -> None:
     limit = analysis.reference_limit(totals)
     part = totals[totals["workspace_limit"] == limit]
-    panels = list(part.groupby(["layout", "timing_mode"], sort=False))
+    panels = list(part.groupby(["layout", "timing_mode", "threads"], sort=False))
     relative = len(policies) > 1 and "oracle" in policies
     fig = _figure(max(6.0, 1.2 + 0.45 * len(policies) * part["effective_precision"].nunique() * len(panels)),
                   3.8)
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
-    for ax, ((layout, mode), rows) in zip(axes, panels):
+    for ax, ((layout, mode, threads), rows) in zip(axes, panels):
         _network_axis(ax, rows, policies, relative)
-        ax.text(0.5, 1.02, f"{layout} · {mode} · {tables.fmt_limit(limit)} workspace",
+        ax.text(0.5, 1.02, f"{layout} · {mode}{threads_text(threads, ' · ')} · "
+                           f"{tables.fmt_limit(limit)} workspace",
                 transform=ax.transAxes, ha="center", fontsize=9)
     axes[0].set_ylabel("network total / oracle total" if relative else "network total (ms)",
                        fontsize=9)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.report import analysis, tables
 from harness.report.figures.heatmap import display_names
-from harness.report.figures.common import (_log_axes, _panels, Renderer, _save, SERIAL, slug,
+from harness.report.figures.common import (threads_text, _log_axes, _panels, Renderer, _save, SERIAL, slug,
                                            _tidy_ticks)
 
 # A Pareto front trades workspace for time: every key of the point but the workspace limit.
@@ -21,14 +21,14 @@ def pareto_figures(df: pd.DataFrame, out: Path,
     """Per precision x layout x mode: a small panel per layer, time against workspace, with the
     front of each direction drawn as a staircase."""
     written = []
-    keys = ["effective_precision", "layout", "timing_mode"]
+    keys = ["effective_precision", "layout", "timing_mode", "threads"]
     colours = _direction_colours(df)
     columns = ["layer_label", "direction", "workspace_bytes", "median_ms"]
     ok = analysis.verified(df)
     fronts = analysis.pareto_fronts(df, PARETO_KEYS)
     front_parts = dict(iter(fronts.groupby(keys, sort=False)))
     for values, part in ok.groupby(keys, sort=False):
-        path = out / f"pareto_{slug(*values)}.png"
+        path = out / f"pareto_{slug(*values[:3], *filter(None, [threads_text(values[3])]))}.png"
         renderer.submit(_pareto_png, part[columns], front_parts[values][columns + ["ws"]],
                         colours, path)
         written.append((dict(zip(keys, values)), path))
@@ -114,10 +114,12 @@ def _workspace_totals_png(totals: pd.DataFrame, path: Path) -> None:
     for ax, precision in zip(axes, precisions):
         part = totals[totals["effective_precision"] == precision]
         limits = list(dict.fromkeys(part["workspace_limit"]))
-        for (layout, mode), line in part.groupby(["layout", "timing_mode"], sort=False):
+        for (layout, mode, threads), line in part.groupby(["layout", "timing_mode", "threads"],
+                                                          sort=False):
             x = [limits.index(v) for v in line["workspace_limit"]]
             complete = line["missing_oracle"] == 0
-            ax.plot(x, line["total_oracle"], marker="o", label=f"{layout} {mode}")
+            ax.plot(x, line["total_oracle"], marker="o",
+                    label=f"{layout} {mode}{threads_text(threads, ' ')}")
             if not complete.all():
                 ax.scatter(np.array(x)[~complete.to_numpy()], line["total_oracle"][~complete],
                            s=70, facecolors="none", edgecolors="red", linewidths=1.5, zorder=3,
