@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from harness import backends, reference
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import direct, fft, im2col, winograd
+from harness.backends.cpu import _columns, direct, fft, im2col, toom_cook, winograd
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -123,7 +123,7 @@ def test_small_blocks_and_alternate_paths(problem: ConvProblem, monkeypatch) -> 
     contraction by GEMM and by multiply-add, and its row transforms by GEMM and by pocketfft."""
     monkeypatch.setattr(direct, "BLOCK_BYTES", 1500)
     monkeypatch.setattr(im2col, "BLOCK_BYTES", 1500)
-    monkeypatch.setattr(im2col, "WIDE_MAX_WASTE", 100.0)
+    monkeypatch.setattr(_columns, "WIDE_MAX_WASTE", 100.0)
     monkeypatch.setattr(winograd, "BLOCK_BYTES", 3000)
     for elementwise, row_gemm in [(0, 0), (10**9, 10**9)]:
         monkeypatch.setattr(fft, "ELEMENTWISE_MAX_WORK", elementwise)
@@ -139,7 +139,7 @@ TRANSPOSED_PROBLEMS = [
     ConvProblem(2, 6, 9, 12, 9, 2, 3, pad_top=0, pad_left=3, pad_bottom=2, pad_right=1,
                 dilation_h=3, dilation_w=2, groups=3),
     ConvProblem(1, 3, 7, 9, 5, 1, 3, pad_top=1, pad_left=2, pad_bottom=0, pad_right=1),
-]  # (a 1x1 kernel keeps col2im, one add: im2col.bwd_data says why)
+]  # (col2im stays where K >= 2C: im2col.bwd_data says why)
 
 
 def _no_col2im(*args, **kwargs):
@@ -150,7 +150,7 @@ def _no_col2im(*args, **kwargs):
 @pytest.mark.parametrize("problem", TRANSPOSED_PROBLEMS, ids=lambda p: p.short_shape)
 def test_im2col_stride_1_bwd_data_is_a_forward_correlation(problem: ConvProblem, waste: float,
                                                            monkeypatch) -> None:
-    monkeypatch.setattr(im2col, "WIDE_MAX_WASTE", waste)
+    monkeypatch.setattr(_columns, "WIDE_MAX_WASTE", waste)
     monkeypatch.setattr(im2col, "_col2im", _no_col2im)
     _check_all(problem, seed=3, names=["im2col"])
 
@@ -258,7 +258,7 @@ def test_fast_size_is_the_smallest_5_smooth_size() -> None:
 
 
 def _exact_correlation_check(outputs: int, taps: int, points) -> None:
-    at, g, bt = winograd.toom_cook(outputs, taps, [Fraction(p) for p in points])
+    at, g, bt = toom_cook.toom_cook(outputs, taps, [Fraction(p) for p in points])
     rng = np.random.default_rng(outputs * 10 + taps)
     for _ in range(5):
         d = [Fraction(int(v)) for v in rng.integers(-50, 50, outputs + taps - 1)]
@@ -301,7 +301,7 @@ def test_construction_reproduces_published_matrices(m: int, points, published) -
     """On Lavin & Gray's points the construction gives their matrices up to the sign of each
     tile position: flipping row a of B^T and of G and column a of A^T together (signs whose
     product is 1) leaves every product A^T[:, a] (G g)[a] (B^T d)[a] unchanged."""
-    at, g, bt = (winograd.as_array(x) for x in winograd.toom_cook(m, 3, [Fraction(p)
+    at, g, bt = (toom_cook.as_array(x) for x in toom_cook.toom_cook(m, 3, [Fraction(p)
                                                                           for p in points]))
     theirs = {k: np.array(v, dtype=float) for k, v in published.items()}
     s_bt, s_g = _sign_ratio(bt, theirs["bt"]), _sign_ratio(g, theirs["g"])
@@ -313,6 +313,212 @@ def test_construction_reproduces_published_matrices(m: int, points, published) -
 
 def test_toom_cook_rejects_wrong_point_counts() -> None:
     with pytest.raises(ValueError, match="distinct"):
-        winograd.toom_cook(2, 3, [Fraction(0), Fraction(1)])
+        toom_cook.toom_cook(2, 3, [Fraction(0), Fraction(1)])
     with pytest.raises(ValueError, match="distinct"):
-        winograd.toom_cook(2, 3, [Fraction(0), Fraction(1), Fraction(1)])
+        toom_cook.toom_cook(2, 3, [Fraction(0), Fraction(1), Fraction(1)])
+
+
+# ---- im2col phase planes (stride > 1) ----------------------------------------------------------
+# Odd shapes for the phase planes: strides 2 and 3, asymmetric padding, dilation (sharing a factor
+# with the stride and not), groups, kernels 1, 3, 5 and 7, odd H and W, batch 1 and 3.
+STRIDED_PROBLEMS = [
+    ConvProblem(3, 4, 13, 11, 6, 3, 3, stride_h=2, stride_w=2, pad_top=1, pad_left=0,
+                pad_bottom=2, pad_right=1),
+    ConvProblem(1, 6, 15, 9, 6, 5, 5, stride_h=3, stride_w=2, pad_top=2, pad_left=3,
+                pad_bottom=0, pad_right=1, groups=3),
+    ConvProblem(3, 3, 17, 19, 4, 7, 7, stride_h=2, stride_w=3, pad_top=3, pad_left=2,
+                pad_bottom=1, pad_right=3),
+    ConvProblem(1, 2, 11, 13, 8, 7, 5, stride_h=2, stride_w=2, pad_top=0, pad_left=2,
+                pad_bottom=3, pad_right=0),  # K >= 2C: bwd_data by col2im
+    ConvProblem(3, 8, 9, 11, 8, 1, 1, stride_h=2, stride_w=2),  # the plane is the column matrix
+    ConvProblem(3, 8, 10, 9, 4, 1, 1, stride_h=3, stride_w=3, pad_top=1, pad_left=2,
+                pad_bottom=2, pad_right=0),
+    ConvProblem(1, 4, 13, 12, 4, 3, 3, stride_h=2, stride_w=3, pad_top=2, pad_left=1,
+                pad_bottom=0, pad_right=2, dilation_h=2, dilation_w=3),  # one phase per axis
+    ConvProblem(3, 6, 14, 15, 6, 3, 5, stride_h=3, stride_w=2, pad_top=1, pad_left=3,
+                pad_bottom=2, pad_right=0, dilation_h=2, dilation_w=3, groups=6),  # depthwise
+    # Input row 1 sits in a phase that a tap reads, yet no output reaches it (output 0 reads only
+    # padding): that phase of dx is zero.
+    ConvProblem(1, 2, 2, 5, 2, 2, 1, stride_h=3, pad_top=2),
+]
+
+
+def _col2im_forbidden(*args, **kwargs):
+    raise AssertionError("bwd_data fell back to col2im where K < 2C")
+
+
+def _force_column_layout(monkeypatch, flat: bool) -> None:
+    monkeypatch.setattr(_columns, "WIDE_MAX_WASTE", 100.0 if flat else 1.0)
+    monkeypatch.setattr(_columns, "FLAT_MIN_DEPTH", 0.0)
+
+
+@pytest.mark.parametrize("block_bytes", [1500, im2col.BLOCK_BYTES])
+@pytest.mark.parametrize("flat", [False, True])  # exact windows / flat column matrix
+@pytest.mark.parametrize("problem", STRIDED_PROBLEMS, ids=lambda p: p.short_shape)
+def test_im2col_phase_planes_on_odd_strided_shapes(problem: ConvProblem, flat: bool,
+                                                   block_bytes: int, monkeypatch) -> None:
+    _force_column_layout(monkeypatch, flat)
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
+    if problem.out_channels < 2 * problem.in_channels:
+        monkeypatch.setattr(im2col, "_col2im", _col2im_forbidden)
+    _check_all(problem, seed=5, names=["im2col"])
+
+
+def _naive_columns(p: ConvProblem, x: np.ndarray, taps: np.ndarray) -> np.ndarray:
+    """(C, taps, N, P, Q): what each tap reads, straight from the padded input."""
+    xpad = np.pad(x, ((0, 0), (0, 0), (p.pad_top, p.pad_bottom), (p.pad_left, p.pad_right)))
+    windows = []
+    for tap in taps:
+        r, s = divmod(int(tap), p.kernel_w)
+        window = xpad[:, :, r * p.dilation_h::p.stride_h, s * p.dilation_w::p.stride_w]
+        windows.append(window[:, :, :p.out_h, :p.out_w].transpose(1, 0, 2, 3))
+    return np.stack(windows, axis=1)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_im2col_gathers_with_one_copy_per_phase_plane(flat: bool, monkeypatch) -> None:
+    """At stride 2 a 3x3 kernel's taps fall on 4 phase planes: a block's column matrix takes 4
+    copy calls (not 9), and equals the naive one with the taps in the planes' order."""
+    _force_column_layout(monkeypatch, flat)
+    p = ConvProblem(2, 3, 9, 8, 4, 3, 3, stride_h=2, stride_w=2, pad_top=1, pad_left=0,
+                    pad_bottom=1, pad_right=1)
+    columns = _columns.Columns.of(p)
+    assert columns.planes_shape[0] == 4 and sorted(columns.tap_order) == list(range(9))
+    x = np.random.default_rng(0).standard_normal(p.input_shape)
+    planes = np.zeros(columns.planes_shape)
+    columns.fill_planes(planes, x)
+    col_flat = np.empty(columns.column_elements(p.batch * p.out_h * columns.kept))
+    copies = []
+    real_copyto = np.copyto
+    with monkeypatch.context() as counting:
+        counting.setattr(np, "copyto", lambda *a, **k: copies.append(1) or real_copyto(*a, **k))
+        col = columns.gather(planes, col_flat, 0, p.batch, 0, p.out_h)
+    assert len(copies) == 4
+    gathered = col.reshape(p.in_channels, 9, p.batch, p.out_h, columns.kept)[..., :p.out_w]
+    np.testing.assert_array_equal(gathered, _naive_columns(p, x, columns.tap_order))
+
+
+def test_im2col_1x1_strided_plane_is_the_column_matrix() -> None:
+    """A 1x1 stride-2 kernel reads one phase plane holding exactly the output grid: no column
+    matrix is allocated and the GEMM reads the plane."""
+    columns = _columns.Columns.of(STRIDED_PROBLEMS[4])
+    assert columns.plane_is_column_matrix and columns.column_elements(10**6) == 0
+    assert columns.planes_shape == (1, 8, 3, 5, 6)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_im2col_phase_planes_count_as_workspace(direction: str) -> None:
+    """The planes (dy's, per dx phase, for bwd_data) are scratch: counted, and refused past the
+    limit with the same count."""
+    p = ConvProblem(2, 4, 11, 9, 6, 3, 3, stride_h=2, stride_w=2, pad_top=1, pad_left=1,
+                    pad_bottom=0, pad_right=1)
+    data = reference.make_data(p, "fp32")
+    algo = CPU.algorithm("im2col")
+    used = algo.prepare(_point(p, direction, "fp32", "im2col"), data).workspace_bytes
+    if direction == "bwd_data":
+        parts, _ = im2col._data_parts(p, np.float32, data.w, data.dy, np.empty(p.input_shape))
+        planes = sum(math.prod(part.plan.columns.planes_shape) for part in parts)
+        assert len(parts) == 4
+    else:
+        planes = math.prod(_columns.Columns.of(p).planes_shape)
+    assert used > planes * 4
+    with pytest.raises(WorkspaceExceeded) as refused:
+        algo.prepare(_point(p, direction, "fp32", "im2col", limit=used - 1), data)
+    assert refused.value.needed == used
+
+
+# ---- Winograd: odd shapes and block splits -----------------------------------------------------
+WINOGRAD_NAMES = ["winograd_f2x2_3x3", "winograd_f4x4_3x3"]
+# Odd sizes (tiles overhang the output), asymmetric padding 0-2, batch 1, 3 and 5, channel
+# counts that are not multiples of 8, groups, depthwise with a channel multiplier, and a pad of
+# 3 (bwd_data then crops dy instead of padding it).
+WINOGRAD_ODD_PROBLEMS = [
+    ConvProblem(1, 5, 13, 11, 7, 3, 3, pad_top=0, pad_left=2, pad_bottom=1, pad_right=0),
+    ConvProblem(3, 6, 9, 15, 9, 3, 3, pad_top=2, pad_left=1, pad_bottom=0, pad_right=2, groups=3),
+    ConvProblem(3, 12, 10, 7, 20, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                groups=4),
+    ConvProblem(3, 6, 11, 9, 12, 3, 3, pad_top=1, pad_left=0, pad_bottom=2, pad_right=1,
+                groups=6),
+    ConvProblem(3, 5, 7, 10, 5, 3, 3, pad_top=2, pad_left=1, pad_bottom=1, pad_right=0,
+                groups=5),
+    ConvProblem(1, 10, 5, 6, 11, 3, 3),  # a 3x4 output: one tile, mostly overhang
+    ConvProblem(5, 3, 8, 9, 5, 3, 3, pad_top=3, pad_left=0, pad_bottom=1, pad_right=3),
+]
+
+
+@pytest.mark.parametrize("min_columns", [1, 10, 30, 10**6])  # 1-image, uneven, whole batch
+@pytest.mark.parametrize("problem", WINOGRAD_ODD_PROBLEMS, ids=lambda p: p.short_shape)
+def test_winograd_odd_shapes_in_every_block_split(problem: ConvProblem, min_columns: int,
+                                                  monkeypatch) -> None:
+    monkeypatch.setattr(winograd, "MIN_GEMM_COLUMNS", min_columns)
+    _check_all(problem, seed=5, names=WINOGRAD_NAMES)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 5, 8, 32])
+@pytest.mark.parametrize("per_image", [1, 4, 49, 196, 3136])
+def test_winograd_blocks_are_sized_by_gemm_width(batch: int, per_image: int) -> None:
+    """Blocks cover the batch in order, differ by at most one image, and give every GEMM at
+    least MIN_GEMM_COLUMNS tiles (the whole batch when it has fewer), with fewer than twice the
+    images that would suffice."""
+    blocks = winograd._image_blocks(batch, per_image, image_bytes=1)
+    sizes = [n for _, n in blocks]
+    assert [n0 for n0, _ in blocks] == [sum(sizes[:i]) for i in range(len(sizes))]
+    assert sum(sizes) == batch and max(sizes) - min(sizes) <= 1
+    if len(blocks) > 1:
+        enough = -(-winograd.MIN_GEMM_COLUMNS // per_image)
+        assert enough <= min(sizes) and max(sizes) < 2 * enough
+
+
+def test_winograd_takes_resnet_layers_whole_at_batch_8() -> None:
+    """ResNet-50's 3x3 layers at batch 8: F4 transforms the weights and runs each of its 36
+    GEMMs once per launch, over all 8 images (res5's 512x512 weights are read once)."""
+    for channels, size in [(64, 56), (128, 28), (256, 14), (512, 7)]:
+        problem = ConvProblem(8, channels, size, size, channels, 3, 3, pad_top=1, pad_left=1,
+                              pad_bottom=1, pad_right=1)
+        mats = toom_cook.matrices(4, winograd.WinogradF4.points)
+        assert winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size,
+                                     np.float32).blocks == [(0, 8)]
+        assert winograd._FilterGradient(mats, 4, problem, np.float32).blocks == [(0, 8)]
+
+
+# ---- FFT: odd shapes, large kernels (issue 16) -------------------------------------------------
+# Kernels 1 to 11 (square, non-square, even), odd sizes, asymmetric padding (up to a kernel
+# wider than the image), dilation, strides 2 and 3, groups and depthwise, batch 1 and 3.
+FFT_ODD_PROBLEMS = [
+    ConvProblem(1, 3, 13, 11, 4, 11, 11, pad_top=5, pad_left=5, pad_bottom=5, pad_right=5),
+    ConvProblem(3, 4, 9, 15, 6, 9, 7, pad_top=4, pad_left=0, pad_bottom=2, pad_right=5),
+    ConvProblem(3, 2, 6, 5, 3, 11, 9, pad_top=5, pad_left=4, pad_bottom=5, pad_right=4),
+    ConvProblem(3, 6, 17, 14, 6, 5, 5, pad_top=2, pad_left=1, pad_bottom=3, pad_right=0,
+                dilation_h=2, dilation_w=3, groups=3),
+    ConvProblem(1, 4, 12, 13, 8, 7, 3, stride_h=2, stride_w=3, pad_top=3, pad_left=1,
+                pad_bottom=2, pad_right=0, groups=2),
+    ConvProblem(3, 6, 10, 11, 6, 3, 5, pad_top=1, pad_left=2, pad_bottom=1, pad_right=2,
+                dilation_h=3, groups=6),  # depthwise: the multiply-add reduction
+    ConvProblem(1, 2, 16, 5, 3, 2, 4, pad_top=0, pad_left=3, pad_bottom=1, pad_right=0),
+    ConvProblem(3, 5, 7, 9, 5, 1, 1),
+]
+
+
+@pytest.mark.parametrize("problem", FFT_ODD_PROBLEMS, ids=lambda p: p.short_shape)
+def test_fft_odd_shapes(problem: ConvProblem) -> None:
+    _check_all(problem, seed=13, names=["fft"])
+
+
+def test_fft_large_kernel_layer_within_tolerance() -> None:
+    """A layer of suites/large_kernel.toml cut to 16 channels: 11x11 taps at 64 channels' worth
+    of reduction (C*R*S = 1936), where rounding over the 38x40 transform has room to grow."""
+    _check_all(ConvProblem(1, 16, 28, 28, 16, 11, 11, pad_top=5, pad_left=5, pad_bottom=5,
+                           pad_right=5), seed=17, names=["fft"])
+
+
+def test_large_kernel_suite_holds_same_padded_large_kernels() -> None:
+    """suites/large_kernel.toml, where FFT should overtake im2col: 5x5 to 11x11 square
+    kernels at stride 1 with padding k//2 (output as large as the input), 64+ channels."""
+    from harness.suite import load_suite
+    problems = load_suite("large_kernel").problems
+    assert sorted({p.kernel_h for p in problems}) == [5, 7, 9, 11]
+    for p in problems:
+        assert (p.kernel_w, p.stride_h, p.stride_w, p.groups) == (p.kernel_h, 1, 1, 1)
+        assert {p.pad_top, p.pad_left, p.pad_bottom, p.pad_right} == {p.kernel_h // 2}
+        assert (p.out_h, p.out_w) == (p.in_h, p.in_w)
+        assert p.in_channels == p.out_channels >= 64

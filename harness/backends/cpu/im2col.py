@@ -1,30 +1,43 @@
 """im2col + GEMM: copy every receptive field into a column matrix, then one BLAS GEMM per block.
 
-Speed comes from three choices (the naive sliding_window_view version spends 8x the GEMM's time
+Speed comes from four choices (the naive sliding_window_view version spends 8x the GEMM's time
 copying, shared/reference/gpu-findings.md):
+- phase planes: once per launch the padded input is split into one plane per (row, column)
+  phase of the stride that some tap reads (x[:, :, a::s, b::s], padding included; at stride 1
+  the one plane is the padded input). Every tap then reads a stride-1 window of one plane, and
+  the taps reading one plane form a sub-grid of the kernel, so one copy call per plane and
+  block fills their rows of the column matrix with contiguous runs. (Copying stride-2 windows
+  tap by tap from the padded input spent 42% of a stride-2 forward in 2,400 small strided
+  copies.) The column matrix lists its taps plane by plane; the weights are permuted to match
+  once, at prepare;
 - blocks of images and output rows (`BLOCK_BYTES`) big enough for an efficient GEMM yet small
   enough that the GEMM finds in cache what the copy just wrote;
 - the operand order W (K, C*R*S) @ col (C*R*S, pixels) leaves each block in NCHW order, so
   the copy into y only drops the gap columns, with no transpose after the GEMM;
-- at stride 1, a "flat" column matrix: the input is laid out as rows of [gap zeros | input
-  row], so what a tap reads for a block of output rows is one contiguous run of the flattened
-  plane (a run that leaves a row on either side lands in a gap, i.e. reads the padding), and
-  one copy call per block fills the matrix with long memcpy-like runs. Each row yields W + gap
-  outputs of which Q are kept (57 for 56 at ResNet's res2); used where that waste is small
-  (`WIDE_MAX_WASTE`), per-tap window copies elsewhere.
+- a "flat" column matrix: the planes are laid out as rows of [gap zeros | input row], so what a
+  tap reads for a block of output rows is one contiguous run of the flattened plane (a run
+  that leaves a row on either side lands in a gap, i.e. reads the padding). Each row yields
+  `width` outputs of which Q are kept (57 for 56 at ResNet's res2); used where that waste is
+  small (`_columns.WIDE_MAX_WASTE`) and the column matrix is deep (`FLAT_MIN_DEPTH`), windows of
+  exactly Q columns elsewhere. A 1x1 kernel whose plane holds exactly the output grid needs no
+  copy at all: its plane is the column matrix.
 
-Backward data at stride 1 reuses all of this: it is the forward correlation of dy with the
-kernel rotated by 180 degrees (`_transposed`, `_rotated`); col2im remains for stride > 1.
+Backward data reuses all of this: output phase (a, b) of dx (the elements whose padded
+coordinates are a, b modulo the stride) receives only the taps r with r*dilation = a (mod
+stride), so it is a stride-1 forward correlation of dy with that sub-kernel rotated by 180
+degrees, channel axes swapped per group (at stride 1, one phase and the whole kernel). col2im
+(dcol = W^T dy, then strided adds) remains where K >= 2C (`Im2col.bwd_data` says why).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 from typing import Callable
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from harness.reference import ProblemData
+from harness.backends.cpu._columns import AxisPhase, axis_phases, Columns
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                           tap_cols, tap_rows, workspace_of)
 from harness.problem import ConvProblem
@@ -34,46 +47,6 @@ from harness.sweep import Point
 # L3): 4-8 MiB blocks ran the ResNet-50 3x3 layers fastest; 1 MiB blocks make the GEMMs too thin
 # (about 400 columns) and lost 25%, 16 MiB and more lost 10-30% to memory traffic.
 BLOCK_BYTES = 8 << 20
-# Largest (W + gap)/Q ratio for which the flat column matrix pays. Measured with the full
-# padding as the gap: 58/56 won by 25%, 30/28 broke even, 16/14 and 9/7 lost 10-20% to the
-# exact windows; with the shared one-column gap (57/56, 29/28, 15/14, 8/7) the differences
-# sat inside the machine's noise.
-WIDE_MAX_WASTE = 1.1
-
-
-@dataclass(frozen=True)
-class _Plane:
-    """The buffer a flat column matrix is copied from: `rows` x `width` per image and channel,
-    the input at (top, left), and the flat offset of output (0, 0)'s first tap."""
-    rows: int
-    width: int
-    top: int
-    left: int
-    start: int
-
-    @classmethod
-    def of(cls, p: ConvProblem) -> "_Plane | None":
-        """The flat layout for this problem, or None where only per-tap windows work."""
-        if (p.stride_h, p.stride_w) != (1, 1):
-            return None
-        # A gap of max(pad_left, pad_right) zeros serves as the right padding of one row and
-        # the left padding of the next; it must also leave room for Q outputs per row.
-        gap = max(p.pad_left, p.pad_right, p.out_w - p.in_w)
-        if p.in_w + gap > WIDE_MAX_WASTE * p.out_w:
-            return None
-        # One spare zero row below takes the last tap's overrun into dropped columns.
-        return cls(p.padded_h + 1, p.in_w + gap, p.pad_top, gap, gap - p.pad_left)
-
-    def fill(self, p: ConvProblem, col: np.ndarray, xbuf: np.ndarray, n0: int, p0: int) -> None:
-        """col (C, R, S, images, rows*width) <- one copy of contiguous runs."""
-        item, plane = xbuf.itemsize, self.rows * self.width
-        base = xbuf.reshape(-1)[(n0 * p.in_channels * plane + p0 * self.width + self.start):]
-        runs = as_strided(base, shape=col.shape, writeable=False,
-                          strides=(plane * item, p.dilation_h * self.width * item,
-                                   p.dilation_w * item, p.in_channels * plane * item, item))
-        np.copyto(col, runs)
-
-
 def _blocks(p: ConvProblem, row_bytes: int, whole_rows: bool) -> tuple[list, list]:
     """Image blocks and output-row blocks whose column matrix fits BLOCK_BYTES."""
     rows = p.out_h if whole_rows else max(1, BLOCK_BYTES // row_bytes)
@@ -87,86 +60,155 @@ def _max_len(blocks: list[tuple[int, int]]) -> int:
     return max(length for _, length in blocks)
 
 
-def _fill_windows(p: ConvProblem, col: np.ndarray, xpad: np.ndarray, n0: int, images: int,
-                  p0: int, rows: int) -> None:
-    """col (C, R, S, images, rows, Q) <- one strided copy per tap."""
-    for r in range(p.kernel_h):
-        row_slice = tap_rows(p, r, p0, rows)
-        for s in range(p.kernel_w):
-            window = xpad[n0:n0 + images, :, row_slice, tap_cols(p, s)]
-            np.copyto(col[:, r, s], window.transpose(1, 0, 2, 3))
+def _row_bytes(p: ConvProblem, columns: Columns, dtype: type) -> int:
+    """Bytes of column matrix per output row of one image."""
+    return p.in_channels * p.kernel_h * p.kernel_w * columns.kept * np.dtype(dtype).itemsize
 
 
-def _correlate(point: Point, p: ConvProblem, dtype: type, x: np.ndarray, w: np.ndarray,
-               derived_w: bool = False
-               ) -> tuple[np.ndarray, Callable[[], None], dict[str, np.ndarray]]:
-    """Forward correlation of problem p: x (p.input_shape) with w -> (y, kernel, buffers).
+def _weights_copied(columns: Columns, w: np.ndarray) -> bool:
+    """Whether the GEMM needs the weights copied: into the column matrix's tap order, or out of
+    a view (bwd_data's rotated sub-kernels) into one contiguous operand."""
+    return not (columns.natural_order and w.flags.c_contiguous)
 
-    `w` holds p.weight_shape's elements in C order. With `derived_w` it is a view (bwd_data's
-    rotated kernel) copied once, at prepare, into a buffer counted as workspace: it is scratch
-    the algorithm made, and the GEMM wants a contiguous operand."""
-    g, kg, k = p.groups, p.filters_per_group, p.out_channels
-    crs = p.in_channels * p.kernel_h * p.kernel_w
-    flat = _Plane.of(p)
-    width = flat.width if flat else p.out_w
-    images, row_blocks = _blocks(p, crs * width * np.dtype(dtype).itemsize, False)
-    length = _max_len(images) * _max_len(row_blocks) * width
-    y = np.empty(p.output_shape, dtype)
-    xshape = ((p.batch, p.in_channels, flat.rows, flat.width) if flat else
-              (p.batch, p.in_channels, p.padded_h, p.padded_w))
-    shapes = {"x": xshape, "col": (crs * length,), "out": (k * length,)}
-    buf = allocate(point, dtype, {**shapes, "w": p.weight_shape} if derived_w else shapes)
-    if derived_w:
-        np.copyto(buf["w"].reshape(w.shape), w)
-    wmat = (buf["w"] if derived_w else w).reshape(g, kg, crs // g)
-    xbuf, col_flat, out_flat = buf["x"], buf["col"], buf["out"]
-    top, left = (flat.top, flat.left) if flat else (p.pad_top, p.pad_left)
+
+def _weights_in_tap_order(columns: Columns, w: np.ndarray, target: np.ndarray) -> None:
+    p = columns.p
+    taps = p.kernel_h * p.kernel_w
+    kernel_major = np.reshape(w, (p.out_channels, p.channels_per_group, taps))
+    np.copyto(target.reshape(kernel_major.shape), kernel_major[:, :, columns.tap_order])
+
+
+@dataclass(frozen=True)
+class _Correlation:
+    """The plan of one forward correlation of problem p: x (p.input_shape) with w -> y."""
+    p: ConvProblem
+    columns: Columns
+    images: list[tuple[int, int]]
+    row_blocks: list[tuple[int, int]]
+
+    @classmethod
+    def of(cls, p: ConvProblem, dtype: type) -> "_Correlation":
+        columns = Columns.of(p)
+        images, row_blocks = _blocks(p, _row_bytes(p, columns, dtype), False)
+        return cls(p, columns, images, row_blocks)
+
+    @property
+    def block_columns(self) -> int:
+        return _max_len(self.images) * _max_len(self.row_blocks) * self.columns.kept
+
+    def bind(self, x: np.ndarray, w: np.ndarray, y: np.ndarray, planes: np.ndarray,
+             col_flat: np.ndarray, out_flat: np.ndarray) -> Callable[[], None]:
+        """The launch: y <- x (*) w through the given scratch. `w` must already be the GEMM's
+        operand (see _weights_copied)."""
+        p, columns = self.p, self.columns
+        g, kg, k = p.groups, p.filters_per_group, p.out_channels
+        wmat = w.reshape(g, kg, -1)
+        kept = columns.kept
+
+        def kernel() -> None:
+            columns.fill_planes(planes, x)
+            for n0, ni in self.images:
+                for p0, pr in self.row_blocks:
+                    col = columns.gather(planes, col_flat, n0, ni, p0, pr)
+                    cols = col.shape[1]
+                    out = out_flat[:k * cols].reshape(g, kg, cols)
+                    np.matmul(wmat, col.reshape(g, -1, cols), out=out)
+                    block = out.reshape(k, ni, pr, kept)[..., :p.out_w]
+                    np.copyto(y[n0:n0 + ni, :, p0:p0 + pr], block.transpose(1, 0, 2, 3))
+
+        return kernel
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One correlation of a launch with its operands; y may be a strided view of the result."""
+    plan: _Correlation
+    x: np.ndarray
+    w: np.ndarray
+    y: np.ndarray
+
+
+def _correlations(point: Point, dtype: type, parts: list[_Part],
+                  zeroed: list[np.ndarray]) -> tuple[Callable[[], None], int]:
+    """One kernel running `parts` one after another, then zero-filling `zeroed` (result
+    elements no tap reaches), and its workspace in bytes.
+
+    Each part has its own planes (and weights, where copied); they share the column matrix and
+    GEMM output buffers, sized for the largest part."""
+    shapes = {"col": (max((part.plan.columns.column_elements(part.plan.block_columns)
+                           for part in parts), default=0),),
+              "out": (max((part.plan.p.out_channels * part.plan.block_columns
+                           for part in parts), default=0),)}
+    for i, part in enumerate(parts):
+        shapes[f"planes{i}"] = part.plan.columns.planes_shape
+        if _weights_copied(part.plan.columns, part.w):
+            shapes[f"w{i}"] = part.plan.p.weight_shape
+    buf = allocate(point, dtype, shapes)
+    kernels = []
+    for i, part in enumerate(parts):
+        w = buf.get(f"w{i}", part.w)
+        if f"w{i}" in buf:
+            _weights_in_tap_order(part.plan.columns, part.w, w)
+        kernels.append(part.plan.bind(part.x, w, part.y, buf[f"planes{i}"], buf["col"],
+                                      buf["out"]))
 
     def kernel() -> None:
-        xbuf[:, :, top:top + p.in_h, left:left + p.in_w] = x
-        for n0, ni in images:
-            for p0, pr in row_blocks:
-                cols = ni * pr * width
-                col = col_flat[:crs * cols]
-                if flat:
-                    flat.fill(p, col.reshape(p.in_channels, p.kernel_h, p.kernel_w, ni,
-                                             pr * width), xbuf, n0, p0)
-                else:
-                    _fill_windows(p, col.reshape(p.in_channels, p.kernel_h, p.kernel_w, ni,
-                                                 pr, width), xbuf, n0, ni, p0, pr)
-                out = out_flat[:k * cols].reshape(g, kg, cols)
-                np.matmul(wmat, col.reshape(g, crs // g, cols), out=out)
-                block = out.reshape(k, ni, pr, width)[..., :p.out_w]
-                np.copyto(y[n0:n0 + ni, :, p0:p0 + pr], block.transpose(1, 0, 2, 3))
+        for run in kernels:
+            run()
+        for view in zeroed:
+            view.fill(0)
 
-    return y, kernel, buf
+    return kernel, workspace_of(buf)
 
 
-def _transposed(p: ConvProblem) -> tuple[ConvProblem, slice, slice]:
-    """The stride-1 problem whose forward correlation is p's backward data, and the rows and
-    columns of dy it reads.
+def _sub_axis(ph: AxisPhase, dy_size: int) -> tuple[slice, int, int]:
+    """Along one axis, dx phase `ph` as a stride-1 correlation of dy with its taps reversed:
+    (the dy elements it reads, padding before, padding after).
 
-    dy is padded by dilation*(k-1) - pad on each side. Where a pad exceeds the dilated kernel's
-    reach that is negative: the outermost dy rows/columns then see only padding and feed no dx,
-    so they are cropped instead."""
-    reach_h, reach_w = p.effective_kernel_h - 1, p.effective_kernel_w - 1
-    top, bottom = reach_h - p.pad_top, reach_h - p.pad_bottom
-    left, right = reach_w - p.pad_left, reach_w - p.pad_right
-    rows = slice(max(0, -top), p.out_h - max(0, -bottom))
-    cols = slice(max(0, -left), p.out_w - max(0, -right))
-    tp = ConvProblem(p.batch, p.out_channels, rows.stop - rows.start, cols.stop - cols.start,
-                     p.in_channels, p.kernel_h, p.kernel_w, pad_top=max(0, top),
-                     pad_left=max(0, left), pad_bottom=max(0, bottom), pad_right=max(0, right),
-                     dilation_h=p.dilation_h, dilation_w=p.dilation_w, groups=p.groups,
-                     name=p.name)
-    return tp, rows, cols
+    Output i of the phase (dx element input_start + i*stride) reads dy elements
+    data_start + i - offset of its taps. A negative padding means the outermost dy elements
+    only ever meet padding taps; they are cropped instead."""
+    reach = ph.last_offset - ph.offset + 1
+    begin = ph.last_offset - ph.data_start
+    end = ph.count - 1 + reach - dy_size - begin
+    return slice(max(0, -begin), dy_size - max(0, -end)), max(0, begin), max(0, end)
 
 
-def _rotated(p: ConvProblem, w: np.ndarray) -> np.ndarray:
-    """W (K, Cg, R, S) -> view (G, Cg, Kg, R, S) flipped in R and S: the weights of the
-    transposed problem, whose inputs are p's K filters and outputs p's C channels, per group."""
+def _sub_weights(p: ConvProblem, w: np.ndarray, rph: AxisPhase,
+                 cph: AxisPhase) -> np.ndarray:
+    """W (K, Cg, R, S) -> view (G, Cg, Kg, R', S'): the taps of one phase, flipped in R and S,
+    as the weights of the transposed problem, whose inputs are p's K filters and outputs p's C
+    channels, per group."""
     w5 = w.reshape(p.groups, p.filters_per_group, p.channels_per_group, p.kernel_h, p.kernel_w)
-    return w5[..., ::-1, ::-1].transpose(0, 2, 1, 3, 4)
+    sub = w5[:, :, :, rph.tap_slice, cph.tap_slice]
+    return sub[..., ::-1, ::-1].transpose(0, 2, 1, 3, 4)
+
+
+def _data_parts(p: ConvProblem, dtype: type, w: np.ndarray, dy: np.ndarray, dx: np.ndarray
+                ) -> tuple[list[_Part], list[np.ndarray]]:
+    """bwd_data as stride-1 correlations, one per phase of dx, and the phases no tap reaches."""
+    parts, zeroed = [], []
+    row_phases = axis_phases(p.in_h, p.pad_top, p.pad_bottom, p.stride_h, p.dilation_h,
+                              p.kernel_h)
+    col_phases = axis_phases(p.in_w, p.pad_left, p.pad_right, p.stride_w, p.dilation_w,
+                              p.kernel_w)
+    for rph, cph in product(row_phases, col_phases):
+        if not (rph.count and cph.count):
+            continue  # a phase of padding only
+        view = dx[:, :, rph.input_start::p.stride_h, cph.input_start::p.stride_w]
+        rows, top, bottom = _sub_axis(rph, p.out_h)
+        cols, left, right = _sub_axis(cph, p.out_w)
+        if not (rph.taps and cph.taps) or rows.start >= rows.stop or cols.start >= cols.stop:
+            zeroed.append(view)
+            continue
+        sub = ConvProblem(p.batch, p.out_channels, rows.stop - rows.start,
+                          cols.stop - cols.start, p.in_channels, len(rph.taps), len(cph.taps),
+                          pad_top=top, pad_left=left, pad_bottom=bottom, pad_right=right,
+                          dilation_h=rph.step, dilation_w=cph.step, groups=p.groups,
+                          name=p.name)
+        parts.append(_Part(_Correlation.of(sub, dtype), dy[:, :, rows, cols],
+                           _sub_weights(p, w, rph, cph), view))
+    return parts, zeroed
 
 
 def _col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: type
@@ -204,64 +246,80 @@ def _col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: 
     return CpuPrepared(dx, kernel, workspace_of(buf))
 
 
+def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray,
+                     dtype: type) -> CpuPrepared:
+    """dW = dy col^T, accumulated over blocks of whole images, col gathered as in fwd.
+
+    With the flat column matrix the junk columns of col meet zeros in dy's copy, so they add
+    nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
+    columns = Columns.of(p)
+    g, kg, k = p.groups, p.filters_per_group, p.out_channels
+    taps = p.kernel_h * p.kernel_w
+    images, _ = _blocks(p, _row_bytes(p, columns, dtype), True)
+    block_columns = _max_len(images) * p.out_h * columns.kept
+    dw = np.empty(p.weight_shape, dtype)
+    shapes = {"planes": columns.planes_shape, "col": (columns.column_elements(block_columns),),
+              "dy": (k * block_columns,), "partial": (g, kg, p.channels_per_group * taps)}
+    if not columns.natural_order:
+        shapes["dw_taps"] = shapes["partial"]
+    buf = allocate(point, dtype, shapes)
+    planes, col_flat, dy_flat, partial = buf["planes"], buf["col"], buf["dy"], buf["partial"]
+    dw_taps = buf.get("dw_taps", dw.reshape(partial.shape))
+    inverse = np.argsort(columns.tap_order)
+
+    def kernel() -> None:
+        columns.fill_planes(planes, x)
+        for i, (n0, ni) in enumerate(images):
+            col = columns.gather(planes, col_flat, n0, ni, 0, p.out_h)
+            cols = col.shape[1]
+            dyb = dy_flat[:k * cols].reshape(k, ni, p.out_h, columns.kept)
+            np.copyto(dyb[..., :p.out_w], dy[n0:n0 + ni].transpose(1, 0, 2, 3))
+            dyb[..., p.out_w:] = 0
+            np.matmul(dyb.reshape(g, kg, cols), col.reshape(g, -1, cols).swapaxes(1, 2),
+                      out=dw_taps if i == 0 else partial)
+            if i:
+                np.add(dw_taps, partial, out=dw_taps)
+        if "dw_taps" in buf:
+            np.take(dw_taps.reshape(k, p.channels_per_group, taps), inverse, axis=2,
+                    out=dw.reshape(k, p.channels_per_group, taps))
+
+    return CpuPrepared(dw, kernel, workspace_of(buf))
+
+
 class Im2col(CpuAlgorithm):
     name = "im2col"
     family = "gemm"
     description = "receptive fields copied into a column matrix, then one BLAS GEMM per block"
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
-        y, kernel, buf = _correlate(point, point.problem, dtype, data.x.astype(dtype),
-                                    data.w.astype(dtype))
-        return CpuPrepared(y, kernel, workspace_of(buf))
+        p = point.problem
+        y = np.empty(p.output_shape, dtype)
+        part = _Part(_Correlation.of(p, dtype), data.x.astype(dtype), data.w.astype(dtype), y)
+        kernel, workspace = _correlations(point, dtype, [part], [])
+        return CpuPrepared(y, kernel, workspace)
 
     def bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
-        """Stride 1: dx is the forward correlation of dy, padded by dilation*(k-1) - pad, with
-        W rotated by 180 degrees and its channel axes swapped per group, through fwd's im2col +
-        GEMM: no col2im adds (they were a third of the time at ResNet-50 res2a).
+        """dx phase by phase, each a forward correlation of dy with a rotated sub-kernel,
+        through fwd's im2col + GEMM: no col2im adds (they were a third of the time at ResNet-50
+        res2a, and strided adds at stride 2).
 
-        Stride > 1 keeps col2im (dcol = W^T dy, one strided add per tap): the transposed
-        problem would need a zero-dilated dy. Splitting strides into phases is a later step.
-        A 1x1 kernel keeps it too: its col2im is one add, and the correlation's extra copy of dy
-        made it ~6% slower (ResNet-50 res3a_branch2c, 2-core VM)."""
+        Where K >= 2C col2im stays: per dy pixel the correlations copy K*R*S values into their
+        column matrices, col2im writes and then adds C*R*S, each add a strided read-modify-write
+        worth about two copies. Measured on the 2-core VM (correlations / col2im): K/C = 32
+        and 64 (DeepBench rows 2 and 55) 7-10x, 21 (VGG conv1_1) 5x, 4 1.05-1.4x, 1 0.5-0.6x.
+        At K/C = 2 the correlations took 0.7-1.05x on a quiet machine but lost 1.9-2.2x under
+        load (DeepBench row 61, VGG conv3_1 and conv4_1): their GEMMs reduce over K*R*S,
+        col2im's over K, and the deeper reduction suffered more from busy cores. 1x1 kernels,
+        whose dy plane is the column matrix, tie from K/C = 2 up."""
         p = point.problem
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
-        if (p.stride_h, p.stride_w) != (1, 1) or (p.kernel_h, p.kernel_w) == (1, 1):
+        if p.out_channels >= 2 * p.in_channels:
             return _col2im(point, p, w, dy, dtype)
-        tp, rows, cols = _transposed(p)
-        dx, kernel, buf = _correlate(point, tp, dtype, dy[:, :, rows, cols],
-                                     _rotated(p, w), derived_w=True)
-        return CpuPrepared(dx, kernel, workspace_of(buf))
+        dx = np.empty(p.input_shape, dtype)
+        parts, zeroed = _data_parts(p, dtype, w, dy, dx)
+        kernel, workspace = _correlations(point, dtype, parts, zeroed)
+        return CpuPrepared(dx, kernel, workspace)
 
     def bwd_filter(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
-        """dW = dy col^T, accumulated over blocks of images."""
         p = point.problem
-        g, kg = p.groups, p.filters_per_group
-        crs = p.in_channels * p.kernel_h * p.kernel_w
-        images, _ = _blocks(p, crs * p.out_w * np.dtype(dtype).itemsize, True)
-        length = _max_len(images) * p.out_h * p.out_w
-        x, dy = data.x.astype(dtype), data.dy.astype(dtype)
-        dw = np.empty(p.weight_shape, dtype)
-        buf = allocate(point, dtype, {
-            "xpad": (p.batch, p.in_channels, p.padded_h, p.padded_w),
-            "col": (crs * length,), "dy": (p.out_channels * length,),
-            "partial": (g, kg, crs // g)})
-        xpad, col_flat, dy_flat, partial = buf["xpad"], buf["col"], buf["dy"], buf["partial"]
-        dw_mat = dw.reshape(g, kg, crs // g)
-        rows_in, cols_in = interior(p)
-
-        def kernel() -> None:
-            xpad[:, :, rows_in, cols_in] = x
-            for i, (n0, ni) in enumerate(images):
-                cols = ni * p.out_h * p.out_w
-                col = col_flat[:crs * cols]
-                _fill_windows(p, col.reshape(p.in_channels, p.kernel_h, p.kernel_w, ni,
-                                             p.out_h, p.out_w), xpad, n0, ni, 0, p.out_h)
-                dyb = dy_flat[:p.out_channels * cols]
-                np.copyto(dyb.reshape(p.out_channels, ni, p.out_h, p.out_w),
-                          dy[n0:n0 + ni].transpose(1, 0, 2, 3))
-                np.matmul(dyb.reshape(g, kg, cols), col.reshape(g, crs // g, cols).swapaxes(1, 2),
-                          out=dw_mat if i == 0 else partial)
-                if i:
-                    np.add(dw_mat, partial, out=dw_mat)
-
-        return CpuPrepared(dw, kernel, workspace_of(buf))
+        return _filter_gradient(point, p, data.x.astype(dtype), data.dy.astype(dtype), dtype)

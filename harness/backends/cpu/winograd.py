@@ -1,8 +1,8 @@
 """Winograd minimal filtering (Lavin & Gray 2016): F(2x2,3x3) and F(4x4,3x3), all directions.
 
 Y = A^T [ (G g G^T) (.) (B^T d B) ] A on overlapping (m+2)^2 input tiles. The elementwise
-product summed over channels is, per tile position (a, b), a GEMM: M[ab] = U[ab] (K x C) @
-V[ab] (C x tiles), so the bulk of the work is (m+2)^2 batched GEMMs doing 9m^2/(m+2)^2 of
+product summed over channels is, per tile position (a, b), a GEMM: M[ab] = V[ab] (tiles x C)
+@ U[ab]^T (C x K), so the bulk of the work is (m+2)^2 batched GEMMs doing 9m^2/(m+2)^2 of
 direct convolution's multiplies (1/2.25 for m=2, 1/4 for m=4).
 
 The transform matrices are not typed in: `toom_cook` builds them from interpolation points by
@@ -10,266 +10,236 @@ the Toom-Cook construction (evaluate at the points and at infinity, interpolate)
 rational arithmetic; tests/test_cpu_algorithms.py checks them against Lavin & Gray's published
 matrices and against exact correlation.
 
-The data movement is where NumPy spends its time, so per block of images: one strided copy per
-tile position gathers the tiles straight from the unpadded NCHW input (padding entries are
-never written and stay zero), each 2-D transform is a single GEMM with a Kronecker product
-(B^T (x) B^T is 36 x 36 for F4) over all tiles of the block, and one strided copy per output
-position scatters the results into NCHW.
+NumPy spends its time in data movement and in thin GEMMs, so per block of images:
+- the NCHW input is copied once into a zero-bordered NHWC plane, and every tile's window is
+  gathered by one copy of an as_strided view of that plane: channels innermost, each copy moves
+  runs of C contiguous values (gathering straight from NCHW moves runs of 1 value, every m-th,
+  and measured 1.5-4x slower on ResNet-50's 3x3 layers);
+- each 2-D transform X -> L X R^T is one GEMM with the Kronecker product L (x) R over all tiles
+  and channels of the block (for F4 that is 4x the multiplies of the separable form, but
+  the separable form is two GEMMs with an inner dimension of 6, which OpenBLAS runs 3-4x below
+  its peak: measured no faster, and it needs a second pass over memory);
+- the results are scattered by one copy into an NHWC plane and one transposing copy into NCHW;
+- blocks are sized by the GEMMs' shape, not by bytes (`MIN_GEMM_COLUMNS`): every GEMM gets at
+  least that many tiles, so at ResNet-50's batch 8 F4 takes each 3x3 layer in one block: the
+  filter transform and each of the 36 GEMMs run once per launch with the widest operands.
+
+The filter transform U = G g G^T stays inside the timed launch: a training step transforms new
+weights every time, and oneDNN, the peer these algorithms are compared with, transforms them
+in every call too. (It is 1-30% of a launch: most where the weights are large and the images
+small, res5's 512 channels at 7x7.)
 
 Directions (stride 1, dilation 1, 3x3 only):
 - bwd_data is the same tile algorithm on dy, padded by 2 - pad, with the kernel rotated by 180
-  degrees and its two channel axes swapped (full convolution = correlation with the flip);
+  degrees and its two channel axes swapped: the rotation reverses the columns of G (x) G, the
+  swap is a transposed GEMM operand, so no rotated copy of the weights is made;
 - bwd_filter is F(3x3, mxm): each dy tile (m x m) acts as the "filter" correlated with its input
-  tile, giving a 3x3 contribution; the sum over tiles is again one GEMM per tile position.
+  tile, giving a 3x3 contribution; the sum over all tiles is one GEMM per tile position
+  (dy tiles^T @ input tiles, the tiles being the GEMM's inner dimension).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from harness.reference import ProblemData
+from harness.backends.cpu.toom_cook import matrices
+from harness.backends.cpu._tiles import Tiling, place, unplace
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate,
                                           workspace_of)
 from harness.problem import ConvProblem
 from harness.sweep import Point
 
-Matrix = list[list[Fraction]]
 
-# Images per block: the most (a divisor of the batch) whose gathered tiles fit this size: 2, 4,
-# 4 and 8 images for ResNet-50's 3x3 layers at batch 8. Measured on the 2-core VM, 2-8 MiB ran
-# within the machine's +-20% noise of each other; 1 MiB (GEMMs of under 200 tiles) was slower.
-BLOCK_BYTES = 4 << 20
-
-
-# ---- the Toom-Cook construction ----------------------------------------------------------------
-def _poly_mul(a: Sequence[Fraction], b: Sequence[Fraction]) -> list[Fraction]:
-    out = [Fraction(0)] * (len(a) + len(b) - 1)
-    for i, x in enumerate(a):
-        for j, y in enumerate(b):
-            out[i + j] += x * y
-    return out
-
-
-def toom_cook(outputs: int, taps: int, points: Sequence[Fraction]) -> tuple[Matrix, Matrix, Matrix]:
-    """(A^T, G, B^T) of the minimal 1-D correlation F(outputs, taps), y = A^T[(G g) (.) (B^T d)].
-
-    Correlation is the transpose of polynomial multiplication, which evaluates both factors at
-    alpha = outputs + taps - 1 points (the given finite ones and infinity) and interpolates:
-    A^T is the transposed evaluation matrix of the outputs' polynomial, G that of the filter's,
-    B^T the transposed Lagrange interpolation. The Lagrange denominators f_j are moved from B^T
-    into G (as in Lavin & Gray), which leaves B^T with the coefficients of
-    N_j(x) = prod_{l != j} (x - a_l) and, for infinity, of M(x) = prod_l (x - a_l).
-    """
-    alpha = outputs + taps - 1
-    if len(points) != alpha - 1 or len(set(points)) != len(points):
-        raise ValueError(f"F({outputs},{taps}) needs {alpha - 1} distinct finite points")
-    at = [[a**i for a in points] + [Fraction(int(i == outputs - 1))] for i in range(outputs)]
-    g, bt = [], []
-    for j, a in enumerate(points):
-        others = [b for i, b in enumerate(points) if i != j]
-        numerator, denominator = [Fraction(1)], Fraction(1)
-        for b in others:
-            numerator = _poly_mul(numerator, [-b, Fraction(1)])
-            denominator *= a - b
-        g.append([a**k / denominator for k in range(taps)])
-        bt.append(numerator + [Fraction(0)] * (alpha - len(numerator)))
-    g.append([Fraction(int(k == taps - 1)) for k in range(taps)])
-    everything = [Fraction(1)]
-    for b in points:
-        everything = _poly_mul(everything, [-b, Fraction(1)])
-    bt.append(everything)
-    return at, g, bt
-
-
-def as_array(matrix: Matrix) -> np.ndarray:
-    return np.array([[float(v) for v in row] for row in matrix])
-
-
-# ---- the tile engine ---------------------------------------------------------------------------
-# Each 2-D transform X -> L X R^T of a tile is one GEMM with the Kronecker product L (x) R applied
-# to the flattened tiles: all tiles of a block at once, with BLAS's fused multiply-adds, where the
-# separable form would need a second gather and twice the passes over memory.
-@dataclass(frozen=True)
-class _Tiles:
-    """A tiling of an output (rows x cols) into m x m tiles of alpha x alpha input windows."""
-    m: int
-    alpha: int
-    th: int
-    tw: int
-
-    @classmethod
-    def of(cls, m: int, alpha: int, rows: int, cols: int) -> "_Tiles":
-        return cls(m, alpha, -(-rows // m), -(-cols // m))
-
-    def gather(self, src: np.ndarray, top: int, left: int, size: int, out: np.ndarray) -> None:
-        """out[i, j][c, n, u, v] = src[n, c, m*u + i - top, m*v + j - left] for the size x size
-        window of every tile, read straight from the unpadded NCHW source: entries that fall in
-        the padding are never written and keep the zeros the buffer was allocated with."""
-        source = src.transpose(1, 0, 2, 3)
-        for i in range(size):
-            rows = _clip(i - top, src.shape[2], self.th, self.m)
-            for j in range(size):
-                cols = _clip(j - left, src.shape[3], self.tw, self.m)
-                if rows and cols:
-                    np.copyto(out[i, j][:, :, rows[0], cols[0]], source[:, :, rows[1], cols[1]])
-
-    def scatter(self, y: np.ndarray, out: np.ndarray) -> None:
-        """out[n, k, m*u + i, m*v + j] = y[i, j, k, n, u, v], dropping the tiles' overhang."""
-        target = out.transpose(1, 0, 2, 3)
-        for i in range(self.m):
-            rows = _clip(i, out.shape[2], self.th, self.m)
-            for j in range(self.m):
-                cols = _clip(j, out.shape[3], self.tw, self.m)
-                if rows and cols:
-                    np.copyto(target[:, :, rows[1], cols[1]], y[i, j][:, :, rows[0], cols[0]])
-
-
-def _clip(offset: int, size: int, tiles: int, m: int) -> tuple[slice, slice] | None:
-    """(tile slice, source slice) of the tiles u < tiles whose element m*u + offset lies in
-    [0, size), or None when none does."""
-    first = max(0, -(offset // m))
-    last = min(tiles, (size - 1 - offset) // m + 1)
-    if last <= first:
-        return None
-    start = m * first + offset
-    return slice(first, last), slice(start, start + m * (last - first - 1) + 1, m)
-
-
-def _image_blocks(batch: int, bytes_per_image: int) -> list[tuple[int, int]]:
-    """Equal blocks of images (a divisor of the batch), so every block writes the same entries
-    of the tile buffers and the padding entries stay zero."""
-    most = max(1, BLOCK_BYTES // max(1, bytes_per_image))
-    size = max(d for d in range(1, batch + 1) if batch % d == 0 and d <= most)
-    return [(n0, size) for n0 in range(0, batch, size)]
-
-
-def _flat(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int]]:
-    """Scratch is allocated flat so that a block's view (a prefix) is contiguous."""
-    return {name: (int(np.prod(shape)),) for name, shape in shapes.items()}
-
-
-def _block(buf: dict[str, np.ndarray], name: str, shapes: dict[str, tuple[int, ...]],
-           axis: int, images: int) -> np.ndarray:
-    """Contiguous view of flat scratch `name` with its image axis shortened to `images`."""
-    shape = list(shapes[name])
-    shape[axis] = images
-    return buf[name][:int(np.prod(shape))].reshape(shape)
+# Tiles (GEMM columns, or the inner dimension for bwd_filter) per block: images are added to a
+# block until its GEMMs are at least this wide. Measured on the 2-core VM, the per-position
+# GEMMs ran ~20% slower on 392 tiles than on 1568 (64 channels) and on 64 than on 128 (256
+# channels), and every block re-reads the transformed weights (36 MiB for res5's 512 channels,
+# whose 7x7 images give 4 tiles each). F4 takes each ResNet-50 3x3 layer at batch 8 whole.
+MIN_GEMM_COLUMNS = 1024
+# ...unless a tile buffer would then exceed this: a memory bound for large images and batches
+# (VGG's 224x224 layers reach MIN_GEMM_COLUMNS with one image anyway).
+BLOCK_BYTES = 256 << 20
 
 
 def _kron(a: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
     return np.kron(a, b).astype(dtype)
 
 
-def _gemm(u: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
-    """out[ab, g] = u[ab, g] @ v[ab, g]; with one channel per group (depthwise) it is an outer
-    product, done by broadcasting instead of one tiny GEMM per (tile position, group)."""
-    if u.shape[-1] == 1:
-        np.multiply(u, v, out=out)
+# ---- tiles and planes --------------------------------------------------------------------------
+def _image_blocks(batch: int, per_image: int, image_bytes: int) -> list[tuple[int, int]]:
+    """(first image, images) of near-equal blocks, each with at least MIN_GEMM_COLUMNS tiles
+    (the whole batch when it has fewer) and at most BLOCK_BYTES in a tile buffer."""
+    least = -(-MIN_GEMM_COLUMNS // per_image)
+    least = max(1, min(least, BLOCK_BYTES // max(1, image_bytes)))
+    count = max(1, batch // least)
+    size, larger = divmod(batch, count)
+    sizes = [size + 1] * larger + [size] * (count - larger)
+    return [(sum(sizes[:i]), n) for i, n in enumerate(sizes)]
+
+
+def _scratch(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A contiguous array of `shape` at the start of flat scratch `buf` (blocks of fewer images
+    use a prefix)."""
+    return buf[:int(np.prod(shape))].reshape(shape)
+
+
+def _transform_input(t: Tiling, bb: np.ndarray, src: np.ndarray, top: int, left: int,
+                     plane: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
+    """out (a*a, tiles, C) = B^T d B of every window d of NCHW `src` placed at (top, left) in
+    the zero-bordered NHWC `plane`, gathered into `tiles` (same shape as out) by one copy."""
+    place(src, top, left, plane)
+    windows = t.input_windows(plane)
+    np.copyto(tiles.reshape(windows.shape), windows)
+    np.matmul(bb, tiles.reshape(len(bb), -1), out=out.reshape(len(bb), -1))
+
+
+# ---- the GEMMs per tile position ---------------------------------------------------------------
+def _by_group(a: np.ndarray, groups: int) -> np.ndarray:
+    """(positions, tiles, G*n) -> view (positions, G, tiles, n)."""
+    positions, tiles, _ = a.shape
+    return a.reshape(positions, tiles, groups, -1).transpose(0, 2, 1, 3)
+
+
+def _multiply(v: np.ndarray, u: np.ndarray, out: np.ndarray, groups: int) -> None:
+    """out[ab, t, g*F + f] = sum_c v[ab, t, g*C + c] u[ab, g, c, f]: one GEMM per position and
+    group, over all tiles. With one channel per group (depthwise) it is an outer product, done
+    by broadcasting instead of one tiny GEMM per (position, group)."""
+    lhs, res = _by_group(v, groups), _by_group(out, groups)
+    if u.shape[-2] == 1:
+        np.multiply(lhs, u, out=res)
     else:
-        np.matmul(u, v, out=out)
+        np.matmul(lhs, u, out=res)
 
 
-def _gemm_nt(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """out = a @ b^T over the last axis (tiles); a dot product per group when depthwise."""
-    if a.shape[-2] == 1 and b.shape[-2] == 1:
-        np.einsum("...it,...jt->...ij", a, b, out=out)
+def _correlate_tiles(dy_t: np.ndarray, v: np.ndarray, out: np.ndarray, groups: int) -> None:
+    """out[ab, g] = dy_t[ab, :, g]^T @ v[ab, :, g], the sum over all tiles (the GEMMs' inner
+    dimension); a dot product per (position, group) when depthwise."""
+    lhs = _by_group(dy_t, groups).swapaxes(-1, -2)
+    rhs = _by_group(v, groups)
+    if lhs.shape[-2] == 1 and rhs.shape[-1] == 1:
+        np.einsum("...it,...tj->...ij", lhs, rhs, out=out)
     else:
-        np.matmul(a, b.swapaxes(-1, -2), out=out)
+        np.matmul(lhs, rhs, out=out)
 
 
-def _matrices(m: int, points: Sequence[Fraction]) -> dict[str, np.ndarray]:
-    """Forward F(m, 3) and filter-gradient F(3, m) matrices on the same points (same B^T)."""
-    at, g, bt = toom_cook(m, 3, points)
-    at_f, g_f, bt_f = toom_cook(3, m, points)
-    assert bt_f == bt
-    return {"at": as_array(at), "g": as_array(g), "bt": as_array(bt), "at_f": as_array(at_f),
-            "g_f": as_array(g_f)}
-
-
+# ---- the two tile pipelines --------------------------------------------------------------------
 class _Correlation:
-    """out (N, K, Ho, Wo) = stride-1 3x3 correlation, tile by tile, of weights (K, C/groups, 3, 3)
-    with an NCHW source placed at (top, left) in an otherwise zero input plane."""
+    """out (N, F, Ho, Wo) = stride-1 3x3 correlation, tile by tile, of an NCHW source with C
+    channels placed at (top, left) in an otherwise zero plane, given the transformed weights as
+    one (C/groups x F/groups) matrix per tile position and group.
+
+    Two tile buffers take turns (each step reads one and writes the other): tiles, then
+    transformed tiles, then their products with U, then the output tiles, then the output
+    plane."""
 
     def __init__(self, mats: dict[str, np.ndarray], m: int, groups: int, channels: int,
                  filters: int, batch: int, rows: int, cols: int, dtype: type):
-        a = m + 2
-        self.t = t = _Tiles.of(m, a, rows, cols)
+        self.t = t = Tiling.of(m, rows, cols)
         self.groups, self.channels, self.filters = groups, channels, filters
-        self.gg = _kron(mats["g"], mats["g"], dtype)      # (a*a, 9)
         self.bb = _kron(mats["bt"], mats["bt"], dtype)    # (a*a, a*a)
         self.aa = _kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
+        positions, outputs = t.alpha * t.alpha, t.m * t.m
+        widest = max(channels, filters)
         item = np.dtype(dtype).itemsize
-        self.blocks = _image_blocks(batch, a * a * channels * t.th * t.tw * item)
-        nb = max(n for _, n in self.blocks)
-        cg, kg = channels // groups, filters // groups
-        self.shapes = {
-            "u": (a * a, groups, kg, cg), "d": (a, a, channels, nb, t.th, t.tw),
-            "v": (a * a, channels, nb, t.th, t.tw), "m": (a * a, filters, nb, t.th, t.tw),
-            "y": (m, m, filters, nb, t.th, t.tw)}
+        self.blocks = _image_blocks(batch, t.per_image, positions * t.per_image * widest * item)
+        images = max(n for _, n in self.blocks)
+        tiles = images * t.per_image
+        self.sizes = {"plane": int(np.prod(t.plane(images, channels))),
+                      "front": tiles * positions * widest,
+                      "back": tiles * max(positions * channels, outputs * filters)}
 
     def __call__(self, buf: dict[str, np.ndarray], src: np.ndarray, top: int, left: int,
-                 w: np.ndarray, out: np.ndarray) -> None:
-        t, a, m = self.t, self.t.alpha, self.t.m
-        g, cg, kg = self.groups, self.channels // self.groups, self.filters // self.groups
-        u = buf["u"].reshape(self.shapes["u"])
-        # U = G w G^T for every (filter, channel) pair: (G (x) G) @ weights as (9, K*C/g).
-        np.matmul(self.gg, w.reshape(-1, 9).T, out=u.reshape(a * a, -1))
+                 u: np.ndarray, out: np.ndarray) -> None:
+        t, c, f = self.t, self.channels, self.filters
+        positions, outputs = t.alpha * t.alpha, t.m * t.m
         for n0, n in self.blocks:
-            tiles = _block(buf, "d", self.shapes, 3, n)
-            t.gather(src[n0:n0 + n], top, left, a, tiles)
-            v = _block(buf, "v", self.shapes, 2, n)
-            np.matmul(self.bb, tiles.reshape(a * a, -1), out=v.reshape(a * a, -1))
-            mm = _block(buf, "m", self.shapes, 2, n)
-            _gemm(u, v.reshape(a * a, g, cg, -1), mm.reshape(a * a, g, kg, -1))
-            y = _block(buf, "y", self.shapes, 3, n)
-            np.matmul(self.aa, mm.reshape(a * a, -1), out=y.reshape(m * m, -1))
-            t.scatter(y, out[n0:n0 + n])
+            tiles = n * t.per_image
+            plane = _scratch(buf["plane"], t.plane(n, c))
+            v = _scratch(buf["back"], (positions, tiles, c))
+            _transform_input(t, self.bb, src[n0:n0 + n], top, left, plane,
+                             _scratch(buf["front"], v.shape), v)
+            products = _scratch(buf["front"], (positions, tiles, f))
+            _multiply(v, u, products, self.groups)
+            y = _scratch(buf["back"], (outputs, tiles, f))
+            np.matmul(self.aa, products.reshape(positions, -1), out=y.reshape(outputs, -1))
+            result = _scratch(buf["front"], t.output_plane(n, f))
+            np.copyto(t.output_tiles(result), y.reshape(t.output_tiles(result).shape))
+            unplace(result, out[n0:n0 + n])
 
 
 class _FilterGradient:
-    """dw (K, C/groups, 3, 3) = F(3x3, mxm) over the m x m tiles of dy: per tile position a GEMM
-    (K x tiles) @ (tiles x C) sums the products of transformed dy and input tiles."""
+    """dw (K, C/groups, 3, 3) = F(3x3, mxm) over the m x m tiles of dy: per tile position one
+    GEMM (K x tiles) @ (tiles x C) sums the products of transformed dy and input tiles.
+
+    The tile buffer "front" holds the input tiles, then the dy tiles; "back" the transformed
+    input tiles and "dy_t" the transformed dy tiles, the GEMMs' two operands."""
 
     def __init__(self, mats: dict[str, np.ndarray], m: int, p: ConvProblem, dtype: type):
-        a = m + 2
-        self.p, self.t = p, (t := _Tiles.of(m, a, p.out_h, p.out_w))
+        self.p, self.t = p, (t := Tiling.of(m, p.out_h, p.out_w))
         self.bb = _kron(mats["bt"], mats["bt"], dtype)      # (a*a, a*a)
         self.gg = _kron(mats["g_f"], mats["g_f"], dtype)    # (a*a, m*m)
         self.aa = _kron(mats["at_f"], mats["at_f"], dtype)  # (9, a*a)
+        positions = t.alpha * t.alpha
         item = np.dtype(dtype).itemsize
-        self.blocks = _image_blocks(p.batch, a * a * p.in_channels * t.th * t.tw * item)
-        nb = max(n for _, n in self.blocks)
-        g, kg, cg, k = p.groups, p.filters_per_group, p.channels_per_group, p.out_channels
-        self.shapes = {
-            "d": (a, a, p.in_channels, nb, t.th, t.tw), "v": (a * a, p.in_channels, nb, t.th, t.tw),
-            "e": (m, m, k, nb, t.th, t.tw), "dyt": (a * a, k, nb, t.th, t.tw),
-            "acc": (a * a, g, kg, cg), "part": (a * a, g, kg, cg), "dw": (3, 3, k, cg)}
+        c, k = p.in_channels, p.out_channels
+        self.blocks = _image_blocks(p.batch, t.per_image,
+                                    positions * t.per_image * max(c, k) * item)
+        images = max(n for _, n in self.blocks)
+        tiles = images * t.per_image
+        acc = positions * k * p.channels_per_group
+        self.sizes = {"plane": int(np.prod(t.plane(images, c))),
+                      "dy_plane": int(np.prod(t.output_plane(images, k))),
+                      "front": positions * tiles * max(c, k), "back": positions * tiles * c,
+                      "dy_t": positions * tiles * k, "acc": acc, "taps": 9 * acc // positions}
+        if len(self.blocks) > 1:
+            self.sizes["part"] = acc
 
     def __call__(self, buf: dict[str, np.ndarray], x: np.ndarray, dy: np.ndarray,
                  dw: np.ndarray) -> None:
-        p, t, a, m = self.p, self.t, self.t.alpha, self.t.m
-        g, kg, cg = p.groups, p.filters_per_group, p.channels_per_group
-        acc = buf["acc"].reshape(self.shapes["acc"])
-        part = buf["part"].reshape(self.shapes["part"])
+        p, t = self.p, self.t
+        positions = t.alpha * t.alpha
+        acc_shape = (positions, p.groups, p.filters_per_group, p.channels_per_group)
+        acc = buf["acc"].reshape(acc_shape)
         for i, (n0, n) in enumerate(self.blocks):
-            tiles = _block(buf, "d", self.shapes, 3, n)
-            t.gather(x[n0:n0 + n], p.pad_top, p.pad_left, a, tiles)
-            v = _block(buf, "v", self.shapes, 2, n)
-            np.matmul(self.bb, tiles.reshape(a * a, -1), out=v.reshape(a * a, -1))
-            grads = _block(buf, "e", self.shapes, 3, n)
-            t.gather(dy[n0:n0 + n], 0, 0, m, grads)
-            dyt = _block(buf, "dyt", self.shapes, 2, n)
-            np.matmul(self.gg, grads.reshape(m * m, -1), out=dyt.reshape(a * a, -1))
-            _gemm_nt(dyt.reshape(a * a, g, kg, -1), v.reshape(a * a, g, cg, -1),
-                     acc if i == 0 else part)
+            v = self._input_tiles(buf, x[n0:n0 + n])
+            dy_t = self._gradient_tiles(buf, dy[n0:n0 + n])
+            # Several blocks only where one would hold over BLOCK_BYTES or at least twice
+            # MIN_GEMM_COLUMNS tiles: adding their partial sums then costs under 1/4000 of
+            # the GEMMs' multiply-adds.
+            part = acc if i == 0 else buf["part"].reshape(acc_shape)
+            _correlate_tiles(dy_t, v, part, p.groups)
             if i:
                 np.add(acc, part, out=acc)
-        out = buf["dw"].reshape(self.shapes["dw"])
-        np.matmul(self.aa, acc.reshape(a * a, -1), out=out.reshape(9, -1))
-        np.copyto(dw, out.transpose(2, 3, 0, 1))
+        # dw[k, c, r, s] = sum_ab (A_f (x) A_f)[rs, ab] acc[ab, k, c]. Written straight into dw
+        # as acc^T @ (A_f (x) A_f)^T, a GEMM only 9 wide, it measured 1.3-2x slower than this
+        # GEMM plus a transposing copy (res5: acc is 38 MB).
+        taps = buf["taps"].reshape(3, 3, p.out_channels, p.channels_per_group)
+        np.matmul(self.aa, acc.reshape(positions, -1), out=taps.reshape(9, -1))
+        np.copyto(dw, taps.transpose(2, 3, 0, 1))
+
+    def _input_tiles(self, buf: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """B^T d B of every input tile of a block: (a*a, tiles, C)."""
+        p, t, n = self.p, self.t, x.shape[0]
+        v = _scratch(buf["back"], (t.alpha * t.alpha, n * t.per_image, p.in_channels))
+        _transform_input(t, self.bb, x, p.pad_top, p.pad_left,
+                         _scratch(buf["plane"], t.plane(n, p.in_channels)),
+                         _scratch(buf["front"], v.shape), v)
+        return v
+
+    def _gradient_tiles(self, buf: dict[str, np.ndarray], dy: np.ndarray) -> np.ndarray:
+        """G_f e G_f^T of every m x m dy tile of a block (the overhang is zero): (a*a, tiles, K)."""
+        p, t = self.p, self.t
+        positions, tiles = t.alpha * t.alpha, dy.shape[0] * t.per_image
+        plane = _scratch(buf["dy_plane"], t.output_plane(dy.shape[0], p.out_channels))
+        place(dy, 0, 0, plane)
+        e = _scratch(buf["front"], (t.m * t.m, tiles, p.out_channels))
+        np.copyto(e.reshape(t.output_tiles(plane).shape), t.output_tiles(plane))
+        dy_t = _scratch(buf["dy_t"], (positions, tiles, p.out_channels))
+        np.matmul(self.gg, e.reshape(t.m * t.m, -1), out=dy_t.reshape(positions, -1))
+        return dy_t
 
 
 class _Winograd(CpuAlgorithm):
@@ -290,42 +260,49 @@ class _Winograd(CpuAlgorithm):
         return None
 
     def _mats(self) -> dict[str, np.ndarray]:
-        return _matrices(self.m, self.points)
+        return matrices(self.m, self.points)
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
-        core = _Correlation(self._mats(), self.m, p.groups, p.in_channels, p.out_channels,
-                            p.batch, p.out_h, p.out_w, dtype)
-        buf = allocate(point, dtype, _flat(core.shapes))
+        mats = self._mats()
+        core = _Correlation(mats, self.m, p.groups, p.in_channels, p.out_channels, p.batch,
+                            p.out_h, p.out_w, dtype)
+        g_kron = _kron(mats["g"], mats["g"], dtype)
+        buf = allocate(point, dtype, dict(_flat(core.sizes), u=_weights_shape(p, self.m)))
         x, w = data.x.astype(dtype), data.w.astype(dtype)
         y = np.empty(p.output_shape, dtype)
+        u = buf["u"]
 
         def kernel() -> None:
-            core(buf, x, p.pad_top, p.pad_left, w, y)
+            _transform_weights(g_kron, w, u)
+            core(buf, x, p.pad_top, p.pad_left, u.swapaxes(-1, -2), y)
 
         return CpuPrepared(y, kernel, workspace_of(buf))
 
     def bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
-        g, cg, kg = p.groups, p.channels_per_group, p.filters_per_group
-        core = _Correlation(self._mats(), self.m, g, p.out_channels, p.in_channels, p.batch,
+        mats = self._mats()
+        core = _Correlation(mats, self.m, p.groups, p.out_channels, p.in_channels, p.batch,
                             p.in_h, p.in_w, dtype)
-        buf = allocate(point, dtype, dict(_flat(core.shapes), wrot=(p.in_channels, kg, 3, 3)))
+        # Rotating the kernel by 180 degrees reverses its 9 taps, i.e. the columns of G (x) G.
+        g_rotated = np.ascontiguousarray(_kron(mats["g"], mats["g"], dtype)[:, ::-1])
+        buf = allocate(point, dtype, dict(_flat(core.sizes), u=_weights_shape(p, self.m)))
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
-        rotated = buf["wrot"].reshape(g, cg, kg, 3, 3)
+        u = buf["u"]
 
         def kernel() -> None:
-            np.copyto(rotated, w.reshape(g, kg, cg, 3, 3)[..., ::-1, ::-1].transpose(0, 2, 1, 3, 4))
-            # Full convolution = correlation of dy, with 2 - pad zeros around it, and the flip.
-            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, buf["wrot"], dx)
+            _transform_weights(g_rotated, w, u)
+            # Full convolution = correlation of dy, with 2 - pad zeros around it, and the
+            # rotated kernel whose channel axes are swapped: u[ab, g] is (K/g x C/g) as it is.
+            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, u, dx)
 
         return CpuPrepared(dx, kernel, workspace_of(buf))
 
     def bwd_filter(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
         core = _FilterGradient(self._mats(), self.m, p, dtype)
-        buf = allocate(point, dtype, _flat(core.shapes))
+        buf = allocate(point, dtype, _flat(core.sizes))
         x, dy = data.x.astype(dtype), data.dy.astype(dtype)
         dw = np.empty(p.weight_shape, dtype)
 
@@ -333,6 +310,21 @@ class _Winograd(CpuAlgorithm):
             core(buf, x, dy, dw)
 
         return CpuPrepared(dw, kernel, workspace_of(buf))
+
+
+def _flat(sizes: dict[str, int]) -> dict[str, tuple[int]]:
+    """Scratch is allocated flat so that a block's view (a prefix) is contiguous."""
+    return {name: (size,) for name, size in sizes.items()}
+
+
+def _weights_shape(p: ConvProblem, m: int) -> tuple[int, int, int, int]:
+    return ((m + 2) ** 2, p.groups, p.filters_per_group, p.channels_per_group)
+
+
+def _transform_weights(g_kron: np.ndarray, w: np.ndarray, u: np.ndarray) -> None:
+    """u[ab, g, k, c] = G g G^T for every (filter, channel) pair: one GEMM (G (x) G) @ the
+    weights as (9, K*C/g)."""
+    np.matmul(g_kron, w.reshape(-1, 9).T, out=u.reshape(u.shape[0], -1))
 
 
 class WinogradF2(_Winograd):
