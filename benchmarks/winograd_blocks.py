@@ -1,6 +1,6 @@
-"""Winograd before/after: the old tile engine (winograd.py at benchmarks/_before.py's commit, blocks sized by
-tile bytes) against the new one (harness/backends/cpu/winograd.py), with own im2col and
-PyTorch's CPU convolution (oneDNN) as the yardsticks.
+"""Winograd before/after: the old tile engine (winograd.py at benchmarks/_before.py's commit,
+blocks sized by tile bytes) against the new one (harness/backends/cpu/winograd.py), with own
+im2col and PyTorch's CPU convolution (oneDNN) as the yardsticks.
 
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
 

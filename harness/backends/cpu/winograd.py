@@ -26,8 +26,8 @@ NumPy spends its time in data movement and in thin GEMMs, so per block of images
 
 The filter transform U = G g G^T stays inside the timed launch: a training step transforms new
 weights every time, and oneDNN, the peer these algorithms are compared with, transforms them
-in every call too. (It is 1-30% of a launch: most where the weights are large and the images
-small, res5's 512 channels at 7x7.)
+in every call too. (Measured at batch 8: under 1% of F4's launch on ResNet-50's res2, 12-18% on
+res4 and 35% on res5, whose 512x512 weights transform into 36 MiB for 7x7 images.)
 
 Directions (stride 1, dilation 1, 3x3 only):
 - bwd_data is the same tile algorithm on dy, padded by 2 - pad, with the kernel rotated by 180
