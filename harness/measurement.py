@@ -68,6 +68,17 @@ class Measurement:
             object.__setattr__(self, "extras", ReadOnlyDict(self.extras))
 
     @property
+    def planned_id(self) -> str:
+        """The point the plan named: for a variant of an expanding algorithm, the one it came
+        from; otherwise the row's own."""
+        return self.planned_point_id or self.point.point_id
+
+    @property
+    def of_variant(self) -> bool:
+        """A row of one concrete variant (a graph plan) of an expanding algorithm."""
+        return self.planned_id != self.point.point_id
+
+    @property
     def ok(self) -> bool:
         return self.status == RANKABLE
 

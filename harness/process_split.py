@@ -66,7 +66,7 @@ def merge(group: Sequence[Point], per_process: Sequence[Sequence[Measurement]]
 
 
 def _planned_id(m: Measurement) -> str:
-    return m.planned_point_id or m.point.point_id
+    return m.planned_id
 
 
 def _merge_one(measurements: list[Measurement], processes: int) -> Measurement:

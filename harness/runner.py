@@ -181,8 +181,7 @@ def _crashed_variants(measured: list[list[Measurement]]) -> frozenset[str]:
     """Plans that hung or crashed in an earlier process: the next would only wait out the same
     cap (process_split.merge keeps the crash as the plan's row)."""
     return frozenset(m.point.algorithm for rows in measured for m in rows
-                     if m.status == Status.CRASHED and m.planned_point_id not in
-                     (None, m.point.point_id))
+                     if m.status == Status.CRASHED and m.of_variant)
 
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],

@@ -146,8 +146,7 @@ class WorkerPool:
 
     def _cap(self, variant: str | None, rows: list[Measurement]) -> tuple[float, str]:
         """How long the unit under way may take, and why when it is the shorter plan cap."""
-        if variant is not None and any(m.ok and m.planned_point_id not in (None, m.point.point_id)
-                                       for m in rows):
+        if variant is not None and any(m.ok and m.of_variant for m in rows):
             if self.plan_timeout_s < self.unit_timeout_s:
                 return self.plan_timeout_s, " (another plan of this point returned)"
         return self.unit_timeout_s, ""

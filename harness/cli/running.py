@@ -279,7 +279,7 @@ class _progress:
 
     def advance(self, m) -> None:
         self.rows += 1
-        self._points.add(m.planned_point_id or m.point.point_id)
+        self._points.add(m.planned_id)
         done = len(self._points)
         if self._bar is not None:
             self._bar.update(self._task, completed=done,
