@@ -7,12 +7,16 @@
 #                                        cudnn + cudnn_graph + torch_gpu, unlimited workspace
 #   gpu_evidence.sh power OUT NAME RUNS  benchmarks/power.py: RUNS reruns of a legacy cuDNN slice
 #                                        of ResNet-50, A/A and planted slowdowns
+#   gpu_evidence.sh scaleout OUT NAME [local]
+#                                        issue 14's sweep (cudnn + cudnn_graph, fp16/fp32 NHWC) on
+#                                        GPU 0 alone, or with `local` over every GPU (--cluster local)
 #   gpu_evidence.sh model OUT NAME SOURCE  `run --model SOURCE` (cudnn + cudnn_graph + torch_gpu,
 #                                        fp16/bf16 NHWC, batch 32), then its table, fp16 plan, report
 # Results go to OUT/NAME.parquet (a killed sweep leaves its gzipped journal); logs beside them.
 # SECONDS_LEFT caps a sweep's time; EXTRA_FLAGS are added to every sweep (e.g. --gpu-processes 1);
 # SWEEP_ONLY=1 stops `model` after the sweep (at most 8 files come back from a lent machine);
-# RESUME_FROM=DIR resumes `model` from DIR/NAME.suite.toml and DIR/NAME.parquet.partial.jsonl.gz.
+# RESUME_FROM=DIR resumes `model` from DIR/NAME.suite.toml and DIR/NAME.parquet.partial.jsonl.gz,
+# and the other sweeps from DIR/NAME.parquet.partial.jsonl.gz.
 set -uo pipefail
 part=$1; out=$2
 export PYTHONUNBUFFERED=1
@@ -23,9 +27,13 @@ cp ~/.cache/convbench/peaks-*.json "$out/peaks.json" 2>/dev/null
 
 sweep() {  # NAME ARGS...
   local name=$1; shift
-  local start=$SECONDS
-  timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run resnet50 "$@" ${EXTRA_FLAGS:-} --out "/tmp/$name.parquet" \
-    > "$out/$name.log" 2>&1
+  local start=$SECONDS resume=""
+  if [ -n "${RESUME_FROM:-}" ]; then
+    zcat "$RESUME_FROM/$name.parquet.partial.jsonl.gz" > "/tmp/$name.parquet.partial.jsonl" && resume=--resume
+    echo "resuming from $(wc -l < "/tmp/$name.parquet.partial.jsonl") journal lines"
+  fi
+  timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run resnet50 "$@" ${EXTRA_FLAGS:-} $resume \
+    --out "/tmp/$name.parquet" > "$out/$name.log" 2>&1
   echo "exit $? sweep wall time: $((SECONDS - start)) s" | tee -a "$out/$name.log"
   grep -a -E "^note|^wrote" "$out/$name.log"
   [ -f "/tmp/$name.parquet" ] && cp "/tmp/$name.parquet" "$out/"
@@ -44,6 +52,12 @@ case "$part" in
   selection)
     sweep "$3" --backend cudnn,cudnn_graph,torch_gpu --precision "$4" --layout "${5:-NCHW,NHWC}" \
       --workspace-limit unlimited --budget-ms 10 ;;
+  scaleout)
+    if [ "${4:-}" = local ]; then
+      sweep "$3" --backend cudnn,cudnn_graph --precision fp16,fp32 --layout NHWC --cluster local
+    else
+      CUDA_VISIBLE_DEVICES=0 sweep "$3" --backend cudnn,cudnn_graph --precision fp16,fp32 --layout NHWC
+    fi ;;
   power)
     timeout "${SECONDS_LEFT:-560}" python3 benchmarks/power.py --suite resnet50 --runs "$4" \
       --out "$out/$3.md" -- --backend cudnn --precision fp16,fp32 --layout NHWC \
