@@ -30,9 +30,11 @@ from harness.timer import CpuCacheFlusher, Timing, time_cpu
 @dataclass(frozen=True)
 class Unit:
     """A part of a group measured in one go: `variant` names the expanding algorithm's concrete
-    variant it is (None for a plain algorithm, or rows that say why there are no variants)."""
+    variant it is (None for a plain algorithm, or rows that say why there are no variants), and
+    `engine` the implementation it is a setting of (Algorithm.engine_of)."""
     variant: str | None
     measure: Callable[[], list[Measurement]]
+    engine: str | None = None
 
 
 def _rows_of(rows: Iterable[Measurement]) -> Unit:
@@ -103,7 +105,8 @@ class PointExecutor:
                                        algo.family) for p in group)
         for variant in variants:
             if variant not in skip:
-                yield Unit(variant, partial(self._measure_variant, group, point, algo, variant))
+                yield Unit(variant, partial(self._measure_variant, group, point, algo, variant),
+                           algo.engine_of(variant))
 
     def _measure_variant(self, group: list[Point], point: Point, algo: Algorithm,
                          variant: str) -> list[Measurement]:

@@ -146,6 +146,7 @@ class Measurer:
         self._local = PointExecutor(seed)
         self._remotes: list = []
         self._seed = seed
+        self._hung_engines: set = set()     # the worker pools' shared memory of hung engines
 
     def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None]) -> None:
         for group in groups(points):
@@ -168,7 +169,7 @@ class Measurer:
     def _pools(self, count: int) -> list:
         from harness.worker import WorkerPool
         while len(self._remotes) < count:
-            self._remotes.append(WorkerPool(self._seed))
+            self._remotes.append(WorkerPool(self._seed, hung_engines=self._hung_engines))
         return self._remotes[:count]
 
     def close(self) -> None:

@@ -25,6 +25,11 @@ UNIT_TIMEOUT_S = 120.0
 # included); a plan still running after this is either hung or too slow to ever be picked, and on
 # efficientnet_b0 such a plan recurred on every depthwise layer (120 s each).
 PLAN_TIMEOUT_S = 30.0
+# A plan of an engine that already hung in this run (on this point or another of the same
+# backend and direction) gets this cap: on efficientnet_b0 fp16 (H100) engine eng50 hung on every
+# depthwise bwd_data layer and 14 knob settings of eng57/eng59/eng64 each waited out 30 s on one
+# point; plans that return take 0.0-8.5 s each (benchmarks/stall_plans.py). Each is still tried.
+HUNG_ENGINE_TIMEOUT_S = 10.0
 
 
 def _lost_context(measurements: list[Measurement]) -> bool:
@@ -44,7 +49,7 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
             return
         group, skip = message
         for unit in executor.units(group, skip):
-            connection.send(("start", unit.variant))
+            connection.send(("start", (unit.variant, unit.engine)))
             rows = unit.measure()
             connection.send(("rows", rows))
             if _lost_context(rows):
@@ -71,19 +76,35 @@ def _return_cached_memory() -> None:
 @dataclass
 class _Stopped:
     """Where a worker stopped before finishing its group: the variant it was on (None: a plain
-    algorithm, or before any variant started) and, unless its rows already say so, why."""
+    algorithm, or before any variant started), its engine, unless its rows already say so why,
+    and whether it hung (ran past its cap)."""
     variant: str | None
+    engine: str | None
     reason: str | None
+    hung: bool = False
+
+
+# Which engines hung: an engine's index names different kernels per backend and direction.
+HungKey = tuple[str, str, str]
+
+
+def _hung_key(group: list[Point], engine: str) -> HungKey:
+    return group[0].backend, group[0].direction, engine
 
 
 class WorkerPool:
     """One worker process at a time, restarted whenever it dies or hangs."""
 
     def __init__(self, seed: int = 0, unit_timeout_s: float | None = None,
-                 plan_timeout_s: float | None = None):
+                 plan_timeout_s: float | None = None, hung_engine_timeout_s: float | None = None,
+                 hung_engines: set[HungKey] | None = None):
         self.seed = seed
         self.unit_timeout_s = UNIT_TIMEOUT_S if unit_timeout_s is None else unit_timeout_s
         self.plan_timeout_s = PLAN_TIMEOUT_S if plan_timeout_s is None else plan_timeout_s
+        self.hung_engine_timeout_s = (HUNG_ENGINE_TIMEOUT_S if hung_engine_timeout_s is None
+                                      else hung_engine_timeout_s)
+        # shared by the pools of one run (runner.Measurer): a hang seen in one process counts
+        self.hung_engines: set[HungKey] = set() if hung_engines is None else hung_engines
         self._context = mp.get_context("spawn")
         self._process = None
         self._connection = None
@@ -110,6 +131,8 @@ class WorkerPool:
             if stopped is None:
                 return rows
             self._kill()
+            if stopped.hung and stopped.engine is not None:
+                self.hung_engines.add(_hung_key(group, stopped.engine))
             if stopped.reason is not None:
                 rows += _crashed(group, stopped.reason, stopped.variant)
             if stopped.variant is None:
@@ -120,36 +143,42 @@ class WorkerPool:
                 rows: list[Measurement]) -> _Stopped | None:
         """Appends the worker's rows for `group` as its units finish, and each finished variant
         to `skip`; None once the group is done."""
-        variant = None
+        variant = engine = None
         try:
             self._connection.send((group, frozenset(skip)))
             while True:
-                cap, why = self._cap(variant, rows)
+                cap, why = self._cap(group, variant, engine, rows)
                 if not self._connection.poll(cap):
-                    return _Stopped(variant, f"no result within {cap:.0f} s{why}: worker killed")
+                    return _Stopped(variant, engine,
+                                    f"no result within {cap:.0f} s{why}: worker killed", hung=True)
                 kind, payload = self._connection.recv()
                 if kind == "done":
                     return None
                 if kind == "start":
-                    variant = payload
+                    variant, engine = payload
                     continue
                 rows += payload
                 if _lost_context(payload):
-                    return _Stopped(variant, None)
+                    return _Stopped(variant, engine, None)
                 if variant is not None:
                     skip.add(variant)
-                variant = None     # between units: a stop now is the group's, not a plan's
+                variant = engine = None   # between units: a stop now is the group's, not a plan's
         except (EOFError, BrokenPipeError, ConnectionResetError):
             self._process.join(timeout=10)    # the pipe closes before the exit code is known
-            return _Stopped(variant, f"worker process died (exit code "
-                                    f"{self._process.exitcode})")
+            return _Stopped(variant, engine, f"worker process died (exit code "
+                                             f"{self._process.exitcode})")
 
-    def _cap(self, variant: str | None, rows: list[Measurement]) -> tuple[float, str]:
-        """How long the unit under way may take, and why when it is the shorter plan cap."""
+    def _cap(self, group: list[Point], variant: str | None, engine: str | None,
+             rows: list[Measurement]) -> tuple[float, str]:
+        """How long the unit under way may take, and why when it is a shorter cap than
+        the unit cap."""
+        caps = [(self.unit_timeout_s, "")]
         if variant is not None and any(m.ok and m.of_variant for m in rows):
-            if self.plan_timeout_s < self.unit_timeout_s:
-                return self.plan_timeout_s, " (another plan of this point returned)"
-        return self.unit_timeout_s, ""
+            caps.append((self.plan_timeout_s, " (another plan of this point returned)"))
+        if engine is not None and _hung_key(group, engine) in self.hung_engines:
+            caps.append((self.hung_engine_timeout_s,
+                         f" (engine {engine} hung before in this run)"))
+        return min(caps, key=lambda cap: cap[0])
 
     def _kill(self) -> None:
         if self._process is not None:

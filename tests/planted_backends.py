@@ -290,6 +290,25 @@ class _HangsOnSecondPlan(_FaultOnSecondPlan):
         time.sleep(3600)
 
 
+class _HangingEngine(FakeExact):
+    """Expanding, with graph-API-like names: every knob setting of engine eng2 never returns, as
+    14 settings of three engines did on one efficientnet_b0 point on an H100."""
+    backend = "faulty_gpu"
+    name = "hanging_engine"
+    expands = True
+
+    def variants(self, point, data):
+        return ["eng1_k1=0", "eng2_k1=0", "eng2_k1=1", "eng3"]
+
+    def engine_of(self, variant):
+        return variant.split("_")[0]
+
+    def prepare(self, point, data):
+        if point.algorithm.startswith("eng2_"):
+            time.sleep(3600)
+        return super().prepare(point, data)
+
+
 class _DiesOnSecondPlan(_FaultOnSecondPlan):
     """The second plan takes the whole process down, as a driver fault can."""
     name = "dying_plans"
@@ -306,7 +325,7 @@ class FaultyGpuBackend(FakeBackend):
 
     def algorithms(self):
         return [_ContextLost(), _QuotesAFault(), _Hangs(), _LostOnSecondPlan(),
-                _HangsOnSecondPlan(), _DiesOnSecondPlan()]
+                _HangsOnSecondPlan(), _DiesOnSecondPlan(), _HangingEngine()]
 
 
 # Thread counts each launch of a ThreadsSeenBackend point found: (BLAS threads, torch threads).

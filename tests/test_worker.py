@@ -157,6 +157,34 @@ def test_a_hung_plan_costs_its_own_rows_and_the_cap_not_the_point():
         pool.close()
 
 
+def test_after_one_plan_of_an_engine_hung_its_other_plans_get_the_short_cap_on_every_point():
+    """Each knob setting is still tried (a row each), but once eng2 hung, its siblings on this
+    point and its plans on the next point wait 1 s, not the 4 s plan cap."""
+    pool = WorkerPool(unit_timeout_s=60.0, plan_timeout_s=4.0, hung_engine_timeout_s=1.0)
+    try:
+        rows = pool.measure([_point("hanging_engine")])
+        assert [(m.point.algorithm, m.status) for m in rows] == [
+            ("eng1_k1=0", Status.OK), ("eng2_k1=0", Status.CRASHED),
+            ("eng2_k1=1", Status.CRASHED), ("eng3", Status.OK)]
+        assert rows[1].reason == ("eng2_k1=0: no result within 4 s (another plan of this point "
+                                  "returned): worker killed")
+        short = "no result within 1 s (engine eng2 hung before in this run): worker killed"
+        assert rows[2].reason == f"eng2_k1=1: {short}"
+        later = pool.measure([_point("hanging_engine", 0)])
+        assert [m.reason for m in later if m.status == Status.CRASHED] == [
+            f"eng2_k1=0: {short}", f"eng2_k1=1: {short}"]
+        assert pool.hung_engines == {("faulty_gpu", "fwd", "eng2")}
+    finally:
+        pool.close()
+
+
+def test_graph_plans_name_the_engine_their_knob_settings_belong_to():
+    from harness.backends.cudnn_graph import EnginesAlgorithm
+    engines = EnginesAlgorithm(owner=None)
+    assert engines.engine_of("eng57_k2=1_k5=3_k14=5") == engines.engine_of("eng57") == "eng57"
+    assert engines.engine_of("eng5_k2=1") == "eng5" and engines.engine_of("odd") is None
+
+
 def test_a_plan_that_kills_the_process_costs_its_own_rows_only():
     pool = WorkerPool()
     try:

@@ -163,6 +163,13 @@ class Algorithm:
         """Names of the concrete variants for this point (expanding algorithms only)."""
         raise NotImplementedError
 
+    def engine_of(self, variant: str) -> str | None:
+        """The implementation a variant is one setting of (a graph-API engine, whose variants are
+        its knob choices), or None. Variants of one engine hang alike: on efficientnet_b0 every
+        knob setting of three engines hung on one point, and one engine on every depthwise
+        layer, so after one hung the worker gives its siblings a short cap (harness.worker)."""
+        return None
+
     def supports(self, point: Point) -> str | None:
         """None when this algorithm can run the point, else the reason it cannot."""
         raise NotImplementedError

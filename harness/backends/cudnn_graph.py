@@ -110,6 +110,9 @@ class EnginesAlgorithm(Algorithm):
     def variants(self, point: Point, data: ProblemData) -> list[str]:
         return list(self._owner.session().plan_set(point).plans)
 
+    def engine_of(self, variant: str) -> str | None:
+        return _engine_name(variant)
+
     def prepare(self, point: Point, data: ProblemData) -> "GraphPrepared":
         session = self._owner.session()
         plan_set = session.plan_set(point)
@@ -350,6 +353,11 @@ def _variant_pack(direction: str, tensors: dict[str, Any]) -> tuple[dict[int, in
     out = {"fwd": "y", "bwd_data": "dx", "bwd_filter": "dw"}[direction]
     pack = {uid: tensors[name].data.ptr for uid, name in zip((UID_X, UID_W, UID_Y), roles)}
     return pack, tensors[out]
+
+
+def _engine_name(plan_name: str) -> str | None:
+    engine = _engine_id(plan_name)
+    return None if engine is None else f"eng{engine}"
 
 
 def _engine_id(plan_name: str) -> int | None:
