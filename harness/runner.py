@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import groupby
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from harness import backends, threads
 from harness.executor import PointExecutor
@@ -148,23 +148,41 @@ class Measurer:
         self._seed = seed
         self._hung_engines: set = set()     # the worker pools' shared memory of hung engines
 
-    def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None]) -> None:
+    def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None],
+            on_group_done: Callable[[list[Point]], None] | None = None,
+            measured_variants: Mapping[str, Iterable[str]] | None = None) -> None:
+        """Measure `points` group by group, calling `on_result` as rows become final (one GPU
+        process: as each plan of an expanding algorithm finishes, so a kill loses at most the
+        plan under way) and `on_group_done` when a group's rows are all out. A resumed run
+        names in `measured_variants` (planned point id -> variants) the plans a killed run
+        already measured: they are left out."""
         for group in groups(points):
-            for measurement in self._measure(group):
-                on_result(measurement)
+            skip = frozenset(variant for p in group
+                             for variant in (measured_variants or {}).get(p.point_id, ()))
+            self._measure(group, skip, on_result)
+            if on_group_done is not None:
+                on_group_done(group)
 
-    def _measure(self, group: list[Point]) -> list[Measurement]:
+    def _measure(self, group: list[Point], skip: frozenset[str],
+                 emit: Callable[[Measurement], None]) -> None:
         if backends.get(group[0].backend).device != "cuda":
-            return self._local.measure(group)
+            for unit in self._local.units(group, skip):
+                _emit_all(unit.measure(), emit)
+            return
         from harness import process_split
         shared = process_split.shared_group(group)
+        pools = self._pools(group[0].timing.gpu_processes)
+        if len(pools) == 1:     # nothing to merge with: each plan's rows are final as they come
+            pools[0].measure(shared, skip, on_rows=lambda rows: _emit_all(
+                process_split.merge(group, [rows]), emit))
+            return
         measured: list[list[Measurement]] = []
         # One process after another, never at once: they share the GPU being timed.
-        for pool in self._pools(group[0].timing.gpu_processes):
-            measured.append(pool.measure(shared, skip=_crashed_variants(measured)))
+        for pool in pools:
+            measured.append(pool.measure(shared, skip=skip | _crashed_variants(measured)))
             if all(m.status == Status.CRASHED for m in measured[-1]):
                 break   # the next would crash (or hang) the same way: the rows are crashes
-        return process_split.merge(group, measured)
+        _emit_all(process_split.merge(group, measured), emit)
 
     def _pools(self, count: int) -> list:
         from harness.worker import WorkerPool
@@ -178,6 +196,11 @@ class Measurer:
         self._remotes = []
 
 
+def _emit_all(rows: Iterable[Measurement], emit: Callable[[Measurement], None]) -> None:
+    for row in rows:
+        emit(row)
+
+
 def _crashed_variants(measured: list[list[Measurement]]) -> frozenset[str]:
     """Plans that hung or crashed in an earlier process: the next would only wait out the same
     cap (process_split.merge keeps the crash as the plan's row)."""
@@ -186,11 +209,12 @@ def _crashed_variants(measured: list[list[Measurement]]) -> frozenset[str]:
 
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],
-               seed: int = 0) -> None:
+               seed: int = 0, on_group_done: Callable[[list[Point]], None] | None = None,
+               measured_variants: Mapping[str, Iterable[str]] | None = None) -> None:
     """Measure every point in this process (GPU points in a worker process), calling
-    `on_result` as each finishes."""
+    `on_result` as each finishes (Measurer.run)."""
     measurer = Measurer(seed)
     try:
-        measurer.run(points, on_result)
+        measurer.run(points, on_result, on_group_done, measured_variants)
     finally:
         measurer.close()

@@ -2,6 +2,10 @@
 
 Rows are appended to a JSON-lines journal beside the results file as each point finishes, so a
 crash or Ctrl-C loses nothing finished; `finish()` folds the journal into the Parquet file.
+Between the rows, a line {"groups_done": [planned point ids]} says a group's points are whole:
+an expanding algorithm's plans arrive one by one (harness.runner), so a planned point with rows
+but no such line was cut short, and --resume measures only its missing plans. A writer opens
+with an empty one, so rows before the first such line come from a run that wrote groups whole.
 `load()` reads Parquet, CSV, a folder of them, or a journal left behind by a killed run.
 """
 from __future__ import annotations
@@ -24,7 +28,7 @@ from harness.schema import (COLUMNS, EXTRA_COLUMNS, REQUIRED_COLUMNS, SCHEMA_VER
                             limit_to_column, to_row)
 
 __all__ = [
-    "COLUMNS", "EXTRA_COLUMNS", "JournalRead", "OutputExists", "REQUIRED_COLUMNS",
+    "COLUMNS", "EXTRA_COLUMNS", "GROUPS_DONE", "JournalRead", "OutputExists", "REQUIRED_COLUMNS",
     "RESULT_SUFFIXES", "ResultWriter", "ResultsError", "SCHEMA_VERSION", "UNLIMITED_BYTES",
     "WriteMode", "check_output", "export_csv", "finished_now", "frame", "journal_path",
     "limit_from_column", "limit_to_column", "load", "read_journal", "read_journal_lines",
@@ -72,13 +76,31 @@ class ResultWriter:
             raise
         self.rows_written = 0
         self._file = _open_for_append(self.journal, truncate=self.mode is WriteMode.REPLACE)
+        self.mark_done([])
 
     def finished_point_ids(self) -> set[str]:
         """Points already measured by an earlier, interrupted or completed, run of this file."""
-        existing = self._existing_rows()
-        if not len(existing):
-            return set()
-        return set(existing["point_id"]) | set(existing["planned_point_id"].dropna())
+        stored, journal = self._parts()
+        done = _point_ids(stored) | _point_ids(journal.rows[:journal.rows_before_marks])
+        after = journal.rows[journal.rows_before_marks:]
+        plain = after[_planned_ids(after) == ""] if len(after) else after
+        return done | set(plain.get("point_id", ())) | set(journal.groups_done)
+
+    def measured_variants(self) -> dict[str, set[str]]:
+        """For each planned point a killed run left part-measured: the plans it has rows for."""
+        done = self.finished_point_ids()
+        rows = self._parts()[1].rows
+        partial: dict[str, set[str]] = {}
+        if len(rows):
+            for planned, algorithm in zip(_planned_ids(rows), rows["algorithm"]):
+                if planned and planned not in done:
+                    partial.setdefault(planned, set()).add(algorithm)
+        return partial
+
+    def mark_done(self, point_ids: list[str]) -> None:
+        """Say these planned points' rows are all in the journal (see the module docstring)."""
+        self._file.write(json.dumps({GROUPS_DONE: list(point_ids)}) + "\n")
+        self._file.flush()
 
     def resumed_run_id(self) -> str | None:
         """The run id a resumed run carries on with: that of the last row already written."""
@@ -114,17 +136,34 @@ class ResultWriter:
         self._lock.release()
 
     def _existing_rows(self) -> pd.DataFrame:
-        parts = []
+        stored, journal = self._parts()
+        parts = [p for p in (stored, journal.rows) if len(p)]
+        return pd.concat(parts, ignore_index=True) if parts else frame([])
+
+    def _parts(self) -> tuple[pd.DataFrame, "JournalRead"]:
+        """The results file's rows (those of finished runs) and what the journal holds."""
+        stored = frame([])
         if self.results.exists() and self.mode is not WriteMode.REPLACE:
-            parts.append(read_parquet_or_csv(self.results))
+            stored = read_parquet_or_csv(self.results)
+        journal = JournalRead(frame([]), ())
         if self.journal.exists():
             if not self._file.closed:
                 self._file.flush()
             journal = read_journal_lines(self.journal)
             self.damaged_lines = journal.damaged_lines
-            parts.append(journal.rows)
-        parts = [p for p in parts if len(p)]
-        return pd.concat(parts, ignore_index=True) if parts else frame([])
+        return stored, journal
+
+
+def _planned_ids(rows: pd.DataFrame) -> pd.Series:
+    """Each row's planned point id, "" for a row that is its planned point."""
+    return rows["planned_point_id"].fillna("").astype(str)
+
+
+def _point_ids(rows: pd.DataFrame) -> set[str]:
+    """The points rows written whole stand for: their own and their planned points."""
+    if not len(rows):
+        return set()
+    return set(rows["point_id"]) | set(_planned_ids(rows)) - {""}
 
 
 def check_output(results: Path, mode: WriteMode) -> None:
@@ -243,10 +282,16 @@ def _read_table(path: Path) -> pd.DataFrame:
     return df
 
 
+# The key of a journal line that marks groups whole rather than holding a row.
+GROUPS_DONE = "groups_done"
+
+
 @dataclass(frozen=True)
 class JournalRead:
     rows: pd.DataFrame
     damaged_lines: tuple[int, ...]    # 1-based numbers of lines that were not whole rows
+    groups_done: frozenset[str] = frozenset()    # planned points marked whole
+    rows_before_marks: int | None = None     # rows written before the first mark (None: all)
 
 
 def read_journal(path: Path) -> pd.DataFrame:
@@ -261,27 +306,33 @@ def read_journal(path: Path) -> pd.DataFrame:
 def read_journal_lines(path: Path) -> JournalRead:
     """Every whole row of a journal. A line cut short by a kill, or garbage, is skipped and
     counted, and the rows after it still count (a resumed run appends after a torn line)."""
-    rows, damaged = [], []
+    rows, damaged, done = [], [], set()
+    before_marks = None
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
-            row = _journal_row(raw)
-            if row is None:
-                if raw.strip():
-                    damaged.append(number)
-                continue
-            rows.append(row)
-    if not rows:
-        return JournalRead(frame([]), tuple(damaged))
-    return JournalRead(_checked(pd.DataFrame(rows), path), tuple(damaged))
+            line = _journal_line(raw)
+            if isinstance(line, list):
+                done.update(line)
+                before_marks = len(rows) if before_marks is None else before_marks
+            elif line is not None:
+                rows.append(line)
+            elif raw.strip():
+                damaged.append(number)
+    table = _checked(pd.DataFrame(rows), path) if rows else frame([])
+    return JournalRead(table, tuple(damaged), frozenset(done), before_marks)
 
 
-def _journal_row(raw: bytes) -> dict[str, Any] | None:
+def _journal_line(raw: bytes) -> dict[str, Any] | list[str] | None:
+    """A row (dict), the point ids of a groups-done line (list), or None (torn or garbage)."""
     try:
-        row = json.loads(raw.decode("utf-8"))
+        line = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
-    whole = isinstance(row, dict) and all(name in row for name in REQUIRED_COLUMNS)
-    return row if whole else None
+    if not isinstance(line, dict):
+        return None
+    if set(line) == {GROUPS_DONE} and isinstance(line[GROUPS_DONE], list):
+        return [str(point_id) for point_id in line[GROUPS_DONE]]
+    return line if all(name in line for name in REQUIRED_COLUMNS) else None
 
 
 def _one_line(err: BaseException) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import sys
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from harness import backends
 from harness.measurement import Measurement, Status
@@ -73,6 +73,19 @@ def _return_cached_memory() -> None:
         pool.free_all_blocks()
 
 
+class _Rows(list):
+    """A group's rows so far, each batch also handed to the caller's callback as it comes."""
+
+    def __init__(self, on_rows: Callable[[list[Measurement]], None] | None):
+        super().__init__()
+        self._on_rows = on_rows
+
+    def add(self, batch: list[Measurement]) -> None:
+        self.extend(batch)
+        if self._on_rows is not None and batch:
+            self._on_rows(batch)
+
+
 @dataclass
 class _Stopped:
     """Where a worker stopped before finishing its group: the variant it was on (None: a plain
@@ -117,30 +130,30 @@ class WorkerPool:
         child.close()
         self._connection = parent
 
-    def measure(self, group: list[Point], skip: frozenset[str] = frozenset()
-                ) -> list[Measurement]:
-        """Every row of `group` (variants in `skip` left out). A plan that hangs or takes the
-        process down costs that plan's rows, never the rows measured before it or the plans
-        after it: those are measured in a fresh process."""
-        rows: list[Measurement] = []
+    def measure(self, group: list[Point], skip: frozenset[str] = frozenset(),
+                on_rows: Callable[[list[Measurement]], None] | None = None) -> list[Measurement]:
+        """Every row of `group` (variants in `skip` left out), each unit's rows also handed to
+        `on_rows` as they arrive. A plan that hangs or takes the process down costs that plan's
+        rows, never the rows measured before it or the plans after it: those are measured in a
+        fresh process."""
+        rows = _Rows(on_rows)
         skip = set(skip)
         while True:
             if self._process is None or not self._process.is_alive():
                 self._start()
             stopped = self._stream(group, skip, rows)
             if stopped is None:
-                return rows
+                return list(rows)
             self._kill()
             if stopped.hung and stopped.engine is not None:
                 self.hung_engines.add(_hung_key(group, stopped.engine))
             if stopped.reason is not None:
-                rows += _crashed(group, stopped.reason, stopped.variant)
+                rows.add(_crashed(group, stopped.reason, stopped.variant))
             if stopped.variant is None:
-                return rows    # nothing to skip past: the group ends with its crash
+                return list(rows)    # nothing to skip past: the group ends with its crash
             skip.add(stopped.variant)
 
-    def _stream(self, group: list[Point], skip: set[str],
-                rows: list[Measurement]) -> _Stopped | None:
+    def _stream(self, group: list[Point], skip: set[str], rows: "_Rows") -> _Stopped | None:
         """Appends the worker's rows for `group` as its units finish, and each finished variant
         to `skip`; None once the group is done."""
         variant = engine = None
@@ -157,7 +170,7 @@ class WorkerPool:
                 if kind == "start":
                     variant, engine = payload
                     continue
-                rows += payload
+                rows.add(payload)
                 if _lost_context(payload):
                     return _Stopped(variant, engine, None)
                 if variant is not None:

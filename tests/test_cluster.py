@@ -248,7 +248,7 @@ class _Closable:
 
 # ---- a mixed run is read per GPU ----------------------------------------------------------------
 ROOT = Path(__file__).resolve().parent.parent
-H200_RUN = ROOT / "results" / "scaleout-1gpu-nvidia-h200-2026-11-23.parquet"
+H200_RUN = ROOT / "results" / "scaleout-cudnn-1gpu-nvidia-h200-2026-11-23.parquet"
 CPU_RUN = ROOT / "results" / "quick-cpu-2026-11-22.parquet"
 
 

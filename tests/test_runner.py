@@ -107,6 +107,41 @@ def _suite(tmp_path: Path) -> Path:
     return path
 
 
+def test_a_resumed_run_measures_only_the_plans_a_killed_group_missed(tmp_path):
+    """A killed run left plan_fast's rows of a two-plan point and no mark that the group was
+    whole: --resume measures plan_slow alone (plan_fast's rows keep their old stamp). The same
+    rows in a journal of an older run (no marks at all: it wrote groups whole) are finished."""
+    import json
+    from harness import backends
+    from harness.cli import main
+    backends.register("plans", "planted_backends:PlansBackend")
+    suite = tmp_path / "plans.toml"
+    suite.write_text("layers = ['mb2ic4ih6oc4oh6kh3ph1n\"a\"']\n[sweep]\ndirections = ['fwd']\n"
+                     "precisions = ['fp32']\n[[sweep.backends]]\nname = 'plans'\n")
+    full = tmp_path / "full.parquet"
+    assert main(["run", str(suite), "--out", str(full)]) == 0
+    fast = store.load(full).query("algorithm == 'plan_fast'").assign(
+        finished_at="2000-01-01T00:00:00+00:00")
+    lines = [json.dumps(row, default=str) for row in fast.to_dict("records")]
+    for marked in (True, False):
+        killed = tmp_path / f"killed-{marked}.parquet"
+        head = [json.dumps({store.GROUPS_DONE: []})] if marked else []
+        store.journal_path(killed).write_text("\n".join(head + lines) + "\n")
+        assert main(["run", str(suite), "--out", str(killed), "--resume"]) == 0
+        rows = store.load(killed).set_index("algorithm")
+        if marked:
+            assert sorted(rows.index) == ["plan_fast", "plan_slow"]
+            assert rows.loc["plan_slow", "finished_at"] > "2000"     # measured now
+        else:
+            assert list(rows.index) == ["plan_fast"]                 # finished, as written
+        assert rows.loc["plan_fast", "finished_at"] == "2000-01-01T00:00:00+00:00"
+
+
+def _rows_in(journal: Path) -> int:
+    """Journal lines that are rows (not the lines marking groups whole)."""
+    return sum(store.GROUPS_DONE not in line for line in journal.read_text().splitlines())
+
+
 @pytest.mark.slow
 def test_killed_sweep_resumed_equals_uninterrupted(tmp_path):
     suite = _suite(tmp_path)
@@ -117,8 +152,7 @@ def test_killed_sweep_resumed_equals_uninterrupted(tmp_path):
     process = _convbench(["run", str(suite), "--out", str(killed)], tmp_path)
     journal = store.journal_path(killed)
     deadline = time.time() + 60
-    while time.time() < deadline and (not journal.exists() or
-                                      len(journal.read_text().splitlines()) < 15):
+    while time.time() < deadline and (not journal.exists() or _rows_in(journal) < 15):
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait(30)
@@ -148,7 +182,12 @@ def test_expanding_algorithm_yields_a_row_per_variant_and_resumes(tmp_path):
     writer = store.ResultWriter(tmp_path / "r.parquet")
     for m in results:
         writer.append(store.to_row(m, "r", "t", {}, "now"))
-    assert {p.point_id for p in points} <= writer.finished_point_ids()
+    planned = {p.point_id for p in points}
+    # rows alone could be a group cut short: its plans are known, the point is not finished
+    assert not planned & writer.finished_point_ids()
+    assert writer.measured_variants() == {p: {"plan_fast", "plan_slow"} for p in planned}
+    writer.mark_done(sorted(planned))
+    assert planned <= writer.finished_point_ids() and not writer.measured_variants()
     best = analysis.best_per_point(store.frame(
         [store.to_row(m, "r", "t", {}, "now") for m in results]))
     assert set(best["best_algorithm"]) == {"plan_fast"}

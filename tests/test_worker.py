@@ -187,10 +187,14 @@ def test_graph_plans_name_the_engine_their_knob_settings_belong_to():
 
 def test_a_plan_that_kills_the_process_costs_its_own_rows_only():
     pool = WorkerPool()
+    batches: list = []
     try:
-        rows = pool.measure([_point("dying_plans")])
+        rows = pool.measure([_point("dying_plans")], on_rows=batches.append)
         assert _statuses(rows) == {("plan_ok", Status.OK): 1, ("plan_faulty", Status.CRASHED): 1,
                                    ("plan_after", Status.OK): 1}
+        # each plan's rows are handed on as they come (the journal gets them before the next)
+        assert [[m.point.algorithm for m in batch] for batch in batches] == [
+            ["plan_ok"], ["plan_faulty"], ["plan_after"]]
         (died,) = [m for m in rows if m.status == Status.CRASHED]
         assert died.reason == "plan_faulty: worker process died (exit code 9)"
     finally:
@@ -229,3 +233,13 @@ def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypat
     assert _statuses(rows) == {("plan_ok", Status.OK): 1, ("plan_faulty", Status.CRASHED): 1,
                                ("plan_after", Status.OK): 1}
     assert {len(m.extras["process_samples"].split()) for m in rows if m.ok} == {2}
+
+
+def test_one_process_streams_each_plans_rows_then_marks_the_group_done():
+    from harness import runner
+    point = replace(_point("dying_plans"), timing=replace(FAST, gpu_processes=1))
+    events: list = []
+    runner.run_points([point], lambda m: events.append((m.point.algorithm, m.status)),
+                      on_group_done=lambda group: events.append(("done", len(group))))
+    assert events == [("plan_ok", Status.OK), ("plan_faulty", Status.CRASHED),
+                      ("plan_after", Status.OK), ("done", 1)]

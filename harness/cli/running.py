@@ -50,6 +50,7 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     resuming = output.mode is store.WriteMode.RESUME
     try:
         done = writer.finished_point_ids() if resuming else set()
+        part_measured = writer.measured_variants() if resuming else {}
         run_id = (writer.resumed_run_id() if resuming else None) or output.run_id
     except BaseException:
         writer.close()
@@ -73,9 +74,10 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
                 progress.advance(m)
             try:
                 if cluster is None:
-                    runner.run_points(todo, on_result, seed=seed)
-                else:
-                    _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done)
+                    runner.run_points(todo, on_result, seed, _mark_done(writer), part_measured)
+                else:       # a part-measured point is measured whole again (its rows deduped)
+                    _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done,
+                                        writer.mark_done)
             except KeyboardInterrupt:
                 interrupted = True
     except BaseException:
@@ -87,8 +89,14 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     return (df[df["run_id"] == run_id] if len(df) else df), interrupted
 
 
+def _mark_done(writer) -> Callable[[list], None]:
+    """Marks a group's points whole in the journal once its rows are all written."""
+    return lambda group: writer.mark_done([p.point_id for p in group])
+
+
 def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int,
-                        shard_done: Callable[..., None]) -> None:
+                        shard_done: Callable[..., None], mark_done: Callable[[list], None]
+                        ) -> None:
     """Shards go out largest first; each finished shard's rows are written with the
     environment of the worker that measured them and the time each point finished there (not
     when the shard came back), and the progress counts shards per worker."""
@@ -107,6 +115,7 @@ def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: i
                 on_result(m, seen_env, finished_at)
             else:                                 # nothing seen yet: the client's machine
                 on_result(m, finished_at=finished_at)
+        mark_done(sorted({m.planned_id for m in shard.measurements}))   # every point has a row
         per_worker[shard.worker] += 1
         shard_done(number, len(shards), shard.worker, len(shard.measurements), per_worker)
 
