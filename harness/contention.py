@@ -19,6 +19,13 @@ numbers read around the timed samples do:
   started seconds ago (CPU/wall catches that) and may flag a point just after one stopped
   (then the row is AMBIGUOUS in `compare`, the safe side: never a false SLOWER).
 
+- Steal time (Linux /proc/stat, a virtual machine's CPUs): time the hypervisor ran something
+  else on the CPUs this machine thinks it has. Neither signal above sees it (the guest counts a
+  stolen slice as ours, and it is not in the load), yet it slows the point the same way. On the
+  2-core VM: 0.15 s of steal in a 40 s quiet sweep, 598 s over 10 hours since boot; one cpu:im2col
+  point read 565 ms in a sweep and 330-355 ms in five runs around it, CPU/wall 1.99, load 2.0.
+  Over STEAL_FLOOR of the machine's CPU time during the samples, the point shared the cores.
+
 A point judged contended is re-measured once; it stays contended when the re-measurement is too,
 or when its CPU/wall fell below REMEASURE_DROP of the first (the neighbour got busier).
 """
@@ -30,6 +37,7 @@ from dataclasses import dataclass
 RATIO_FLOOR = 0.8       # CPU/wall under this: >20% of the wall time runnable but not running
 LOAD_MARGIN = 1.0       # a whole runnable thread beyond the cores, on average, before it counts
 REMEASURE_DROP = 0.75   # a re-measurement whose CPU/wall fell by a quarter: sharing got worse
+STEAL_FLOOR = 0.1       # the hypervisor took a tenth of the machine's CPU time
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,15 @@ class CpuUse:
     load_before: float | None     # 1-minute load average (None where the OS has none)
     load_after: float | None
     cores: int                    # cores this process may run on
+    steal_ms: float | None = None   # CPU time the hypervisor took, summed over the machine's CPUs
+    machine_cpus: int = 1
+
+    @property
+    def steal(self) -> float | None:
+        """The share of the machine's CPU time over the samples that the hypervisor took."""
+        if self.steal_ms is None or self.wall_ms <= 0:
+            return None
+        return self.steal_ms / (self.wall_ms * self.machine_cpus)
 
     @property
     def ratio(self) -> float | None:
@@ -59,6 +76,17 @@ def load_average() -> float | None:
         return None
 
 
+def stolen_ms(stat: str = "/proc/stat") -> float | None:
+    """CPU time stolen from this machine since boot, all CPUs (the 8th field of the "cpu" line,
+    in clock ticks); None off Linux or where the kernel does not count it."""
+    try:
+        with open(stat, encoding="ascii") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1000.0 / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def shared_cores(use: CpuUse, first: CpuUse | None = None) -> str | None:
     """Why `use` shows the point shared the cores (module docstring), or None. `first` is the
     measurement a re-measurement repeats."""
@@ -70,6 +98,8 @@ def shared_cores(use: CpuUse, first: CpuUse | None = None) -> str | None:
     if load is not None and load - own > use.cores - own + LOAD_MARGIN:
         why.append(f"others' load {load - own:.1f} over the {max(use.cores - own, 0.0):.1f} "
                    "cores left free")
+    if use.steal is not None and use.steal > STEAL_FLOOR:
+        why.append(f"the hypervisor took {use.steal:.0%} of the CPUs")
     if first is not None and first.ratio and ratio is not None \
             and ratio < REMEASURE_DROP * first.ratio:
         why.append(f"CPU/wall fell from {first.ratio:.2f}")
@@ -79,4 +109,5 @@ def shared_cores(use: CpuUse, first: CpuUse | None = None) -> str | None:
 def describe(use: CpuUse) -> str:
     ratio = "n/a" if use.ratio is None else f"{use.ratio:.2f}"
     load = "n/a" if use.load is None else f"{use.load:.1f}"
-    return f"load {load} on {use.cores} cores, CPU/wall {ratio}"
+    steal = "" if use.steal is None else f", steal {use.steal:.0%}"
+    return f"load {load} on {use.cores} cores, CPU/wall {ratio}{steal}"

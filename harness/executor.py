@@ -275,7 +275,7 @@ def _timing_extras(timing: Timing) -> dict[str, Any]:
     extras: dict[str, Any] = {}
     if timing.cpu_use is not None:
         extras.update(cpu_time_ratio=timing.cpu_use.ratio, load_avg=timing.cpu_use.load,
-                      contended=timing.contention is not None)
+                      cpu_steal=timing.cpu_use.steal, contended=timing.contention is not None)
     if timing.capture_error is not None:
         extras["capture_error"] = timing.capture_error
     if timing.gpu_timer is not None:

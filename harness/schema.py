@@ -88,9 +88,11 @@ EXTRA_COLUMNS: dict[str, str] = {
     "process_samples": "string",
     # CPU points (harness/contention.py): process CPU time / wall time over the timed samples,
     # the higher 1-minute load average read before and after them, and whether the point shared
-    # the cores with other work even when re-measured (the reason says how)
+    # the cores with other work even when re-measured (the reason says how); cpu_steal: the share
+    # of the machine's CPU time the hypervisor took over the samples (virtual machines)
     "cpu_time_ratio": "float64",
     "load_avg": "float64",
+    "cpu_steal": "float64",
     "contended": "boolean",
 }
 

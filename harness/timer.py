@@ -12,11 +12,12 @@ way, which also leaves out the ~1 us the GPU spends between stream-ordered kerne
 from __future__ import annotations
 
 import gc
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from harness.contention import CpuUse, load_average
+from harness.contention import CpuUse, load_average, stolen_ms
 from harness.threads import available_cores
 from harness.stats import relative_noise
 from harness.sweep import TimingOptions
@@ -80,7 +81,7 @@ def time_cpu(launch: Callable[[], None], options: TimingOptions,
     rule = _StoppingRule(options)
     samples: list[float] = []
     cpu_ns = 0
-    load_before = load_average()
+    load_before, steal_before = load_average(), stolen_ms()
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -97,7 +98,10 @@ def time_cpu(launch: Callable[[], None], options: TimingOptions,
     finally:
         if gc_was_enabled:
             gc.enable()
-    use = CpuUse(cpu_ns / 1e6, sum(samples), load_before, load_average(), available_cores())
+    steal_after = stolen_ms()
+    steal = None if steal_before is None or steal_after is None else steal_after - steal_before
+    use = CpuUse(cpu_ns / 1e6, sum(samples), load_before, load_average(), available_cores(),
+                 steal, os.cpu_count() or 1)
     return Timing(tuple(samples), reason, cpu_use=use)
 
 

@@ -3,9 +3,11 @@ a real point measured beside busy processes and alone, and `compare` keeping suc
 SLOWER and out of the suite estimate."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -40,6 +42,27 @@ def test_a_remeasurement_whose_share_fell_stays_contended():
     first, again = _use(1.9, load=3.0, cores=4), _use(1.2, load=3.0, cores=4)
     assert contention.shared_cores(again) is None
     assert "CPU/wall fell from 1.90" in contention.shared_cores(again, first)
+
+
+def test_cpu_time_the_hypervisor_took_is_sharing_the_cores():
+    """A stolen slice is counted as the guest's own CPU time and is not in the load, so the two
+    signals above read a quiet machine: steal is the third."""
+    stolen = replace(_use(2.0, load=2.0), steal_ms=30.0, machine_cpus=2)     # 15% of 2 x 100 ms
+    assert stolen.steal == 0.15
+    assert contention.shared_cores(stolen) == ("shared the CPU: load 2.0 on 2 cores, CPU/wall "
+                                               "2.00, steal 15% (the hypervisor took 15% of "
+                                               "the CPUs)")
+    assert contention.shared_cores(replace(stolen, steal_ms=4.0)) is None    # 2%: quiet
+
+
+def test_steal_is_read_from_proc_stat_in_clock_ticks(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  3586802 1207 181493 3399910 34428 0 10658 59783 0 0\ncpu0 1 2 3\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert contention.stolen_ms(str(stat)) == 59783 * 1000.0 / ticks
+    assert contention.stolen_ms(str(tmp_path / "absent")) is None
+    stat.write_text("cpu 1 2 3\n")                  # a kernel without the field
+    assert contention.stolen_ms(str(stat)) is None
 
 
 # ---- a real CPU point -----------------------------------------------------------------------
