@@ -20,8 +20,9 @@ numbers read around the timed samples do:
   (then the row is AMBIGUOUS in `compare`, the safe side: never a false SLOWER).
 
 - Steal time (Linux /proc/stat, a virtual machine's CPUs): time the hypervisor ran something
-  else on the CPUs this machine thinks it has. Neither signal above sees it (the guest counts a
-  stolen slice as ours, and it is not in the load), yet it slows the point the same way. On the
+  else on the CPUs this machine thinks it has. It is not in the load, and whether a stolen slice
+  lowers CPU/wall depends on the kernel's steal accounting (not established on this VM), yet it
+  slows the point the same way. On the
   2-core VM: 0.15 s of steal in a 40 s quiet sweep, 598 s over 10 hours since boot; one cpu:im2col
   point read 565 ms in a sweep and 330-355 ms in five runs around it, CPU/wall 1.99, load 2.0.
   Over STEAL_FLOOR of the machine's CPU time during the samples, the point shared the cores.
