@@ -22,10 +22,11 @@ numbers read around the timed samples do:
 - Steal time (Linux /proc/stat, a virtual machine's CPUs): time the hypervisor ran something
   else on the CPUs this machine thinks it has. It is not in the load, and whether a stolen slice
   lowers CPU/wall depends on the kernel's steal accounting (not established on this VM), yet it
-  slows the point the same way. On the
-  2-core VM: 0.15 s of steal in a 40 s quiet sweep, 598 s over 10 hours since boot; one cpu:im2col
-  point read 565 ms in a sweep and 330-355 ms in five runs around it, CPU/wall 1.99, load 2.0.
-  Over STEAL_FLOOR of the machine's CPU time during the samples, the point shared the cores.
+  slows the point the same way. On the 2-core VM: 0.06 s of steal in a 40 s quiet run, 598 s
+  over 10 hours since boot; one cpu:im2col point read 565 ms in a sweep and 330-355 ms in five
+  runs around it, CPU/wall 1.99, load 2.0 (whether steal was the cause is not known: the column
+  is new). Over STEAL_FLOOR of the machine's CPU time during the samples, the point shared the
+  cores.
 
 A point judged contended is re-measured once; it stays contended when the re-measurement is too,
 or when its CPU/wall fell below REMEASURE_DROP of the first (the neighbour got busier).
