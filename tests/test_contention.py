@@ -141,7 +141,8 @@ def _ok(point: Point, samples: list[float], **extras) -> Measurement:
     return Measurement(point, Status.OK, samples_ms=tuple(samples), extras=extras)
 
 
-def _run_file(path, slowdown: float, slowed: int, contended: bool, seed: int) -> str:
+def _run_file(path, slowdown: float, slowed: int, contended: bool, seed: int,
+              steal: float = 0.0) -> str:
     """ROWS CPU rows of 20 samples at 1% noise; the first `slowed` rows `slowdown` slower and,
     if `contended`, marked as having shared the CPU."""
     rng = np.random.default_rng(seed)
@@ -152,7 +153,7 @@ def _run_file(path, slowdown: float, slowed: int, contended: bool, seed: int) ->
         factor = 1.0 + slowdown if i < slowed else 1.0
         extras = dict(cpu_time_ratio=1.0, load_avg=0.3, contended=False)
         if i < slowed and contended:
-            extras.update(cpu_time_ratio=0.48, load_avg=3.1, contended=True)
+            extras.update(cpu_time_ratio=0.48, load_avg=3.1, cpu_steal=steal, contended=True)
         samples = (1.0 + i / 10) * factor * rng.lognormal(0.0, 0.01, 20)
         rows.append(store.to_row(_ok(point, samples.tolist(), **extras), "r", "t", {}, "now"))
     store.write(store.frame(rows), path)
@@ -182,6 +183,14 @@ def test_a_quiet_row_30pct_slower_is_still_slower_and_exits_1(tmp_path, capsys, 
     assert main(["compare", base, slow]) == 1
     out = capsys.readouterr().out
     assert "SLOWER" in out and "shared the CPU" not in out
+
+
+def test_compare_says_how_much_the_hypervisor_took(tmp_path, capsys):
+    base = _run_file(tmp_path / "base.parquet", 0.0, 0, False, seed=1)
+    busy = _run_file(tmp_path / "busy.parquet", 0.3, 1, True, seed=2, steal=0.15)
+    assert main(["compare", base, busy]) == 0
+    assert "the new run shared the CPU (load 3.1, CPU/wall 0.48, steal 15%)" in \
+        capsys.readouterr().out
 
 
 def test_a_row_contended_in_the_baseline_is_ambiguous_too(tmp_path, capsys):

@@ -167,19 +167,21 @@ def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
     return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
 
 
-_CONTENTION = ("contended", "cpu_time_ratio", "load_avg")
+_CONTENTION = ("contended", "cpu_time_ratio", "load_avg", "cpu_steal")
 
 
 def _contention(rec: dict[str, Any]) -> str | None:
-    """"shared the CPU (load 3.1, CPU/wall 0.48)" for a row marked contended, else None (rows
-    of older files, GPU rows and rows that had the cores to themselves)."""
+    """"shared the CPU (load 3.1, CPU/wall 0.48, steal 15%)" for a row marked contended, else
+    None (rows of older files, GPU rows and rows that had the cores to themselves)."""
     flag = rec.get("contended")
     if _text(flag) is None or not bool(flag):      # None, NA or NaN: not measured
         return None
     load, ratio = _number(rec.get("load_avg")), _number(rec.get("cpu_time_ratio"))
+    steal = _number(rec.get("cpu_steal"))
     details = ", ".join(text for text in (
         None if load is None else f"load {load:.1f}",
-        None if ratio is None else f"CPU/wall {ratio:.2f}") if text)
+        None if ratio is None else f"CPU/wall {ratio:.2f}",
+        None if not steal else f"steal {steal:.0%}") if text)
     return "shared the CPU" + (f" ({details})" if details else "")
 
 
