@@ -25,13 +25,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 python3 -m harness.cli peaks > "$out/peaks.log" 2>&1
 cp ~/.cache/convbench/peaks-*.json "$out/peaks.json" 2>/dev/null
 
+resume_from() {  # NAME: put $RESUME_FROM's gzipped journal of NAME back in /tmp; sets resume
+  zcat "$RESUME_FROM/$1.parquet.partial.jsonl.gz" > "/tmp/$1.parquet.partial.jsonl" && resume=--resume
+  echo "resuming from $(wc -l < "/tmp/$1.parquet.partial.jsonl") journal lines"
+}
+
 sweep() {  # NAME ARGS...
   local name=$1; shift
   local start=$SECONDS resume=""
-  if [ -n "${RESUME_FROM:-}" ]; then
-    zcat "$RESUME_FROM/$name.parquet.partial.jsonl.gz" > "/tmp/$name.parquet.partial.jsonl" && resume=--resume
-    echo "resuming from $(wc -l < "/tmp/$name.parquet.partial.jsonl") journal lines"
-  fi
+  [ -n "${RESUME_FROM:-}" ] && resume_from "$name"
   timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run resnet50 "$@" ${EXTRA_FLAGS:-} $resume \
     --out "/tmp/$name.parquet" > "$out/$name.log" 2>&1
   echo "exit $? sweep wall time: $((SECONDS - start)) s" | tee -a "$out/$name.log"
@@ -66,9 +68,7 @@ case "$part" in
     start=$SECONDS
     resume=""
     if [ -n "${RESUME_FROM:-}" ]; then     # a folder holding NAME.suite.toml and the gzipped journal
-      cp "$RESUME_FROM/$3.suite.toml" /tmp/ && zcat "$RESUME_FROM/$3.parquet.partial.jsonl.gz" \
-        > "/tmp/$3.parquet.partial.jsonl" && resume=--resume
-      echo "resuming from $(wc -l < "/tmp/$3.parquet.partial.jsonl") journal lines"
+      cp "$RESUME_FROM/$3.suite.toml" /tmp/ && resume_from "$3"
     fi
     timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run --model "$4" --backend cudnn,cudnn_graph,torch_gpu \
       --precision fp16,bf16 --layout NHWC --batch 32 --budget-ms 10 ${EXTRA_FLAGS:-} $resume \

@@ -58,15 +58,11 @@ def merge(group: Sequence[Point], per_process: Sequence[Sequence[Measurement]]
     by_id: dict[str, list[Measurement]] = {}
     for measurements in per_process:
         for m in measurements:
-            if _planned_id(m) not in crashed or m.status == Status.CRASHED:
+            if m.planned_id not in crashed or m.status == Status.CRASHED:
                 by_id.setdefault(m.point.point_id, []).append(m)
     rows = [_merge_one(ms, len(per_process)) for ms in by_id.values()]
-    return [replace(m, point=replace(m.point, timing=planned[_planned_id(m)].timing))
+    return [replace(m, point=replace(m.point, timing=planned[m.planned_id].timing))
             for m in rows]
-
-
-def _planned_id(m: Measurement) -> str:
-    return m.planned_id
 
 
 def _merge_one(measurements: list[Measurement], processes: int) -> Measurement:

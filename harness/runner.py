@@ -149,19 +149,19 @@ class Measurer:
         self._hung_engines: set = set()     # the worker pools' shared memory of hung engines
 
     def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None],
-            on_group_done: Callable[[list[Point]], None] | None = None,
+            on_group_done: Callable[[list[str]], None] | None = None,
             measured_variants: Mapping[str, Iterable[str]] | None = None) -> None:
         """Measure `points` group by group, calling `on_result` as rows become final (one GPU
         process: as each plan of an expanding algorithm finishes, so a kill loses at most the
-        plan under way) and `on_group_done` when a group's rows are all out. A resumed run
-        names in `measured_variants` (planned point id -> variants) the plans a killed run
-        already measured: they are left out."""
+        plan under way) and `on_group_done` with the group's point ids once its rows are all
+        out. A resumed run names in `measured_variants` (planned point id -> variants) the plans
+        a killed run already measured: they are left out."""
         for group in groups(points):
             skip = frozenset(variant for p in group
                              for variant in (measured_variants or {}).get(p.point_id, ()))
             self._measure(group, skip, on_result)
             if on_group_done is not None:
-                on_group_done(group)
+                on_group_done([p.point_id for p in group])
 
     def _measure(self, group: list[Point], skip: frozenset[str],
                  emit: Callable[[Measurement], None]) -> None:
@@ -209,7 +209,7 @@ def _crashed_variants(measured: list[list[Measurement]]) -> frozenset[str]:
 
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],
-               seed: int = 0, on_group_done: Callable[[list[Point]], None] | None = None,
+               seed: int = 0, on_group_done: Callable[[list[str]], None] | None = None,
                measured_variants: Mapping[str, Iterable[str]] | None = None) -> None:
     """Measure every point in this process (GPU points in a worker process), calling
     `on_result` as each finishes (Measurer.run)."""

@@ -80,16 +80,12 @@ class ResultWriter:
 
     def finished_point_ids(self) -> set[str]:
         """Points already measured by an earlier, interrupted or completed, run of this file."""
-        stored, journal = self._parts()
-        done = _point_ids(stored) | _point_ids(journal.rows[:journal.rows_before_marks])
-        after = journal.rows[journal.rows_before_marks:]
-        plain = after[_planned_ids(after) == ""] if len(after) else after
-        return done | set(plain.get("point_id", ())) | set(journal.groups_done)
+        return _finished(*self._parts())
 
     def measured_variants(self) -> dict[str, set[str]]:
         """For each planned point a killed run left part-measured: the plans it has rows for."""
-        done = self.finished_point_ids()
-        rows = self._parts()[1].rows
+        stored, journal = self._parts()
+        done, rows = _finished(stored, journal), journal.rows
         partial: dict[str, set[str]] = {}
         if len(rows):
             for planned, algorithm in zip(_planned_ids(rows), rows["algorithm"]):
@@ -152,6 +148,14 @@ class ResultWriter:
             journal = read_journal_lines(self.journal)
             self.damaged_lines = journal.damaged_lines
         return stored, journal
+
+
+def _finished(stored: pd.DataFrame, journal: "JournalRead") -> set[str]:
+    """ResultWriter.finished_point_ids of the rows read (the module docstring says why)."""
+    done = _point_ids(stored) | _point_ids(journal.rows[:journal.rows_before_marks])
+    after = journal.rows[journal.rows_before_marks:]
+    plain = after[_planned_ids(after) == ""] if len(after) else after
+    return done | set(plain.get("point_id", ())) | set(journal.groups_done)
 
 
 def _planned_ids(rows: pd.DataFrame) -> pd.Series:

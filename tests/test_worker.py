@@ -240,6 +240,6 @@ def test_one_process_streams_each_plans_rows_then_marks_the_group_done():
     point = replace(_point("dying_plans"), timing=replace(FAST, gpu_processes=1))
     events: list = []
     runner.run_points([point], lambda m: events.append((m.point.algorithm, m.status)),
-                      on_group_done=lambda group: events.append(("done", len(group))))
+                      on_group_done=lambda ids: events.append(("done", ids)))
     assert events == [("plan_ok", Status.OK), ("plan_faulty", Status.CRASHED),
-                      ("plan_after", Status.OK), ("done", 1)]
+                      ("plan_after", Status.OK), ("done", [point.point_id])]

@@ -74,7 +74,7 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
                 progress.advance(m)
             try:
                 if cluster is None:
-                    runner.run_points(todo, on_result, seed, _mark_done(writer), part_measured)
+                    runner.run_points(todo, on_result, seed, writer.mark_done, part_measured)
                 else:       # a part-measured point is measured whole again (its rows deduped)
                     _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done,
                                         writer.mark_done)
@@ -89,13 +89,8 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     return (df[df["run_id"] == run_id] if len(df) else df), interrupted
 
 
-def _mark_done(writer) -> Callable[[list], None]:
-    """Marks a group's points whole in the journal once its rows are all written."""
-    return lambda group: writer.mark_done([p.point_id for p in group])
-
-
 def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int,
-                        shard_done: Callable[..., None], mark_done: Callable[[list], None]
+                        shard_done: Callable[..., None], mark_done: Callable[[list[str]], None]
                         ) -> None:
     """Shards go out largest first; each finished shard's rows are written with the
     environment of the worker that measured them and the time each point finished there (not
