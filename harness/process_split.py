@@ -25,8 +25,8 @@ from harness.sweep import Point, TimingOptions
 
 # Worst first: a row is as bad as the worst any process saw (a wrong output in one process is a
 # wrong row, whatever the other measured).
-_SEVERITY = (Status.CRASHED, Status.WRONG, Status.FAILED, Status.WORKSPACE_EXCEEDED,
-             Status.UNSUPPORTED, Status.OK)
+_SEVERITY = (Status.CRASHED, Status.NOT_TRIED, Status.WRONG, Status.FAILED,
+             Status.WORKSPACE_EXCEEDED, Status.UNSUPPORTED, Status.OK)
 assert set(_SEVERITY) == set(STATUSES)
 
 

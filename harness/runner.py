@@ -179,7 +179,7 @@ class Measurer:
         measured: list[list[Measurement]] = []
         # One process after another, never at once: they share the GPU being timed.
         for pool in pools:
-            measured.append(pool.measure(shared, skip=skip | _crashed_variants(measured)))
+            measured.append(pool.measure(shared, skip=skip | _given_up_variants(measured)))
             if all(m.status == Status.CRASHED for m in measured[-1]):
                 break   # the next would crash (or hang) the same way: the rows are crashes
         _emit_all(process_split.merge(group, measured), emit)
@@ -201,11 +201,12 @@ def _emit_all(rows: Iterable[Measurement], emit: Callable[[Measurement], None]) 
         emit(row)
 
 
-def _crashed_variants(measured: list[list[Measurement]]) -> frozenset[str]:
-    """Plans that hung or crashed in an earlier process: the next would only wait out the same
-    cap (process_split.merge keeps the crash as the plan's row)."""
+def _given_up_variants(measured: list[list[Measurement]]) -> frozenset[str]:
+    """Plans that hung or crashed in an earlier process, or were not tried there because their
+    engine hung: the next would only wait out the same cap (process_split.merge keeps the
+    earlier row as the plan's row)."""
     return frozenset(m.point.algorithm for rows in measured for m in rows
-                     if m.status == Status.CRASHED and m.of_variant)
+                     if m.status in (Status.CRASHED, Status.NOT_TRIED) and m.of_variant)
 
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],

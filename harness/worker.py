@@ -28,8 +28,11 @@ PLAN_TIMEOUT_S = 30.0
 # A plan of an engine that already hung in this run (on this point or another of the same
 # backend and direction) gets this cap: on efficientnet_b0 fp16 (H100) engine eng50 hung on every
 # depthwise bwd_data layer and 14 knob settings of eng57/eng59/eng64 each waited out 30 s on one
-# point; plans that return take 0.0-8.5 s each (benchmarks/stall_plans.py). Each is still tried.
+# point; plans that return take 0.0-8.5 s each (benchmarks/stall_plans.py).
 HUNG_ENGINE_TIMEOUT_S = 10.0
+# On the point where one knob setting of an engine hung, its other settings are not tried (a
+# `not_tried` row each): on that efficientnet_b0 point all 9 tried settings of eng57 and all 3
+# of eng64 hung, 12 x 30 s for no row that could be picked.
 
 
 def _lost_context(measurements: list[Measurement]) -> bool:
@@ -47,9 +50,12 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
         message = connection.recv()
         if message is None:
             return
-        group, skip = message
+        group, skip, hung_here = message
         for unit in executor.units(group, skip):
             connection.send(("start", (unit.variant, unit.engine)))
+            if unit.engine in hung_here:
+                connection.send(("rows", _not_tried(group, unit.variant, hung_here[unit.engine])))
+                continue
             rows = unit.measure()
             connection.send(("rows", rows))
             if _lost_context(rows):
@@ -138,27 +144,31 @@ class WorkerPool:
         fresh process."""
         rows = _Rows(on_rows)
         skip = set(skip)
+        hung_here: dict[str, str] = {}    # engine -> its knob setting that hung on this group
         while True:
             if self._process is None or not self._process.is_alive():
                 self._start()
-            stopped = self._stream(group, skip, rows)
+            stopped = self._stream(group, skip, hung_here, rows)
             if stopped is None:
                 return list(rows)
             self._kill()
             if stopped.hung and stopped.engine is not None:
                 self.hung_engines.add(_hung_key(group, stopped.engine))
+                hung_here.setdefault(stopped.engine, stopped.variant)
             if stopped.reason is not None:
                 rows.add(_crashed(group, stopped.reason, stopped.variant))
             if stopped.variant is None:
                 return list(rows)    # nothing to skip past: the group ends with its crash
             skip.add(stopped.variant)
 
-    def _stream(self, group: list[Point], skip: set[str], rows: "_Rows") -> _Stopped | None:
-        """Appends the worker's rows for `group` as its units finish, and each finished variant
-        to `skip`; None once the group is done."""
+    def _stream(self, group: list[Point], skip: set[str], hung_here: dict[str, str],
+                rows: "_Rows") -> _Stopped | None:
+        """Appends the worker's rows for `group` as its units finish (the knob settings of the
+        engines in `hung_here` as not tried), and each finished variant to `skip`; None once the
+        group is done."""
         variant = engine = None
         try:
-            self._connection.send((group, frozenset(skip)))
+            self._connection.send((group, frozenset(skip), dict(hung_here)))
             while True:
                 cap, why = self._cap(group, variant, engine, rows)
                 if not self._connection.poll(cap):
@@ -210,9 +220,20 @@ class WorkerPool:
 
 
 def _crashed(group: list[Point], reason: str, variant: str | None = None) -> list[Measurement]:
-    """Crash rows for the group's points, or for one variant of them (rows that remember their
-    planned point, as the variant's measured rows would)."""
+    """Crash rows for the group's points, or for one variant of them."""
     if variant is None:
         return [Measurement(p, Status.CRASHED, reason) for p in group]
-    return [Measurement(replace(p, algorithm=variant), Status.CRASHED, f"{variant}: {reason}",
+    return _variant_rows(group, variant, Status.CRASHED, f"{variant}: {reason}")
+
+
+def _not_tried(group: list[Point], variant: str, hung: str) -> list[Measurement]:
+    return _variant_rows(group, variant, Status.NOT_TRIED,
+                         f"{variant}: not tried: {hung} of the same engine hung on this point")
+
+
+def _variant_rows(group: list[Point], variant: str, status: Status,
+                  reason: str) -> list[Measurement]:
+    """Rows of one variant of the group's points that remember their planned point, as the
+    variant's measured rows would."""
+    return [Measurement(replace(p, algorithm=variant), status, reason,
                         planned_point_id=p.point_id) for p in group]

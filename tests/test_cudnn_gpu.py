@@ -14,7 +14,8 @@ pytestmark = pytest.mark.gpu
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
                     name="small3x3")
-STATUSES = {"ok", "unsupported", "workspace_exceeded", "failed", "wrong", "crashed"}
+STATUSES = {"ok", "unsupported", "workspace_exceeded", "failed", "wrong", "crashed",
+            "not_tried"}
 
 
 def _sweep(problem, timing=FAST, **axes) -> list:

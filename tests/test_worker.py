@@ -6,6 +6,7 @@ fault, an illegal address on a GPU, is tests/test_cudnn_gpu.py's."""
 from __future__ import annotations
 
 import sys
+import time
 import types
 from dataclasses import replace
 
@@ -157,22 +158,27 @@ def test_a_hung_plan_costs_its_own_rows_and_the_cap_not_the_point():
         pool.close()
 
 
-def test_after_one_plan_of_an_engine_hung_its_other_plans_get_the_short_cap_on_every_point():
-    """Each knob setting is still tried (a row each), but once eng2 hung, its siblings on this
-    point and its plans on the next point wait 1 s, not the 4 s plan cap."""
+def test_after_a_plan_of_an_engine_hung_its_siblings_are_not_tried_and_it_gets_the_short_cap():
+    """Once eng2_k1=0 hung, eng2's other knob setting on this point is a not_tried row (no wait
+    at all), and on the next point eng2's first plan waits 1 s, not the 4 s plan cap."""
     pool = WorkerPool(unit_timeout_s=60.0, plan_timeout_s=4.0, hung_engine_timeout_s=1.0)
     try:
+        started = time.monotonic()
         rows = pool.measure([_point("hanging_engine")])
         assert [(m.point.algorithm, m.status) for m in rows] == [
             ("eng1_k1=0", Status.OK), ("eng2_k1=0", Status.CRASHED),
-            ("eng2_k1=1", Status.CRASHED), ("eng3", Status.OK)]
+            ("eng2_k1=1", Status.NOT_TRIED), ("eng3", Status.OK)]
         assert rows[1].reason == ("eng2_k1=0: no result within 4 s (another plan of this point "
                                   "returned): worker killed")
-        short = "no result within 1 s (engine eng2 hung before in this run): worker killed"
-        assert rows[2].reason == f"eng2_k1=1: {short}"
+        assert rows[2].reason == ("eng2_k1=1: not tried: eng2_k1=0 of the same engine hung on "
+                                  "this point")
+        assert rows[2].planned_point_id == rows[1].planned_point_id
+        assert time.monotonic() - started < 4.0 * 2    # the one cap waited out, not two
         later = pool.measure([_point("hanging_engine", 0)])
-        assert [m.reason for m in later if m.status == Status.CRASHED] == [
-            f"eng2_k1=0: {short}", f"eng2_k1=1: {short}"]
+        assert [(m.point.algorithm, m.status) for m in later][1:3] == [
+            ("eng2_k1=0", Status.CRASHED), ("eng2_k1=1", Status.NOT_TRIED)]
+        assert later[1].reason == ("eng2_k1=0: no result within 1 s (engine eng2 hung before in "
+                                   "this run): worker killed")
         assert pool.hung_engines == {("faulty_gpu", "fwd", "eng2")}
     finally:
         pool.close()
@@ -232,6 +238,22 @@ def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypat
     assert skipped == [frozenset(), {"plan_faulty"}]     # the cap is waited out once
     assert _statuses(rows) == {("plan_ok", Status.OK): 1, ("plan_faulty", Status.CRASHED): 1,
                                ("plan_after", Status.OK): 1}
+    assert {len(m.extras["process_samples"].split()) for m in rows if m.ok} == {2}
+
+
+def test_knob_settings_not_tried_in_one_process_are_not_tried_in_the_next(monkeypatch):
+    """The second process skips the hung plan and its not-tried sibling alike: the merged rows
+    are the first process's crash and not_tried rows, and the other plans' samples of both."""
+    from harness import runner, worker
+    monkeypatch.setattr(worker, "PLAN_TIMEOUT_S", 3.0)
+    point = replace(_point("hanging_engine"), timing=replace(FAST, gpu_processes=2))
+    rows: list = []
+    started = time.monotonic()
+    runner.run_points([point], rows.append)
+    assert [(m.point.algorithm, m.status) for m in rows] == [
+        ("eng1_k1=0", Status.OK), ("eng2_k1=0", Status.CRASHED),
+        ("eng2_k1=1", Status.NOT_TRIED), ("eng3", Status.OK)]
+    assert time.monotonic() - started < 3.0 * 2     # one cap waited out in all
     assert {len(m.extras["process_samples"].split()) for m in rows if m.ok} == {2}
 
 

@@ -98,7 +98,7 @@ def heatmap_section(df: pd.DataFrame, fig_dir: Path, rel: str,
     other = [(_label(i), p) for i, p in items if i["workspace_limit"] != reference]
     text = ("Each cell: median time / the best time at that layer (1 = best). Cells without a "
             "time say why: U unsupported, W workspace limit exceeded, X wrong result, F failed, "
-            "C crashed, – not run.")
+            "C crashed, N not tried (its engine hung on another setting), – not run.")
     blocks: list[Block] = [Text(text), *_figure_blocks(main, rel, "Time relative to the best")]
     if other:
         images = tuple(Image(f"{rel}/{p.name}", f"Time relative to the best: {label}")

@@ -17,7 +17,8 @@ DPI = 100
 STATUS_MARKS: dict[str, tuple[str, str, str]] = {
     Status.UNSUPPORTED: ("U", "#d4d4d4", "//"), Status.WORKSPACE_EXCEEDED: ("W", "#9ecae1", "\\\\"),
     Status.WRONG: ("X", "#e7298a", "xx"), Status.FAILED: ("F", "#8c8c8c", ".."),
-    Status.CRASHED: ("C", "#3b3b3b", "++"), "": ("–", "#ffffff", ""),
+    Status.CRASHED: ("C", "#3b3b3b", "++"), Status.NOT_TRIED: ("N", "#737373", "--"),
+    "": ("–", "#ffffff", ""),
 }
 STATUS_LABELS = {"": "not run"}
 RATIO_CAP = 8.0           # colour scale saturates at 8x the best: beyond that it is simply slow
