@@ -142,11 +142,12 @@ class Measurer:
     sweep, each point's samples shared among `gpu_processes` of them (harness.process_split).
     Held across calls, it keeps test data and the GPU worker processes warm."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, hung_engines: Iterable[tuple[str, str, str]] = ()):
         self._local = PointExecutor(seed)
         self._remotes: list = []
         self._seed = seed
-        self._hung_engines: set = set()     # the worker pools' shared memory of hung engines
+        # the worker pools' shared memory of hung engines (a resumed run's start from the rows)
+        self._hung_engines: set = set(hung_engines)
 
     def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None],
             on_group_done: Callable[[list[str]], None] | None = None,
@@ -211,10 +212,12 @@ def _given_up_variants(measured: list[list[Measurement]]) -> frozenset[str]:
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],
                seed: int = 0, on_group_done: Callable[[list[str]], None] | None = None,
-               measured_variants: Mapping[str, Iterable[str]] | None = None) -> None:
+               measured_variants: Mapping[str, Iterable[str]] | None = None,
+               hung_engines: Iterable[tuple[str, str, str]] = ()) -> None:
     """Measure every point in this process (GPU points in a worker process), calling
-    `on_result` as each finishes (Measurer.run)."""
-    measurer = Measurer(seed)
+    `on_result` as each finishes (Measurer.run; a resumed run passes the plans and the hung
+    engines its journal holds)."""
+    measurer = Measurer(seed, hung_engines)
     try:
         measurer.run(points, on_result, on_group_done, measured_variants)
     finally:

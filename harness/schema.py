@@ -79,6 +79,9 @@ EXTRA_COLUMNS: dict[str, str] = {
     "find_ms": "float64",                # the time cudnnFind reported for this algorithm
     "numerical_notes": "string",         # graph-API plan notes (tensor_core, down_convert, ...)
     "engine_id": "Int64",
+    # a plan that ran past its cap: the engine it is a knob setting of, so a resumed run gives
+    # that engine's plans the short cap at once (harness/worker.py)
+    "hung_engine": "string",
     # graph-API plan: behaviour notes (runtime_compilation, ...) and its position in heuristic
     # mode A's list (0 = the frontend's own pick; empty when only mode B or FALLBACK offered it)
     "behavior_notes": "string",

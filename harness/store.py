@@ -93,6 +93,17 @@ class ResultWriter:
                     partial.setdefault(planned, set()).add(algorithm)
         return partial
 
+    def hung_engines(self) -> set[tuple[str, str, str]]:
+        """(backend, direction, engine) of every plan the earlier run saw hang (worker.HungKey):
+        the resumed run gives those engines the short cap at once."""
+        stored, journal = self._parts()
+        hung: set[tuple[str, str, str]] = set()
+        for rows in (stored, journal.rows):
+            if "hung_engine" in rows:
+                rows = rows[rows["hung_engine"].notna()]
+                hung |= set(zip(rows["backend"], rows["direction"], rows["hung_engine"]))
+        return hung
+
     def mark_done(self, point_ids: list[str]) -> None:
         """Say these planned points' rows are all in the journal (see the module docstring)."""
         self._file.write(json.dumps({GROUPS_DONE: list(point_ids)}) + "\n")

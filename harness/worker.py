@@ -143,26 +143,30 @@ class WorkerPool:
         rows, never the rows measured before it or the plans after it: those are measured in a
         fresh process."""
         rows = _Rows(on_rows)
+        # plans measured before (by the run being resumed, by another process): the point has
+        # returned, so its plans get the plan cap from the start
+        returned_before = bool(skip)
         skip = set(skip)
         hung_here: dict[str, str] = {}    # engine -> its knob setting that hung on this group
         while True:
             if self._process is None or not self._process.is_alive():
                 self._start()
-            stopped = self._stream(group, skip, hung_here, rows)
+            stopped = self._stream(group, skip, hung_here, rows, returned_before)
             if stopped is None:
                 return list(rows)
             self._kill()
-            if stopped.hung and stopped.engine is not None:
-                self.hung_engines.add(_hung_key(group, stopped.engine))
-                hung_here.setdefault(stopped.engine, stopped.variant)
+            hung_engine = stopped.engine if stopped.hung else None
+            if hung_engine is not None:
+                self.hung_engines.add(_hung_key(group, hung_engine))
+                hung_here.setdefault(hung_engine, stopped.variant)
             if stopped.reason is not None:
-                rows.add(_crashed(group, stopped.reason, stopped.variant))
+                rows.add(_crashed(group, stopped.reason, stopped.variant, hung_engine))
             if stopped.variant is None:
                 return list(rows)    # nothing to skip past: the group ends with its crash
             skip.add(stopped.variant)
 
     def _stream(self, group: list[Point], skip: set[str], hung_here: dict[str, str],
-                rows: "_Rows") -> _Stopped | None:
+                rows: "_Rows", returned_before: bool) -> _Stopped | None:
         """Appends the worker's rows for `group` as its units finish (the knob settings of the
         engines in `hung_here` as not tried), and each finished variant to `skip`; None once the
         group is done."""
@@ -170,7 +174,8 @@ class WorkerPool:
         try:
             self._connection.send((group, frozenset(skip), dict(hung_here)))
             while True:
-                cap, why = self._cap(group, variant, engine, rows)
+                cap, why = self._cap(group, variant, engine,
+                                     returned_before or any(m.ok and m.of_variant for m in rows))
                 if not self._connection.poll(cap):
                     return _Stopped(variant, engine,
                                     f"no result within {cap:.0f} s{why}: worker killed", hung=True)
@@ -192,11 +197,11 @@ class WorkerPool:
                                              f"{self._process.exitcode})")
 
     def _cap(self, group: list[Point], variant: str | None, engine: str | None,
-             rows: list[Measurement]) -> tuple[float, str]:
+             point_returned: bool) -> tuple[float, str]:
         """How long the unit under way may take, and why when it is a shorter cap than
         the unit cap."""
         caps = [(self.unit_timeout_s, "")]
-        if variant is not None and any(m.ok and m.of_variant for m in rows):
+        if variant is not None and point_returned:
             caps.append((self.plan_timeout_s, " (another plan of this point returned)"))
         if engine is not None and _hung_key(group, engine) in self.hung_engines:
             caps.append((self.hung_engine_timeout_s,
@@ -219,11 +224,14 @@ class WorkerPool:
         self._kill()
 
 
-def _crashed(group: list[Point], reason: str, variant: str | None = None) -> list[Measurement]:
-    """Crash rows for the group's points, or for one variant of them."""
+def _crashed(group: list[Point], reason: str, variant: str | None = None,
+             hung_engine: str | None = None) -> list[Measurement]:
+    """Crash rows for the group's points, or for one variant of them (naming its engine when it
+    hung)."""
     if variant is None:
         return [Measurement(p, Status.CRASHED, reason) for p in group]
-    return _variant_rows(group, variant, Status.CRASHED, f"{variant}: {reason}")
+    extras = {"hung_engine": hung_engine} if hung_engine else {}
+    return _variant_rows(group, variant, Status.CRASHED, f"{variant}: {reason}", extras)
 
 
 def _not_tried(group: list[Point], variant: str, hung: str) -> list[Measurement]:
@@ -231,9 +239,9 @@ def _not_tried(group: list[Point], variant: str, hung: str) -> list[Measurement]
                          f"{variant}: not tried: {hung} of the same engine hung on this point")
 
 
-def _variant_rows(group: list[Point], variant: str, status: Status,
-                  reason: str) -> list[Measurement]:
+def _variant_rows(group: list[Point], variant: str, status: Status, reason: str,
+                  extras: dict[str, str] | None = None) -> list[Measurement]:
     """Rows of one variant of the group's points that remember their planned point, as the
     variant's measured rows would."""
-    return [Measurement(replace(p, algorithm=variant), status, reason,
+    return [Measurement(replace(p, algorithm=variant), status, reason, extras=extras or {},
                         planned_point_id=p.point_id) for p in group]

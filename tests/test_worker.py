@@ -184,6 +184,40 @@ def test_after_a_plan_of_an_engine_hung_its_siblings_are_not_tried_and_it_gets_t
         pool.close()
 
 
+def test_a_resumed_run_remembers_which_engines_hung_and_that_its_point_returned(tmp_path,
+                                                                                monkeypatch):
+    """The hung plan's row names its engine; through the journal a resumed run starts with
+    that engine hung (1 s cap on its first plan, not the 60 s unit cap) and, as plans of the
+    point were measured before, gives the point's other plans the plan cap from the start."""
+    from harness import runner, store, worker
+    monkeypatch.setattr(worker, "UNIT_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(worker, "PLAN_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(worker, "HUNG_ENGINE_TIMEOUT_S", 1.0)
+    first, second = [replace(_point("hanging_engine", limit), timing=replace(FAST, gpu_processes=1))
+                     for limit in (None, 0)]
+    killed = tmp_path / "r.parquet"
+    writer = store.ResultWriter(killed)
+    runner.run_points([first], lambda m: writer.append(store.to_row(m, "r", "t", {}, "now")),
+                      on_group_done=writer.mark_done)
+    writer.close()
+    resumed = store.ResultWriter(killed, store.WriteMode.RESUME)
+    hung = resumed.hung_engines()
+    resumed.close()
+    assert hung == {("faulty_gpu", "fwd", "eng2")}
+    rows: list = []
+    runner.run_points([second], rows.append, hung_engines=hung)
+    assert [m.reason for m in rows if m.status == Status.CRASHED] == [
+        "eng2_k1=0: no result within 1 s (engine eng2 hung before in this run): worker killed"]
+    assert rows[1].extras["hung_engine"] == "eng2"
+    pool = worker.WorkerPool()
+    try:    # eng1_k1=0 measured before: eng2_k1=0 waits the 2 s plan cap, not the unit cap
+        rows = pool.measure([second], skip=frozenset({"eng1_k1=0"}))
+        assert rows[0].reason == ("eng2_k1=0: no result within 2 s (another plan of this point "
+                                  "returned): worker killed")
+    finally:
+        pool.close()
+
+
 def test_graph_plans_name_the_engine_their_knob_settings_belong_to():
     from harness.backends.cudnn_graph import EnginesAlgorithm
     engines = EnginesAlgorithm(owner=None)

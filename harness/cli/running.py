@@ -51,6 +51,7 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     try:
         done = writer.finished_point_ids() if resuming else set()
         part_measured = writer.measured_variants() if resuming else {}
+        hung_engines = writer.hung_engines() if resuming else set()
         run_id = (writer.resumed_run_id() if resuming else None) or output.run_id
     except BaseException:
         writer.close()
@@ -74,7 +75,8 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
                 progress.advance(m)
             try:
                 if cluster is None:
-                    runner.run_points(todo, on_result, seed, writer.mark_done, part_measured)
+                    runner.run_points(todo, on_result, seed, writer.mark_done, part_measured,
+                                      hung_engines)
                 else:       # a part-measured point is measured whole again (its rows deduped)
                     _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done,
                                         writer.mark_done)
