@@ -349,12 +349,16 @@ def _print_step_totals(df) -> None:
     from harness.sweep import DIRECTIONS
     directions = " + ".join(d for d in DIRECTIONS if d in set(df["direction"].astype(str)))
     layers = df[["layer", "descriptor"]].drop_duplicates().shape[0]
-    _say(f"\nnetwork time per pass over the {layers} layers measured ({directions}; each layer x "
-         f"its multiplicity), best verified per layer against each policy:")
+    # a row sums only what was measured at its setting (a precision cut short covers fewer)
+    _say(f"\nnetwork time per pass over the layers measured ({directions}; each layer x its "
+         f"multiplicity; layer_dirs: the layer-directions a row sums, of {layers} layers in the "
+         f"results), best verified per layer against each policy:")
     shown = totals.assign(limit=totals["workspace_limit"].map(_format_limit),
+                          layer_dirs=totals["points"],
                           best_ms=totals.apply(lambda r: _total(r, "oracle"), axis=1))
     columns = ["batch", "effective_precision", "layout", "limit",
-               *(["threads"] if totals["threads"].nunique() > 1 else []), "best_ms"]
+               *(["threads"] if totals["threads"].nunique() > 1 else []), "layer_dirs",
+               "best_ms"]
     for name in names:
         shown[f"{name}_ms"] = totals.apply(lambda r, n=name: _total(r, n), axis=1)
         shown[f"saving_vs_{name}"] = totals.apply(lambda r, n=name: _saving(r, n), axis=1)
