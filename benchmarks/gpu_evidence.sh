@@ -15,8 +15,8 @@
 # Results go to OUT/NAME.parquet (a killed sweep leaves its gzipped journal); logs beside them.
 # SECONDS_LEFT caps a sweep's time; EXTRA_FLAGS are added to every sweep (e.g. --gpu-processes 1);
 # SWEEP_ONLY=1 stops `model` after the sweep (at most 8 files come back from a lent machine);
-# RESUME_FROM=DIR resumes `model` from DIR/NAME.suite.toml and DIR/NAME.parquet.partial.jsonl.gz,
-# and the other sweeps from DIR/NAME.parquet.partial.jsonl.gz.
+# RESUME_FROM=DIR resumes `model` from DIR/NAME.suite.toml and DIR/NAME.parquet (a finished run,
+# e.g. one precision of two) and/or DIR/NAME.parquet.partial.jsonl.gz, the other sweeps likewise.
 set -uo pipefail
 part=$1; out=$2
 export PYTHONUNBUFFERED=1
@@ -25,9 +25,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 python3 -m harness.cli peaks > "$out/peaks.log" 2>&1
 cp ~/.cache/convbench/peaks-*.json "$out/peaks.json" 2>/dev/null
 
-resume_from() {  # NAME: put $RESUME_FROM's gzipped journal of NAME back in /tmp; sets resume
-  zcat "$RESUME_FROM/$1.parquet.partial.jsonl.gz" > "/tmp/$1.parquet.partial.jsonl" && resume=--resume
-  echo "resuming from $(wc -l < "/tmp/$1.parquet.partial.jsonl") journal lines"
+resume_from() {  # NAME: put $RESUME_FROM's results of NAME back in /tmp (a finished run's
+                 # NAME.parquet, a killed run's gzipped journal, or both); sets resume
+  local from=$RESUME_FROM/$1.parquet
+  [ -f "$from" ] && cp "$from" /tmp/ && resume=--resume && echo "resuming from $1.parquet"
+  [ -f "$from.partial.jsonl.gz" ] && zcat "$from.partial.jsonl.gz" > "/tmp/$1.parquet.partial.jsonl" \
+    && resume=--resume && echo "resuming from $(wc -l < "/tmp/$1.parquet.partial.jsonl") journal lines"
+  return 0
 }
 
 sweep() {  # NAME ARGS...
