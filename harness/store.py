@@ -78,42 +78,18 @@ class ResultWriter:
         self._file = _open_for_append(self.journal, truncate=self.mode is WriteMode.REPLACE)
         self.mark_done([])
 
-    def finished_point_ids(self) -> set[str]:
-        """Points already measured by an earlier, interrupted or completed, run of this file."""
-        return _finished(*self._parts())
-
-    def measured_variants(self) -> dict[str, set[str]]:
-        """For each planned point a killed run left part-measured: the plans it has rows for."""
+    def resume_state(self) -> "ResumeState":
+        """All a resumed run takes from the rows already written, from one read of them."""
         stored, journal = self._parts()
-        done, rows = _finished(stored, journal), journal.rows
-        partial: dict[str, set[str]] = {}
-        if len(rows):
-            for planned, algorithm in zip(_planned_ids(rows), rows["algorithm"]):
-                if planned and planned not in done:
-                    partial.setdefault(planned, set()).add(algorithm)
-        return partial
-
-    def hung_engines(self) -> set[tuple[str, str, str]]:
-        """(backend, direction, engine) of every plan the earlier run saw hang (worker.HungKey):
-        the resumed run gives those engines the short cap at once."""
-        stored, journal = self._parts()
-        hung: set[tuple[str, str, str]] = set()
-        for rows in (stored, journal.rows):
-            if "hung_engine" in rows:
-                rows = rows[rows["hung_engine"].notna()]
-                hung |= set(zip(rows["backend"], rows["direction"], rows["hung_engine"]))
-        return hung
+        done = _finished(stored, journal)
+        return ResumeState(done, _part_measured(journal.rows, done),
+                           _hung_engines(stored) | _hung_engines(journal.rows),
+                           _last_run_id(journal.rows) or _last_run_id(stored))
 
     def mark_done(self, point_ids: list[str]) -> None:
         """Say these planned points' rows are all in the journal (see the module docstring)."""
         self._file.write(json.dumps({GROUPS_DONE: list(point_ids)}) + "\n")
         self._file.flush()
-
-    def resumed_run_id(self) -> str | None:
-        """The run id a resumed run carries on with: that of the last row already written."""
-        existing = self._existing_rows()
-        ids = existing["run_id"].dropna() if len(existing) else ()
-        return str(ids.iloc[-1]) if len(ids) else None
 
     def append(self, row: dict[str, Any]) -> None:
         self._file.write(json.dumps(row, default=_json_default) + "\n")
@@ -162,11 +138,41 @@ class ResultWriter:
 
 
 def _finished(stored: pd.DataFrame, journal: "JournalRead") -> set[str]:
-    """ResultWriter.finished_point_ids of the rows read (the module docstring says why)."""
+    """ResumeState.finished of the rows read (the module docstring says why)."""
     done = _point_ids(stored) | _point_ids(journal.rows[:journal.rows_before_marks])
     after = journal.rows[journal.rows_before_marks:]
     plain = after[_planned_ids(after) == ""] if len(after) else after
     return done | set(plain.get("point_id", ())) | set(journal.groups_done)
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """What --resume needs of an earlier run's rows (ResultWriter.resume_state)."""
+    finished: set[str]                          # planned points whose rows are all written
+    measured_variants: dict[str, set[str]]      # part-measured planned point -> plans it has
+    hung_engines: set[tuple[str, str, str]]     # (backend, direction, engine) seen hanging
+    run_id: str | None = None                   # the last row's, which a resumed run carries on
+
+
+def _part_measured(rows: pd.DataFrame, done: set[str]) -> dict[str, set[str]]:
+    partial: dict[str, set[str]] = {}
+    if len(rows):
+        for planned, algorithm in zip(_planned_ids(rows), rows["algorithm"]):
+            if planned and planned not in done:
+                partial.setdefault(planned, set()).add(algorithm)
+    return partial
+
+
+def _last_run_id(rows: pd.DataFrame) -> str | None:
+    ids = rows["run_id"].dropna() if len(rows) else ()
+    return str(ids.iloc[-1]) if len(ids) else None
+
+
+def _hung_engines(rows: pd.DataFrame) -> set[tuple[str, str, str]]:
+    if "hung_engine" not in rows:
+        return set()
+    hung = rows[rows["hung_engine"].notna()]
+    return set(zip(hung["backend"], hung["direction"], hung["hung_engine"]))
 
 
 def _planned_ids(rows: pd.DataFrame) -> pd.Series:

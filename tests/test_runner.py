@@ -184,10 +184,10 @@ def test_expanding_algorithm_yields_a_row_per_variant_and_resumes(tmp_path):
         writer.append(store.to_row(m, "r", "t", {}, "now"))
     planned = {p.point_id for p in points}
     # rows alone could be a group cut short: its plans are known, the point is not finished
-    assert not planned & writer.finished_point_ids()
-    assert writer.measured_variants() == {p: {"plan_fast", "plan_slow"} for p in planned}
+    assert not planned & writer.resume_state().finished
+    assert writer.resume_state().measured_variants == {p: {"plan_fast", "plan_slow"} for p in planned}
     writer.mark_done(sorted(planned))
-    assert planned <= writer.finished_point_ids() and not writer.measured_variants()
+    assert planned <= writer.resume_state().finished and not writer.resume_state().measured_variants
     best = analysis.best_per_point(store.frame(
         [store.to_row(m, "r", "t", {}, "now") for m in results]))
     assert set(best["best_algorithm"]) == {"plan_fast"}

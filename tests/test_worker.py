@@ -201,7 +201,7 @@ def test_a_resumed_run_remembers_which_engines_hung_and_that_its_point_returned(
                       on_group_done=writer.mark_done)
     writer.close()
     resumed = store.ResultWriter(killed, store.WriteMode.RESUME)
-    hung = resumed.hung_engines()
+    hung = resumed.resume_state().hung_engines
     resumed.close()
     assert hung == {("faulty_gpu", "fwd", "eng2")}
     rows: list = []

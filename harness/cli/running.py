@@ -49,10 +49,8 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     writer = store.ResultWriter(output.path, output.mode)
     resuming = output.mode is store.WriteMode.RESUME
     try:
-        done = writer.finished_point_ids() if resuming else set()
-        part_measured = writer.measured_variants() if resuming else {}
-        hung_engines = writer.hung_engines() if resuming else set()
-        run_id = (writer.resumed_run_id() if resuming else None) or output.run_id
+        earlier = writer.resume_state() if resuming else store.ResumeState(set(), {}, set())
+        run_id = earlier.run_id or output.run_id
     except BaseException:
         writer.close()
         raise
@@ -60,9 +58,9 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
         _warn(f"{writer.journal}: skipped {len(writer.damaged_lines)} damaged line(s) "
               f"(line {', '.join(map(str, writer.damaged_lines[:5]))}): a killed run's last "
               "row, or garbage; the rows after them count")
-    todo = [p for p in points if p.point_id not in done]
+    todo = [p for p in points if p.point_id not in earlier.finished]
     _say(f"suite {sweep.name}: {len(points)} points"
-         + (f", {len(points) - len(todo)} already done" if done else "")
+         + (f", {len(points) - len(todo)} already done" if earlier.finished else "")
          + f"; machine: {env.get('gpu_name') or env.get('cpu_model')}")
     _say(f"writing {output.path}")
     interrupted = False
@@ -75,8 +73,8 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
                 progress.advance(m)
             try:
                 if cluster is None:
-                    runner.run_points(todo, on_result, seed, writer.mark_done, part_measured,
-                                      hung_engines)
+                    runner.run_points(todo, on_result, seed, writer.mark_done,
+                                      earlier.measured_variants, earlier.hung_engines)
                 else:       # a part-measured point is measured whole again (its rows deduped)
                     _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done,
                                         writer.mark_done)
