@@ -182,6 +182,26 @@ def _bootstrap_means(values: np.ndarray, resamples: int, seed: int) -> np.ndarra
     return means
 
 
+def bootstrap_medians(samples: Sequence[Sequence[float]], resamples: int,
+                      seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """Medians of `resamples` resamples with replacement of each row's samples: shape (rows,
+    resamples), NaN for a row without samples. Rows of one sample count are drawn together, in
+    chunks that bound memory; the same rows in the same order always give the same medians."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array([len(s) for s in samples], dtype=int)
+    medians = np.full((sizes.size, resamples), np.nan)
+    for n in np.unique(sizes[sizes > 0]):
+        rows = np.flatnonzero(sizes == n)
+        values = np.array([np.asarray(samples[i], dtype=float) for i in rows])
+        step = max(1, _CHUNK_CELLS // (int(n) * resamples))
+        for start in range(0, rows.size, step):
+            block = values[start:start + step]
+            drawn = rng.integers(0, n, size=(block.shape[0], resamples, n))
+            picked = block[np.arange(block.shape[0])[:, None, None], drawn]
+            medians[rows[start:start + step]] = np.median(picked, axis=2)
+    return medians
+
+
 def _logs(ratios: Sequence[float]) -> np.ndarray:
     r = np.asarray(ratios, dtype=float)
     r = r[np.isfinite(r) & (r > 0)]

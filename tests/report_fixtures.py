@@ -241,3 +241,21 @@ def expected_best(df: pd.DataFrame, layer: str, direction: str, precision: str,
     at = df[(df.layer == layer) & (df.direction == direction) & (df.precision == precision)
             & (df.layout == layout) & (df.workspace_limit == limit) & (df.status == "ok")]
     return at.sort_values("median_ms").iloc[0]
+
+
+# ---- hand-made frames: a few rows whose every number a test can compute by hand ---------------
+def row(layer="L1", backend="cudnn", algorithm="implicit_gemm", ms=1.0, precision="fp32",
+        effective=None, status="ok", limit=-1, multiplicity=1, direction="fwd", **extras):
+    """One results row (one sample of `ms` unless `samples_ms` is given); extras override."""
+    return {"layer": layer, "batch": 32, "direction": direction, "precision": precision,
+            "effective_precision": (effective or precision) if status == "ok" else None,
+            "layout": "NCHW", "workspace_limit": limit, "timing_mode": "warm",
+            "backend": backend, "algorithm": algorithm, "status": status,
+            "median_ms": ms if status == "ok" else None, "multiplicity": multiplicity,
+            "samples_ms": [ms] if status == "ok" else [], **extras}
+
+
+def frame(*rows) -> pd.DataFrame:
+    # int64 columns of the schema cannot hold missing values; 0 stands for "not part of the test"
+    zeros = {name: 0 for name, dtype in store.COLUMNS.items() if dtype == "int64"}
+    return store.frame([{**zeros, **r} for r in rows])

@@ -9,21 +9,10 @@ import pytest
 from harness import store
 from harness.analysis import selection
 
-
-def _row(layer="L1", backend="cudnn", algorithm="implicit_gemm", ms=1.0, precision="fp32",
-         effective=None, status="ok", limit=-1, multiplicity=1, direction="fwd", **extras):
-    return {"layer": layer, "batch": 32, "direction": direction, "precision": precision,
-            "effective_precision": (effective or precision) if status == "ok" else None,
-            "layout": "NCHW", "workspace_limit": limit, "timing_mode": "warm",
-            "backend": backend, "algorithm": algorithm, "status": status,
-            "median_ms": ms if status == "ok" else None, "multiplicity": multiplicity,
-            "samples_ms": [ms] if status == "ok" else [], **extras}
-
-
-def _frame(*rows) -> pd.DataFrame:
-    # int64 columns of the schema cannot hold missing values; 0 stands for "not part of the test"
-    zeros = {name: 0 for name, dtype in store.COLUMNS.items() if dtype == "int64"}
-    return store.frame([{**zeros, **row} for row in rows])
+try:  # tests/ is a plain folder on sys.path, or a package when someone adds __init__.py
+    from report_fixtures import frame as _frame, row as _row
+except ImportError:
+    from tests.report_fixtures import frame as _frame, row as _row
 
 
 def _pick(sel: pd.DataFrame, policy: str, **where) -> pd.Series:

@@ -18,6 +18,10 @@ precision P is compared with the oracle of effective precision P; `precision_kep
 the pick actually computed at lower accuracy (a graph plan asked for fp32 that runs TF32). Such a
 pick has no regret: it is faster because it computes less exactly, so a ratio to the fp32 oracle
 would read as a win; the summaries count it as `precision_lowered` instead.
+
+Tie-aware: `ties_oracle` says the pick is one of the algorithms whose samples cannot tell it from
+the oracle (analysis/stability.py: a near-tie), and `tie_regret` is then at most 1, so a policy
+is not blamed for losing a coin toss among algorithms that are equally fast.
 Pure pandas; nothing here prints.
 """
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import math
 import pandas as pd
 
-from harness.analysis import policies
+from harness.analysis import policies, stability
 from harness.analysis.points import NETWORK_KEYS, POINT_KEYS
 from harness.measurement import Status
 
@@ -36,10 +40,11 @@ POLICIES = tuple(policies.POLICIES)
 ORACLE_SLACK = 0.01
 _PICK = {"backend": "policy_backend", "algorithm": "policy_algorithm",
          "status": "policy_status", "effective_precision": "policy_effective_precision",
-         "median_ms": "policy_ms"}
+         "median_ms": "policy_ms", "ties_oracle": "ties_oracle"}
 COLUMNS = [*POINT_KEYS, "multiplicity", "policy", "policy_backend", "policy_algorithm",
            "policy_status", "policy_effective_precision", "precision_kept", "policy_ms",
-           "oracle_backend", "oracle_algorithm", "oracle_ms", "regret", "picks_oracle"]
+           "oracle_backend", "oracle_algorithm", "oracle_ms", "regret", "picks_oracle",
+           "ties_oracle", "tie_regret"]
 
 
 def _picks(df: pd.DataFrame, policy: str) -> pd.DataFrame:
@@ -62,6 +67,7 @@ def selection(results: pd.DataFrame) -> pd.DataFrame:
     """One row per (setting, policy) with the pick's time, the oracle's, and their ratio
     (regret >= 1 unless the policy found something the harness's search did not)."""
     best = oracle(results)
+    results = results.assign(ties_oracle=stability.ties_best(results, ORACLE_BACKENDS))
     parts = [p for p in (_picks(results, policy) for policy in POLICIES) if len(p)]
     if not parts or best.empty:   # without cuDNN rows there is nothing to judge a pick against
         return pd.DataFrame(columns=COLUMNS)
@@ -74,6 +80,9 @@ def selection(results: pd.DataFrame) -> pd.DataFrame:
     frame["regret"] = (frame["policy_ms"] / frame["oracle_ms"]).mask(lowered)
     frame["picks_oracle"] = (frame["regret"] <= 1 + ORACLE_SLACK).astype("boolean").mask(
         frame["regret"].isna())
+    ties = frame["ties_oracle"].astype(bool) & frame["regret"].notna()
+    frame["ties_oracle"] = ties.astype("boolean").mask(frame["regret"].isna())
+    frame["tie_regret"] = frame["regret"].mask(ties & (frame["regret"] > 1), 1.0)
     order = {p: i for i, p in enumerate(POLICIES)}
     frame = frame.sort_values([*POINT_KEYS, "policy"], key=lambda s: s.map(order)
                               if s.name == "policy" else s, kind="stable")
@@ -105,6 +114,10 @@ def policy_summary(frame: pd.DataFrame) -> pd.DataFrame:
             "picks_oracle_pct": 100.0 * timed["picks_oracle"].astype(bool).mean()
             if len(timed) else math.nan,
             "geomean_regret": geometric_mean(timed["regret"]),
+            "picks_tie_pct": 100.0 * (timed["picks_oracle"].astype(bool)
+                                      | timed["ties_oracle"].astype(bool)).mean()
+            if len(timed) else math.nan,
+            "geomean_tie_regret": geometric_mean(timed["tie_regret"]),
             "max_regret": worst["regret"] if worst is not None else math.nan,
             "worst_setting": _label(worst) if worst is not None else "",
             "precision_lowered": int((mine["precision_kept"] == False).sum()),  # noqa: E712
