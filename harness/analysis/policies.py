@@ -19,6 +19,10 @@ from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, ranked, 
 from harness.measurement import Status
 
 ORACLE = "oracle"
+# Best-of policies like the oracle, over fewer rows: the fastest verified row whose output was
+# bitwise equal on two runs (what deterministic mode may run), and one backend's fastest.
+DETERMINISTIC = "deterministic"
+BEST_PREFIX = "best_"
 TORCH_PREFIX = "torch"     # backends torch_gpu, torch_cpu: what PyTorch itself would run
 Chooser = Callable[[pd.DataFrame], pd.DataFrame]
 
@@ -68,6 +72,8 @@ POLICIES: dict[str, Policy] = {
 # The names the report used before the table was shared; still accepted from users.
 ALIASES = {"heuristic": "cudnn_heuristic", "find": "cudnn_find", "torch": "pytorch"}
 ORACLE_MEANING = "the fastest verified algorithm at every point (what an exhaustive search gives)"
+DETERMINISTIC_MEANING = ("the fastest verified algorithm at every point whose output was bitwise "
+                         "equal on two runs (what deterministic mode may run)")
 
 
 def canonical(policy: str) -> str:
@@ -78,6 +84,10 @@ def meaning(policy: str) -> str:
     """One line a report prints beside a policy's name."""
     if policy == ORACLE:
         return ORACLE_MEANING
+    if policy == DETERMINISTIC:
+        return DETERMINISTIC_MEANING
+    if policy.startswith(BEST_PREFIX):
+        return f"the fastest verified {policy.removeprefix(BEST_PREFIX)} algorithm at every point"
     known = POLICIES.get(canonical(policy))
     return known.meaning if known else f"the rows of {policy}"
 
@@ -91,6 +101,28 @@ def _choose(df: pd.DataFrame, policy: str) -> pd.DataFrame:
     return df[match].assign(_order=_median_ms)
 
 
+def deterministic_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose two runs gave bitwise equal outputs; unknown (not checked) is not deterministic."""
+    return df[df["deterministic"].astype("boolean").fillna(False).astype(bool)]
+
+
+def _best_of(df: pd.DataFrame, policy: str) -> pd.DataFrame | None:
+    """The rows of a best-of policy (the oracle, the deterministic best, a backend's best), one
+    per point; None for a chooser."""
+    if policy == ORACLE:
+        return oracle(df)
+    if policy == DETERMINISTIC:
+        return oracle(deterministic_rows(df))
+    if policy.startswith(BEST_PREFIX):
+        return oracle(df, [policy.removeprefix(BEST_PREFIX)])
+    return None
+
+
+def backend_bests(df: pd.DataFrame) -> list[str]:
+    """`best_<backend>` for every backend with a verified row, in the order they appear."""
+    return [BEST_PREFIX + str(b) for b in dict.fromkeys(verified(df)["backend"])]
+
+
 def available(df: pd.DataFrame) -> list[str]:
     """The policies of the table this data can answer, in the table's order."""
     return [name for name, policy in POLICIES.items() if len(policy.choose(df))]
@@ -99,7 +131,8 @@ def available(df: pd.DataFrame) -> list[str]:
 def check(df: pd.DataFrame, policy: str) -> None:
     """Refuse a policy that matches no row, naming what the data does have."""
     df = with_candidate(df)
-    if policy == ORACLE or len(_choose(df, policy)):
+    best = _best_of(df, policy)
+    if policy == ORACLE or len(_choose(df, policy) if best is None else best):
         return
     names = available(df) + sorted(set(df["backend"])) + sorted(set(df["candidate"]))
     close = difflib.get_close_matches(policy, names + list(ALIASES), n=3)
@@ -112,9 +145,10 @@ def picks(df: pd.DataFrame, policy: str) -> pd.DataFrame:
     """The row a user following `policy` gets, indexed by POINT_KEYS: the point it answers for.
     A policy answers for the precision it was asked (so the index holds the asked precision and
     the `effective_precision` column what the pick delivered): its first verified row in the
-    policy's order, else its first row, which keeps its status. The oracle answers per point."""
-    if policy == ORACLE:
-        best = oracle(df)
+    policy's order, else its first row, which keeps its status. The oracle and the other
+    best-of policies (deterministic, best_<backend>) answer per point."""
+    best = _best_of(df, policy)
+    if best is not None:
         return best.set_index(POINT_KEYS).assign(
             effective_precision=best["effective_precision"].to_numpy())
     rows = _choose(with_candidate(ranked(df)), policy)

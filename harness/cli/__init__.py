@@ -88,6 +88,20 @@ def _add_existing_output_flags(p: argparse.ArgumentParser) -> None:
                    help="--out exists: replace it with this run's rows (atomically, at the end)")
 
 
+# What `convbench table` shows instead of the best algorithm per layer (one at a time).
+_TABLE_VIEWS = {
+    "selection": "how often cuDNN's heuristic, cudnnFind, the graph heuristic and PyTorch's "
+                 "autotuner pick the fastest verified algorithm (regret also tie-aware)",
+    "networks": "one row per network, precision, layout and machine (each file its own): "
+                "forward / backward / total ms of a training step per policy and each "
+                "backend's best, and what the best saves",
+    "determinism": "what deterministic mode costs per training step and per layer, and where "
+                   "cuDNN's heuristic or PyTorch picks a nondeterministic algorithm",
+    "stability": "per point, how likely a rerun picks another algorithm (bootstrap of the raw "
+                 "samples) and which layers are near-ties",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="convbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -109,9 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     table = sub.add_parser("table", help="best verified algorithm per layer from results")
     table.add_argument("results", nargs="+")
-    table.add_argument("--selection", action="store_true",
-                       help="how often cuDNN's heuristic, cudnnFind, the graph heuristic and "
-                            "PyTorch's autotuner pick the fastest verified algorithm")
+    shown = table.add_mutually_exclusive_group()
+    for view, text in _TABLE_VIEWS.items():
+        shown.add_argument(f"--{view}", action="store_true", help=text)
     table.set_defaults(func=cmd_table)
 
     sub.add_parser("list", help="backends and algorithms, and why any is unavailable"

@@ -28,15 +28,34 @@ def _load_results(arguments: list[str]):
 
 def cmd_table(args: argparse.Namespace) -> int:
     from harness import analysis
+    from harness.report import answers, text
+    if args.networks:    # its rows keep machines and files apart themselves
+        _say(text.render(answers.networks_blocks(_load_sources(args.results))))
+        return EXIT_OK
     for gpu, part in analysis.by_gpu(_load_results(args.results)):
         if gpu is not None:
             _say(f"\n== {gpu}: {len(part)} rows ==")
         if args.selection:
             from harness.analysis import selection
             _say(selection.format_selection(part))
+        elif args.determinism:
+            _say(text.render(answers.determinism_blocks(part)))
+        elif args.stability:
+            _say(text.render(answers.stability_blocks(part)))
         else:
             _print_best(part)
     return EXIT_OK
+
+
+def _load_sources(arguments: list[str]):
+    """Every results file as its own source (column `source`: the file's name), so that two
+    runs of one suite are never summed into one network."""
+    import pandas as pd
+    from harness import store
+    from harness.analysis.networks import SOURCE
+    frames = [store.load(path).assign(**{SOURCE: path.name})
+              for path in _results_paths(arguments)]
+    return pd.concat(frames, ignore_index=True)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis import policies
 from harness.analysis.policies import meaning
-from harness.report import analysis, figures, tables
+from harness.report import analysis, answers, figures, tables
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 
 SHOWN_FIGURES = 2      # figures of one kind shown open; the rest are folded
@@ -25,8 +25,10 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
     totals = analysis.network_totals(df, shown)
     rel = fig_dir.name
     sections = (     # the headline first: how much the whole network gains
-        network_section(totals, shown, fig_dir, rel, renderer),
+        network_section(totals, shown, fig_dir, rel, renderer, df),
         *selection_section(df),
+        Section("Cost of determinism", "determinism", tuple(answers.determinism_blocks(df))),
+        Section("Pick stability and near-ties", "stability", tuple(answers.stability_blocks(df))),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel, renderer),
         workspace_section(df, totals, fig_dir, rel, renderer),
@@ -169,7 +171,7 @@ def roofline_section(df: pd.DataFrame, peaks: dict[str, float] | None, fig_dir: 
 
 
 def network_section(totals: pd.DataFrame, names: list[str], fig_dir: Path, rel: str,
-                    renderer: figures.Renderer) -> Section:
+                    renderer: figures.Renderer, df: pd.DataFrame) -> Section:
     meanings = "; ".join(f"{p}: {meaning(p)}" for p in names)
     blocks: list[Block] = [Text(
         "Sum over layers and directions of each policy's pick × layer multiplicity. " + meanings
@@ -188,6 +190,7 @@ def network_section(totals: pd.DataFrame, names: list[str], fig_dir: Path, rel: 
     if len(headline) < len(totals):
         blocks.append(Fold("Every workspace limit",
                            (tables.network_table(totals, names, "Every workspace limit"),)))
+    blocks += answers.networks_blocks(df)
     return Section("Network totals per selection policy", "totals", tuple(blocks))
 
 
@@ -202,7 +205,9 @@ def selection_section(df: pd.DataFrame) -> tuple[Section, ...]:
         "The oracle is the fastest verified row of the harness's own cuDNN backends (legacy and "
         "graph API) at the same effective precision, layout and workspace limit; PyTorch is "
         "never part of it. Regret = the policy's pick time / the oracle's time; within 1% "
-        "counts as picking the oracle. A pick that computed at lower precision than asked (an "
+        "counts as picking the oracle; \"or a near-tie\" also counts a pick the samples cannot "
+        "tell from the oracle (Pick stability, below), and the tie-aware regret is then 1. A "
+        "pick that computed at lower precision than asked (an "
         "fp32 request served at TF32 accuracy) gets no regret and is counted as precision "
         "lowered."), tables.policy_table(selection.policy_summary(picks))]
     versus = selection.versus_pytorch(picks)

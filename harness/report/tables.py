@@ -244,13 +244,19 @@ def _min(s: pd.Series) -> float:
 # ---- selection: who picks the fastest ---------------------------------------------------------
 def policy_table(summary: pd.DataFrame) -> Table:
     rows = tuple((r["policy"], str(r["settings"]), str(r["compared"]),
-                  DASH if _missing(r["picks_oracle_pct"]) else f"{r['picks_oracle_pct']:.1f}%",
+                  _share(r["picks_oracle_pct"]),
                   _regret(r["geomean_regret"]), _regret(r["max_regret"]), r["worst_setting"],
-                  str(r["precision_lowered"]))
+                  str(r["precision_lowered"]), _share(r["picks_tie_pct"]),
+                  _regret(r["geomean_tie_regret"]))
                  for _, r in summary.iterrows())
     return Table(("Policy", "Settings", "Compared", "Picks the oracle", "Geomean regret",
-                  "Worst regret", "Worst setting", "Precision lowered"), rows,
-                 (False, True, True, True, True, True, False, True))
+                  "Worst regret", "Worst setting", "Precision lowered",
+                  "Picks the oracle or a near-tie", "Geomean tie-aware regret"), rows,
+                 (False, True, True, True, True, True, False, True, True, True))
+
+
+def _share(percent: Any) -> str:
+    return DASH if _missing(percent) else f"{float(percent):.1f}%"
 
 
 def _regret(value: Any) -> str:
