@@ -51,10 +51,13 @@ def test_medians_within_their_noise_tie_and_outside_do_not():
 
 def test_summary_gives_the_share_of_near_tie_layer_directions():
     df = frame(_timed("a", 1.0), _timed("b", 1.0),                      # L1: a coin toss
-               _timed("a", 1.0, layer="L2"), _timed("b", 2.0, layer="L2"))
-    summary = stability.stability_summary(stability.point_stability(df)).iloc[0]
-    assert summary["points"] == 2 and summary["near_ties"] == 1
-    assert summary["near_tie_pct"] == pytest.approx(50.0)
+               _timed("a", 1.0, layer="L2"), _timed("b", 2.0, layer="L2"),
+               _timed("a", 1.0, precision="fp16"), _timed("b", 2.0, precision="fp16"))
+    summary = stability.stability_summary(stability.point_stability(df))
+    fp32, fp16 = (summary.set_index("effective_precision").loc[p] for p in ("fp32", "fp16"))
+    assert fp32["points"] == 2 and fp32["near_ties"] == 1
+    assert fp32["near_tie_pct"] == pytest.approx(50.0)
+    assert fp16["points"] == 1 and fp16["near_ties"] == 0 and fp16["near_tie_pct"] == 0.0
 
 
 def test_tie_aware_regret_forgives_a_coin_toss_but_not_a_slower_pick():
