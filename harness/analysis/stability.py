@@ -53,7 +53,8 @@ def _spread(samples: pd.Series) -> tuple[pd.Series, pd.Series]:
 def _contest(df: pd.DataFrame, backends: Iterable[str] | None) -> pd.DataFrame:
     """Every verified row at a point with a reference, in point order: `_row` (its label in
     df), `_point` (a code per point), `_is_ref`, `_share` (bootstrap share at or below the
-    reference), `_ties`, and `_beaten` (the point's p_change, on every row of the point)."""
+    reference), `_ties`, `_beaten` (the point's p_change, on every row of the point) and
+    `_seen` (the point's place in the frame's own order)."""
     best = policies.oracle(df, backends)
     rows = verified(with_candidate(ranked(df)))
     low, high = _spread(rows["samples_ms"])
@@ -62,8 +63,12 @@ def _contest(df: pd.DataFrame, backends: Iterable[str] | None) -> pd.DataFrame:
                                   _ref_noise=best["noise"].astype(float).to_numpy(),
                                   _ref_high=high[best.index].to_numpy())
     rows = rows.merge(ref, on=POINT_KEYS, how="inner")
-    rows["_point"] = rows.groupby(POINT_KEYS, sort=False, dropna=False).ngroup()
-    rows = rows.sort_values(["_point", "median_ms"], kind="stable").reset_index(drop=True)
+    # The resamples are drawn in this order: sorting by the data, never by the frame's row
+    # order, gives the report's prepared frame and the CLI's raw one the same draws.
+    rows["_point"] = rows.groupby(POINT_KEYS, dropna=False).ngroup()
+    rows["_seen"] = rows.groupby(POINT_KEYS, sort=False, dropna=False).ngroup()  # for output
+    rows = rows.sort_values(["_point", "median_ms", "backend", "algorithm", "precision"],
+                            kind="stable").reset_index(drop=True)
     rows["_is_ref"] = rows["_row"] == rows["_ref"]
     share, beaten = _bootstrap(rows)
     rows["_share"], rows["_beaten"] = share, beaten
@@ -119,11 +124,12 @@ def point_stability(df: pd.DataFrame, backends: Iterable[str] | None = None) -> 
     first = grouped.nth(0).set_index("_point")
     second = grouped.nth(1).set_index("_point")
     tied = rows[rows["_ties"]].groupby("_point")["candidate"]
-    out = first[[*POINT_KEYS, "multiplicity"]].assign(
+    out = first[[*POINT_KEYS, "multiplicity", "_seen"]].assign(
         candidates=grouped.size(), best_candidate=first["candidate"], best_ms=first["median_ms"],
         runner_candidate=second["candidate"], runner_ms=second["median_ms"],
         p_change=first["_beaten"], tied=tied.size(), tie_candidates=tied.agg(", ".join))
     out["near_tie"] = (out["p_change"] >= NEAR_TIE_P) | (out["tied"] > 1)
+    out = out.sort_values("_seen", kind="stable")
     return out[POINT_COLUMNS].reset_index(drop=True)
 
 

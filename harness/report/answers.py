@@ -201,5 +201,6 @@ def stability_blocks(df: pd.DataFrame) -> list[Block]:
         theaders = (*[HEADERS[k] for k in tkeys], "Best", "ms", "Runner-up", "ms", "P(change)",
                     "Tied with the best")
         blocks.append(Fold(f"Near-tie points ({len(trows)})", (Table(
-            theaders, trows, (False,) * len(tkeys) + (False, True, False, True, True, False)),)))
+            theaders, trows, (False,) * len(tkeys) + (False, True, False, True, True, False),
+            "Near-tie points"),)))
     return blocks
