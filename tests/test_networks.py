@@ -108,12 +108,12 @@ def test_table_networks_of_a_missing_or_foreign_file_exits_2_naming_it(tmp_path,
 
 
 def test_the_pages_and_the_cli_say_the_same_numbers(tmp_path, capsys):
-    # a coin toss at L1 fwd among three candidates, and the file's rows in the opposite order
-    # from the report's reading order: the resamples must not depend on the order of rows
+    # coin tosses among three candidates at L1 fwd and bwd_data, the file's rows in the opposite
+    # order from the report's reading order: the resamples must not depend on the row order
     tossed = [row(layer="L1", algorithm=name, ms=1.0, precision="fp16", suite="netA",
                   env_gpu_name="NVIDIA H100 80GB HBM3", deterministic=name != "c",
-                  samples_ms=[0.9 + 0.2 * ((i * k) % 7) / 6 for i in range(9)])
-              for k, name in ((1, "a"), (2, "b"), (3, "c"))]
+                  direction=direction, samples_ms=[0.9 + 0.2 * ((i * k) % 7) / 6 for i in range(9)])
+              for direction in ("fwd", "bwd_data") for k, name in ((1, "a"), (2, "b"), (3, "c"))]
     df = frame(*reversed([*_network("netA", "fp16", 1.0), *tossed]))
     store.write(df, tmp_path / "r.parquet")
     paths = render_report(tmp_path / "r.parquet", tmp_path / "report")
