@@ -112,8 +112,10 @@ def test_the_pages_and_the_cli_say_the_same_numbers(tmp_path, capsys):
     # order from the report's reading order: the resamples must not depend on the row order
     tossed = [row(layer="L1", algorithm=name, ms=1.0, precision="fp16", suite="netA",
                   env_gpu_name="NVIDIA H100 80GB HBM3", deterministic=name != "c",
-                  direction=direction, samples_ms=[0.9 + 0.2 * ((i * k + shift) % 7) / 6 for i in range(9)])
-              for direction, shift in (("fwd", 0), ("bwd_data", 3)) for k, name in ((1, "a"), (2, "b"), (3, "c"))]
+                  direction=direction,
+                  samples_ms=[0.9 + 0.2 * ((i * k + shift) % 7) / 6 for i in range(9)])
+              for direction, shift in (("fwd", 0), ("bwd_data", 3))
+              for k, name in ((1, "a"), (2, "b"), (3, "c"))]
     df = frame(*reversed([*_network("netA", "fp16", 1.0), *tossed]))
     store.write(df, tmp_path / "r.parquet")
     paths = render_report(tmp_path / "r.parquet", tmp_path / "report")
