@@ -142,6 +142,7 @@ def stability_summary(points: pd.DataFrame, keys: list[str] | None = None) -> pd
     out = pd.DataFrame({"points": grouped.size(),
                         "near_ties": grouped["near_tie"].sum().astype(int),
                         "median_p_change": grouped["p_change"].median(),
-                        "likely_change": grouped["p_change"].apply(lambda p: int((p >= 0.5).sum()))})
+                        "likely_change": grouped["p_change"].apply(
+                            lambda p: int((p >= 0.5).sum()))})
     out["near_tie_pct"] = 100.0 * out["near_ties"] / out["points"]
     return out.reset_index()

@@ -101,7 +101,9 @@ def _part(ms: Any, missing: Any, points: Any) -> str:
 
 
 def _saves(r: pd.Series) -> str:
-    return DASH if _missing(r["saves_ms"]) else f"{fmt_ms(r['saves_ms'])} ms ({r['saves_pct']:.1f}%)"
+    if _missing(r["saves_ms"]):
+        return DASH
+    return f"{fmt_ms(r['saves_ms'])} ms ({r['saves_pct']:.1f}%)"
 
 
 def networks_blocks(df: pd.DataFrame) -> list[Block]:
