@@ -21,7 +21,8 @@ _SHOWN_WHEN_VARYING = ["batch", "workspace_limit", "timing_mode", "threads"]
 NOT_MEASURED = "n/a"
 
 DETERMINISM_TEXT = (
-    "Deterministic mode (torch.use_deterministic_algorithms(True), cudnn.deterministic) may run "
+    "Deterministic mode (torch.use_deterministic_algorithms(True), or the cuDNN backend's "
+    "deterministic flag) may run "
     "only algorithms whose results repeat. A row counts as deterministic when, before it was "
     "timed, two runs on the same inputs into a NaN-poisoned output gave equal outputs element "
     "for element (with several worker processes: in every process). That is evidence, not "
