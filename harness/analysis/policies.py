@@ -20,7 +20,8 @@ from harness.measurement import Status
 
 ORACLE = "oracle"
 # Best-of policies like the oracle, over fewer rows: the fastest verified row whose output was
-# bitwise equal on two runs (what deterministic mode may run), and one backend's fastest.
+# equal on two runs, element for element (what deterministic mode may run), and one backend's
+# fastest.
 DETERMINISTIC = "deterministic"
 BEST_PREFIX = "best_"
 TORCH_PREFIX = "torch"     # backends torch_gpu, torch_cpu: what PyTorch itself would run
@@ -72,8 +73,8 @@ POLICIES: dict[str, Policy] = {
 # The names the report used before the table was shared; still accepted from users.
 ALIASES = {"heuristic": "cudnn_heuristic", "find": "cudnn_find", "torch": "pytorch"}
 ORACLE_MEANING = "the fastest verified algorithm at every point (what an exhaustive search gives)"
-DETERMINISTIC_MEANING = ("the fastest verified algorithm at every point whose output was bitwise "
-                         "equal on two runs (what deterministic mode may run)")
+DETERMINISTIC_MEANING = ("the fastest verified algorithm at every point whose outputs on two runs "
+                         "were equal element for element (what deterministic mode may run)")
 
 
 def canonical(policy: str) -> str:
@@ -102,7 +103,8 @@ def _choose(df: pd.DataFrame, policy: str) -> pd.DataFrame:
 
 
 def deterministic_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows whose two runs gave bitwise equal outputs; unknown (not checked) is not deterministic."""
+    """Rows whose two runs gave equal outputs (harness/executor.py `_run_twice`: array_equal, so
+    -0.0 equals 0.0 and NaN equals nothing); unknown (not checked) is not deterministic."""
     return df[df["deterministic"].astype("boolean").fillna(False).astype(bool)]
 
 
