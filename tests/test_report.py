@@ -214,6 +214,18 @@ def test_figure_workers_draw_the_same_files(tmp_path: Path, small: pd.DataFrame,
         render_report(small, tmp_path, jobs=0)
 
 
+def test_figures_are_saved_with_a_palette(gpu_report) -> None:
+    """Figures are palette PNGs (a third of matplotlib's RGBA bytes; the committed reports must
+    fit what a lent GPU machine takes), and the heatmap keeps more than a handful of colours."""
+    from PIL import Image
+    heatmap = next(p for p in gpu_report.figures if p.name.startswith("heatmap_"))
+    for path in gpu_report.figures:
+        with Image.open(path) as image:
+            assert image.mode == "P", path.name
+    with Image.open(heatmap) as image:
+        assert len(image.getcolors(256) or ()) > 16
+
+
 def test_a_rerender_removes_stale_figures(tmp_path: Path, small: pd.DataFrame) -> None:
     render_report(small, tmp_path)
     paths = render_report(cpu_frame(), tmp_path)
