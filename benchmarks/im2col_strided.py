@@ -22,8 +22,9 @@ timed launch a pause (OpenBLAS and OpenMP worker threads spin for a while after 
 would otherwise slow whichever library runs next) and one untimed launch (caches and threads
 warm again). The table shows medians, the median and the spread (lowest and highest) of the
 per-round ratios after/before and after/torch, before's and after's workspace, and the load
-average when each point started; the geometric means are by issue 16's classes
-(benchmarks/cpu_classes.py: A = 3x3 stride 1 with >= 64 channels in and out, B = the rest).
+average when each point started; the geometric means of the per-round ratios' medians are by
+issue 16's classes (benchmarks/cpu_classes.py: A = 3x3 stride 1 with >= 64 channels in and
+out, B = the rest).
 """
 from __future__ import annotations
 
@@ -170,6 +171,7 @@ def _measure(problem: ConvProblem, direction: str, reps: int,
             "load": load, **workspace,
             "after/before": _ratio_spread(samples, "after", "before"),
             "after/torch": _ratio_spread(samples, "after", "torch"),
+            "before/torch": _ratio_spread(samples, "before", "torch"),
             **({"variant/after": _ratio_spread(samples, "variant", "after")}
                if "variant" in samples else {}),
             **{name: statistics.median(s) for name, s in samples.items()}}
@@ -188,24 +190,26 @@ def _print_table(rows: list[dict[str, object]]) -> None:
     print(f"{'layer':26s} {'cl':2s} {'direction':10s} {'before':>8s} {'after':>8s} "
           f"{'torch':>8s} {'after/before [range]':>21s} {'after/torch [range]':>20s} "
           + (f"{'variant/after [range]':>22s} " if variant else "")
-          + f"{'ws MiB b/a':>11s} {'load':>5s}")
+          + f"{'ws MiB b/a':>11s} {'load':>5s}  (! = after/before's range > 1.5x: load met)")
     for row in rows:
         print(f"{row['layer']:26s} {row['class']:2s} {row['direction']:10s} "
               f"{row['before']:8.2f} {row['after']:8.2f} {row['torch']:8.2f} "
               f"{_spread(row['after/before']):>21s} {_spread(row['after/torch']):>20s} "
               + (f"{_spread(row['variant/after']):>22s} " if variant else "")
-              + f"{row['before_mib']:5.0f}/{row['after_mib']:<5.0f} {row['load']:5.2f}")
-    keys = ("before", "after", "variant") if variant else ("before", "after")
+              + f"{row['before_mib']:5.0f}/{row['after_mib']:<5.0f} {row['load']:5.2f}"
+              + ("  !" if row["after/before"][2] > 1.5 * row["after/before"][1] else ""))
+    # Class figures from the per-round ratios' medians: a point whose rounds met load from
+    # other processes keeps its ratios (all of a round's launches met it), not its medians.
+    keys = ["before/torch", "after/torch", "after/before"] + (["variant/after"] if variant else [])
+    print("geomeans of the per-round ratios' medians:")
     for klass in ("A", "B", "all"):
         for direction in (*DIRECTIONS, "all"):
             chosen = [r for r in rows if klass in ("all", r["class"])
                       and direction in ("all", r["direction"])]
             if chosen:
-                vs_torch = "  ".join(f"{key} {_geomean([r[key] / r['torch'] for r in chosen]):.2f}x"
-                                     for key in keys)
-                change = _geomean([r["after/before"][0] for r in chosen])
-                print(f"geomean, class {klass:3s} {direction:10s}: vs torch {vs_torch};  "
-                      f"after/before {change:.2f}  ({len(chosen)} points)")
+                figures = "  ".join(f"{key} {_geomean([r[key][0] for r in chosen]):.2f}"
+                                    for key in keys)
+                print(f"class {klass:3s} {direction:10s}: {figures}  ({len(chosen)} points)")
 
 
 def _variant(pairs: list[str]) -> dict[str, int]:

@@ -435,6 +435,7 @@ needs_blas = pytest.mark.skipif(_blas.gemm_into(np.float32) is None,
 
 def _force_shifted(monkeypatch, block_bytes: int = im2col.BLOCK_BYTES) -> None:
     monkeypatch.setattr(_shifted, "MIN_CHANNELS", 1)
+    monkeypatch.setattr(_shifted, "MIN_COLUMNS", 1)
     monkeypatch.setattr(_columns, "WIDE_MAX_WASTE", 100.0)
     monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
 
@@ -461,13 +462,14 @@ def test_im2col_shifted_gemms_agree_with_reference(problem: ConvProblem, seed: i
         _check_all(problem, seed, names=["im2col"])
 
 
-# Shapes the unforced rule sends to shifted GEMMs (>= 16 channels a group, wide rows): batch 1,
+# Shapes the unforced rule sends to shifted GEMMs (>= 16 channels a group, wide rows, >= 512
+# GEMM columns a block): batch 1,
 # groups, dilation, non-square kernel and input, stride 2, a 1x1 kernel.
 SHIFTED_PROBLEMS = [
-    ConvProblem(1, 16, 9, 40, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
+    ConvProblem(1, 16, 14, 40, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
     ConvProblem(2, 32, 7, 41, 32, 3, 5, pad_top=2, pad_left=0, pad_bottom=1, pad_right=3,
                 dilation_h=2, groups=2),
-    ConvProblem(2, 16, 12, 45, 24, 5, 3, stride_h=2, stride_w=2, pad_top=1, pad_left=2,
+    ConvProblem(2, 16, 30, 45, 24, 5, 3, stride_h=2, stride_w=2, pad_top=1, pad_left=2,
                 pad_bottom=0, pad_right=1),
     ConvProblem(3, 16, 6, 33, 16, 1, 1),
 ]
@@ -475,9 +477,12 @@ SHIFTED_PROBLEMS = [
 
 @needs_blas
 @pytest.mark.parametrize("problem", SHIFTED_PROBLEMS, ids=lambda p: p.short_shape)
-def test_im2col_takes_shifted_gemms_from_16_channels(problem: ConvProblem) -> None:
+def test_im2col_takes_shifted_gemms_from_16_channels_and_512_columns(problem: ConvProblem
+                                                                     ) -> None:
     assert im2col._Correlation.of(problem, np.float32).shifted
     assert not im2col._Correlation.of(replace(problem, in_channels=8 * problem.groups),
+                                      np.float32).shifted
+    assert not im2col._Correlation.of(replace(problem, batch=1, in_h=problem.kernel_h + 2),
                                       np.float32).shifted
     _check_all(problem, seed=13, names=["im2col"])
 
@@ -532,11 +537,13 @@ def test_im2col_shifted_workspace_is_planes_output_block_and_weights(direction: 
 
 
 @needs_blas
-@pytest.mark.parametrize("ratio, col2im", [(2, False), (4, False), (8, True)])
-def test_im2col_bwd_data_keeps_col2im_from_8x_channels_when_shifted(ratio: int, col2im: bool,
+@pytest.mark.parametrize("ratio, stride, col2im", [(2, 1, False), (4, 1, False), (8, 1, True),
+                                                   (2, 2, True)])
+def test_im2col_bwd_data_keeps_col2im_from_8x_channels_when_shifted(ratio: int, stride: int,
+                                                                     col2im: bool,
                                                                      monkeypatch) -> None:
-    p = ConvProblem(1, 16, 6, 40, 16 * ratio, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
-                    pad_right=1)
+    p = ConvProblem(1, 16, 16 * stride, 40 * stride, 16 * ratio, 3, 3, stride_h=stride,
+                    stride_w=stride, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
     called = []
     real = im2col._col2im
     monkeypatch.setattr(im2col, "_col2im", lambda *a, **k: called.append(1) or real(*a, **k))

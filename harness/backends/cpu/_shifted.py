@@ -29,13 +29,18 @@ from harness.problem import ConvProblem
 # VGG conv2_1); 128 1.10-1.18; 256 1.00-1.04; 512 0.97-1.04 (res5a, VGG conv5_1).
 # results/logs/im2col-issue16-cpu-intel-xeon-2026-11-24.txt has the benchmark's figures.
 MIN_CHANNELS = 16
+# ... and from this many GEMM columns a block up: below, a call per tap and group costs more
+# than the copy it saves. Measured as above, column matrix / shifted, fwd, median of 9 rounds:
+# 210 columns (64 channels, 14x14, batch 1) 0.81, 350 (16 channels, 12x12, batch 2) 0.45;
+# 812 (64 channels, 28x28, batch 1) 1.16, 2,040 (16 channels, 14x14, batch 8) 1.16.
+MIN_COLUMNS = 512
 
 
-def shifted_pays(p: ConvProblem, columns: Columns, dtype: type) -> bool:
-    """Deep enough GEMMs per tap, little gap waste in the flat plane, and a BLAS to accumulate
-    with."""
-    return (p.channels_per_group >= MIN_CHANNELS and columns.little_waste
-            and gemm_into(dtype) is not None)
+def shifted_pays(p: ConvProblem, columns: Columns, dtype: type, block_columns: int) -> bool:
+    """Deep and wide enough GEMMs per tap, little gap waste in the flat plane, and a BLAS to
+    accumulate with."""
+    return (p.channels_per_group >= MIN_CHANNELS and block_columns >= MIN_COLUMNS
+            and columns.little_waste and gemm_into(dtype) is not None)
 
 
 def weights_shape(p: ConvProblem) -> tuple[int, ...]:

@@ -30,8 +30,8 @@ Backward data reuses all of this: output phase (a, b) of dx (the elements whose 
 coordinates are a, b modulo the stride) receives only the taps r with r*dilation = a (mod
 stride), so it is a stride-1 forward correlation of dy with that sub-kernel rotated by 180
 degrees, channel axes swapped per group (at stride 1, one phase and the whole kernel). col2im
-(dcol = W^T dy, then strided adds) remains where K >= 2C, or 8C where the correlations are
-shifted GEMMs (`Im2col.bwd_data` says why).
+(dcol = W^T dy, then strided adds) remains where K >= 2C, or 8C at stride 1 where the
+correlations are shifted GEMMs (`Im2col.bwd_data` says why).
 """
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ from harness.sweep import Point
 # L3): 4-8 MiB blocks ran the ResNet-50 3x3 layers fastest; 1 MiB blocks make the GEMMs too thin
 # (about 400 columns) and lost 25%, 16 MiB and more lost 10-30% to memory traffic.
 BLOCK_BYTES = 8 << 20
-# bwd_data keeps col2im where K >= this many times C; see Im2col.bwd_data.
+# bwd_data keeps col2im where K >= this many times C (the second at stride 1 with shifted
+# correlations); see Im2col.bwd_data.
 COL2IM_MIN_RATIO = 2
 SHIFTED_COL2IM_MIN_RATIO = 8
 
@@ -106,12 +107,14 @@ class _Correlation:
     @classmethod
     def of(cls, p: ConvProblem, dtype: type) -> "_Correlation":
         columns = Columns.of(p)
-        if _shifted.shifted_pays(p, columns, dtype):
-            # Sized by the GEMM's output block. Measured interleaved on the 2-core Intel Xeon VM
-            # (2026-11-24): 8 MiB ran as fast as 32 MiB on ResNet-50 res2a, res3a, res5a, VGG-16
-            # conv2_1 and DeepBench rows 6 and 61 (0.97-1.05x); 2 MiB lost up to 14%.
-            row_bytes = p.out_channels * columns.width * np.dtype(dtype).itemsize
-            return cls(p, columns, *_blocks(p, row_bytes, False), True)
+        # Shifted blocks are sized by the GEMM's output block. Measured interleaved on the
+        # 2-core Intel Xeon VM (2026-11-24): 8 MiB ran as fast as 32 MiB on ResNet-50 res2a,
+        # res3a, res5a, VGG-16 conv2_1 and DeepBench rows 6 and 61 (0.97-1.05x); 2 MiB lost up
+        # to 14%.
+        shifted = cls(p, columns, *_blocks(p, p.out_channels * columns.width
+                                           * np.dtype(dtype).itemsize, False), True)
+        if _shifted.shifted_pays(p, columns, dtype, shifted.block_columns):
+            return shifted
         return cls(p, columns, *_blocks(p, _row_bytes(p, columns, dtype), False))
 
     @property
@@ -358,16 +361,18 @@ class Im2col(CpuAlgorithm):
         reduce over K*R*S, col2im's over K, and the deeper reduction suffered more from busy
         cores. 1x1 kernels, whose dy plane is the column matrix, tie from K/C = 2 up.
 
-        Shifted correlations copy nothing per tap, so col2im stays only from K >= 8C. Measured
-        on the 2-core Intel Xeon VM (2026-11-24, shifted correlations / col2im, best of 5-7
-        interleaved rounds): K/C = 2 at stride 1 (VGG conv2_1 to conv4_1) 0.75-0.89, at stride
-        2 (DeepBench row 61) 1.05; K/C = 4 (C = 32 and 64) 0.84-0.87; 8 (C = 16 and 64)
-        1.00-1.05; 21 to 64 (C = 1 and 3: GEMMs with 1-3 rows) 2.3-6x."""
+        Shifted correlations copy nothing per tap, so at stride 1 col2im stays only from
+        K >= 8C. Measured on the 2-core Intel Xeon VM (2026-11-24, shifted correlations /
+        col2im, interleaved rounds): K/C = 2 at stride 1 (VGG conv2_1 to conv4_1) 0.75-0.89; 4
+        (C = 32 and 64) 0.84-0.87; 8 (C = 16 and 64) 1.00-1.05; 21 to 64 (C = 1 and 3: GEMMs
+        with 1-3 rows) 2.3-6x. At stride 2 (DeepBench row 61, K/C = 2, four phase
+        correlations) 1.05 in three runs: col2im stays there from K >= 2C."""
         p = point.problem
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
         parts, zeroed = _data_parts(p, dtype, w, dy, dx)
-        shifted = all(part.plan.shifted for part in parts)
+        stride_1 = (p.stride_h, p.stride_w) == (1, 1)
+        shifted = stride_1 and all(part.plan.shifted for part in parts)
         ratio = SHIFTED_COL2IM_MIN_RATIO if shifted else COL2IM_MIN_RATIO
         if p.out_channels >= ratio * p.in_channels:
             return _col2im(point, p, w, dy, dtype)
