@@ -4,8 +4,8 @@ np.matmul always overwrites its output (BLAS beta = 0), so a sum of GEMMs costs 
 over the output per term; BLAS's own beta = 1 adds inside the GEMM kernel for free. NumPy
 wheels (2.x) bundle OpenBLAS as scipy-openblas with 64-bit integers and prefixed symbols
 (scipy_cblas_sgemm64_); that library, found where threadpoolctl sees it loaded (so `--threads`
-limits it too), is the only one used. Elsewhere (a NumPy linked against MKL, Accelerate or a system BLAS) `gemm_into`
-is None and callers keep their np.matmul path.
+limits it too), is the only one used. Elsewhere (a NumPy linked against MKL, Accelerate or a
+system BLAS) `gemm_into` is None and callers keep their np.matmul path.
 """
 from __future__ import annotations
 
