@@ -4,17 +4,17 @@ Not a test: a script whose printed table goes into the closing note with the mac
 
     .venv/bin/python benchmarks/im2col_strided.py [--reps 11] [--layers train_61,res3a]
         [--directions fwd,bwd_data] [--all-strides] [--suites cpu_compare]
-        [--before main] [--variant _shifted.MIN_CHANNELS=1000000 ...] [--descriptor DESC ...]
+        [--before COMMIT] [--variant _shifted.MIN_CHANNELS=1000000 ...] [--descriptor DESC ...]
 
 The layers are the stride > 1 layers of the suites (cpu_compare and resnet50 by default; every
 layer of them with --all-strides), at batch 8, fp32, NCHW, in all three directions. "before" is
-harness/backends/cpu/im2col.py at commit --before (benchmarks/_before.py loads it from git, with
-the _columns.py of that commit); "after" is the harness's im2col; "torch" is the torch_cpu
-backend (torch.nn.functional.conv2d and aten.convolution_backward). With --variant MODULE.NAME=VALUE
-(repeatable), "variant" is the harness's im2col prepared with those module constants of
-harness.backends.cpu changed (a shape rule's alternative, timed beside it). Each point is
-prepared through the backend API the runner uses and each output is checked against torch's
-before timing.
+harness/backends/cpu/im2col.py at commit --before (by default where HEAD left main;
+benchmarks/_before.py loads it from git, with the _columns.py of that commit); "after" is the
+harness's im2col; "torch" is the torch_cpu backend (torch.nn.functional.conv2d and
+aten.convolution_backward). With --variant MODULE.NAME=VALUE (repeatable), "variant" is the
+harness's im2col prepared with those module constants of harness.backends.cpu changed (a shape
+rule's alternative, timed beside it). Each point is prepared through the backend API the runner
+uses and each output is checked against torch's before timing.
 
 The implementations are interleaved launch by launch, in an order that rotates every round, so
 that load from other processes on a shared machine falls on all of them alike: before each
@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all-strides", action="store_true",
                         help="stride-1 layers too (a regression check)")
     parser.add_argument("--suites", default=SUITES, help="comma-separated suite names")
-    parser.add_argument("--before", default="main", help="the commit 'before' comes from")
+    parser.add_argument("--before", default=None,
+                        help="the commit 'before' comes from (default: where HEAD left main)")
     parser.add_argument("--descriptor", action="append", default=[], metavar="BENCHDNN",
                         help="time this layer (benchdnn descriptor) instead of the suites'")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE",
@@ -246,11 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     if backends.get("torch_cpu").unavailable_reason():
         raise SystemExit(backends.get("torch_cpu").unavailable_reason())
     import torch
+    args.before = args.before or _git("merge-base", "main", "HEAD")[:7]
     algorithms = _algorithms(args.before, _variant(args.variant))
     print(f"{platform.processor() or platform.machine()}: {_cpu_model()}, "
           f"{len(os.sched_getaffinity(0))} cores, numpy {np.__version__}, torch "
           f"{torch.__version__} ({torch.get_num_threads()} threads); before = {args.before} "
-          f"({_commit(args.before)}), after = the working tree"
+          f"({_git('rev-parse', '--short', args.before)}), after = the working tree"
           + (f", variant = after with {_variant(args.variant)}" if args.variant else "")
           + f"; batch {BATCH}, fp32, NCHW; {args.reps} interleaved rounds, ms; load average at "
           f"start {os.getloadavg()}")
@@ -273,8 +275,8 @@ def _cpu_model() -> str:
     return "?"
 
 
-def _commit(ref: str) -> str:
-    return subprocess.run(["git", "rev-parse", "--short", ref], cwd=Path(__file__).parent,
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=Path(__file__).parent, check=True,
                           capture_output=True, text=True).stdout.strip()
 
 

@@ -24,9 +24,12 @@ from harness.problem import ConvProblem
 
 # Shifted GEMMs pay from this many channels per group (each tap's GEMM depth) up. Measured
 # interleaved on the 2-core Intel Xeon VM (OpenBLAS 0.3.31, 2026-11-24), column matrix / shifted,
-# fwd, best of 5-7 rounds: C = 1 and 3 (DeepBench rows 2 and 55, VGG conv1_1) 0.29-0.61 (GEMMs
-# 1-3 deep crawl); C = 8 1.03; 16 1.15-1.7; 32 1.2-1.6 (DeepBench row 6); 64 1.17-1.31 (res2a,
-# VGG conv2_1); 128 1.10-1.18; 256 1.00-1.04; 512 0.97-1.04 (res5a, VGG conv5_1).
+# fwd, median of 9 rounds' ratios (benchmarks/im2col_strided.py --variant
+# _shifted.MIN_CHANNELS=1000000): C = 16 1.08-1.14, 32 1.17, 64 1.25 (28x28, batch 1); and
+# shifted / column matrix in the cpu_compare run (after/before): res2a (C = 64) 0.77, res3a
+# (128) 0.85, res4a (256) 1.00, VGG conv2_1 to conv5_1 0.86-1.00, DeepBench rows 6 (32) 0.67 and
+# 61 (256) 0.92. In a scratch loop, C = 1 and 3 (DeepBench rows 2 and 55, VGG conv1_1) ran
+# 1.6-3.4x slower shifted (GEMMs 1-3 deep), C = 8 a tie (1.03).
 # results/logs/im2col-issue16-cpu-intel-xeon-2026-11-24.txt has the benchmark's figures.
 MIN_CHANNELS = 16
 # ... and from this many GEMM columns a block up: below, a call per tap and group costs more

@@ -24,7 +24,7 @@ copying, shared/reference/gpu-findings.md):
 - shifted GEMMs (harness/backends/cpu/_shifted.py) where each tap's GEMM is deep enough
   (`_shifted.MIN_CHANNELS` channels per group): the flat plane is the column matrix, a
   contiguous run of it per tap, and one accumulating GEMM per tap reads it in place; no column
-  matrix is copied at all (it was 10-26% of a ResNet-50 3x3 forward, the GEMMs 63-84%).
+  matrix is copied at all (it was 11-26% of a ResNet-50 3x3 forward, the GEMMs 63-84%).
 
 Backward data reuses all of this: output phase (a, b) of dx (the elements whose padded
 coordinates are a, b modulo the stride) receives only the taps r with r*dilation = a (mod
@@ -337,8 +337,7 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
 class Im2col(CpuAlgorithm):
     name = "im2col"
     family = "gemm"
-    description = ("receptive fields as a column matrix (copied, or read in place from the padded "
-                   "input by one accumulating GEMM per tap), then BLAS GEMMs")
+    description = "receptive fields as a column matrix (copied, or read in place per tap), then GEMMs"
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
@@ -363,10 +362,11 @@ class Im2col(CpuAlgorithm):
 
         Shifted correlations copy nothing per tap, so at stride 1 col2im stays only from
         K >= 8C. Measured on the 2-core Intel Xeon VM (2026-11-24, shifted correlations /
-        col2im, interleaved rounds): K/C = 2 at stride 1 (VGG conv2_1 to conv4_1) 0.75-0.89; 4
-        (C = 32 and 64) 0.84-0.87; 8 (C = 16 and 64) 1.00-1.05; 21 to 64 (C = 1 and 3: GEMMs
-        with 1-3 rows) 2.3-6x. At stride 2 (DeepBench row 61, K/C = 2, four phase
-        correlations) 1.05 in three runs: col2im stays there from K >= 2C."""
+        col2im, medians of interleaved rounds, benchmarks/im2col_strided.py): K/C = 2 at
+        stride 1 (VGG conv2_1 to conv4_1) 0.79-0.90; 4 (C = 32 and 64) 0.83-0.87; 8 (C = 16
+        and 64) 0.93-1.07 under load; 21 to 64 (C = 1 and 3: GEMMs with 1-3 rows) 2.3-6x in a
+        scratch loop. At stride 2 (DeepBench row 61, K/C = 2, four phase correlations) 1.05
+        in two runs: col2im stays there from K >= 2C."""
         p = point.problem
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
