@@ -17,9 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "73e3a4e"
 
 
-def module_at(path: str, name: str, commit: str = BEFORE) -> ModuleType:
+def module_at(path: str, name: str, commit: str = BEFORE,
+              renames: dict[str, str] | None = None) -> ModuleType:
+    """`renames` maps modules it imports to modules loaded earlier with module_at (e.g. a helper
+    module at the same commit): `from OLD import` becomes `from NEW import`."""
     source = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout
+    for old, new in (renames or {}).items():
+        source = source.replace(f"from {old} import", f"from {new} import")
     file = Path(tempfile.mkdtemp()) / f"{name}.py"
     file.write_text(source)
     spec = importlib.util.spec_from_file_location(name, file)

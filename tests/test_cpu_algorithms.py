@@ -9,6 +9,7 @@ Winograd transform matrices.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 import math
 from fractions import Fraction
 
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from harness import backends, reference
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import _columns, direct, fft, im2col, toom_cook, winograd
+from harness.backends.cpu import _blas, _columns, _shifted, direct, fft, im2col, toom_cook, winograd
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -425,6 +426,130 @@ def test_im2col_phase_planes_count_as_workspace(direction: str) -> None:
     with pytest.raises(WorkspaceExceeded) as refused:
         algo.prepare(_point(p, direction, "fp32", "im2col", limit=used - 1), data)
     assert refused.value.needed == used
+
+
+# ---- im2col shifted GEMMs (no column matrix) ---------------------------------------------------
+needs_blas = pytest.mark.skipif(_blas.gemm_into(np.float32) is None,
+                                reason="NumPy's BLAS is not the bundled scipy-openblas")
+
+
+def _force_shifted(monkeypatch, block_bytes: int = im2col.BLOCK_BYTES) -> None:
+    monkeypatch.setattr(_shifted, "MIN_CHANNELS", 1)
+    monkeypatch.setattr(_shifted, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(_columns, "WIDE_MAX_WASTE", 100.0)
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
+
+
+@needs_blas
+@pytest.mark.parametrize("block_bytes", [1500, im2col.BLOCK_BYTES])  # row blocks / image blocks
+@pytest.mark.parametrize("problem", PATH_PROBLEMS + TRANSPOSED_PROBLEMS + STRIDED_PROBLEMS,
+                         ids=lambda p: p.short_shape)
+def test_im2col_shifted_gemms_on_odd_shapes(problem: ConvProblem, block_bytes: int,
+                                            monkeypatch) -> None:
+    """Every odd shape above (groups, depthwise, dilation, strides 2 and 3 by phase planes,
+    asymmetric and over-reaching padding, batch 1) through shifted GEMMs in any block split."""
+    _force_shifted(monkeypatch, block_bytes)
+    plan = im2col._Correlation.of(problem, np.float32)
+    assert plan.shifted != plan.columns.plane_is_column_matrix
+    _check_all(problem, seed=11, names=["im2col"])
+
+
+@needs_blas
+@settings(max_examples=100, deadline=None)
+@given(problem=problems(), seed=st.integers(0, 1000))
+def test_im2col_shifted_gemms_agree_with_reference(problem: ConvProblem, seed: int) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        _force_shifted(patch)
+        _check_all(problem, seed, names=["im2col"])
+
+
+# Shapes the unforced rule sends to shifted GEMMs (>= 16 channels a group, wide rows, >= 512
+# GEMM columns a block): batch 1, groups, dilation, non-square kernel and input, stride 2, a
+# padded 1x1 kernel.
+SHIFTED_PROBLEMS = [
+    ConvProblem(1, 16, 14, 40, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
+    ConvProblem(2, 32, 7, 41, 32, 3, 5, pad_top=2, pad_left=0, pad_bottom=1, pad_right=3,
+                dilation_h=2, groups=2),
+    ConvProblem(2, 16, 30, 45, 24, 5, 3, stride_h=2, stride_w=2, pad_top=1, pad_left=2,
+                pad_bottom=0, pad_right=1),
+    ConvProblem(3, 16, 6, 33, 16, 1, 1, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
+]  # (a 1x1 kernel without padding reads its plane as the column matrix: nothing to save)
+
+
+@needs_blas
+@pytest.mark.parametrize("problem", SHIFTED_PROBLEMS, ids=lambda p: p.short_shape)
+def test_im2col_takes_shifted_gemms_from_16_channels_and_512_columns(problem: ConvProblem
+                                                                     ) -> None:
+    assert im2col._Correlation.of(problem, np.float32).shifted
+    assert not im2col._Correlation.of(replace(problem, in_channels=8 * problem.groups),
+                                      np.float32).shifted
+    assert not im2col._Correlation.of(replace(problem, batch=1, in_h=problem.kernel_h + 2),
+                                      np.float32).shifted
+    _check_all(problem, seed=13, names=["im2col"])
+
+
+def test_im2col_without_an_accumulating_blas_keeps_the_column_matrix(monkeypatch) -> None:
+    monkeypatch.setattr(_shifted, "gemm_into", lambda dtype: None)
+    assert not im2col._Correlation.of(SHIFTED_PROBLEMS[0], np.float32).shifted
+    _check_all(SHIFTED_PROBLEMS[0], seed=13, names=["im2col"])
+
+
+@needs_blas
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_into_accumulates_on_strided_views(dtype) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((5, 9)).astype(dtype)[:, 2:6]        # row stride 9, 4 deep
+    b = rng.standard_normal((4, 30)).astype(dtype)[:, 3:20]      # a column slice of a wider plane
+    c = rng.standard_normal((5, 25)).astype(dtype)
+    expected = c[:, 4:21] + a @ b
+    gemm = _blas.gemm_into(dtype)
+    gemm(a, b, c[:, 4:21], True)
+    np.testing.assert_allclose(c[:, 4:21], expected, rtol=1e-5)
+    gemm(a, b, c[:, 4:21], False)
+    np.testing.assert_allclose(c[:, 4:21], a @ b, rtol=1e-5)
+    with pytest.raises(ValueError, match="row-major"):
+        gemm(a, b[:, ::2], c[:, :9], False)       # a column stride BLAS would misread
+    with pytest.raises(ValueError, match="shapes"):
+        gemm(a, b, c[:, :16], False)
+
+
+@needs_blas
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_im2col_shifted_workspace_is_planes_output_block_and_weights(direction: str) -> None:
+    """No column matrix: the workspace is the planes, one GEMM output block and the per-tap
+    weights, counted exactly and refused past the limit with the same count."""
+    p = SHIFTED_PROBLEMS[1]
+    data = reference.make_data(p, "fp32")
+    algo = CPU.algorithm("im2col")
+    used = algo.prepare(_point(p, direction, "fp32", "im2col"), data).workspace_bytes
+    if direction == "bwd_data":
+        parts, _ = im2col._data_parts(p, np.float32, data.w, data.dy, np.empty(p.input_shape))
+        plans = [part.plan for part in parts]
+    else:
+        plans = [im2col._Correlation.of(p, np.float32)]
+    assert all(plan.shifted and plan.col_elements == 0 for plan in plans)
+    expected = (sum(math.prod(plan.columns.planes_shape) + math.prod(plan.weights_shape)
+                    for plan in plans)
+                + max(plan.p.out_channels * plan.block_columns for plan in plans))
+    assert used == expected * 4
+    with pytest.raises(WorkspaceExceeded) as refused:
+        algo.prepare(_point(p, direction, "fp32", "im2col", limit=used - 1), data)
+    assert refused.value.needed == used
+
+
+@needs_blas
+@pytest.mark.parametrize("ratio, stride, col2im", [(2, 1, False), (4, 1, False), (8, 1, True),
+                                                   (2, 2, True)])
+def test_im2col_bwd_data_keeps_col2im_from_8x_channels_when_shifted(ratio: int, stride: int,
+                                                                     col2im: bool,
+                                                                     monkeypatch) -> None:
+    p = ConvProblem(1, 16, 16 * stride, 40 * stride, 16 * ratio, 3, 3, stride_h=stride,
+                    stride_w=stride, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+    called = []
+    real = im2col._col2im
+    monkeypatch.setattr(im2col, "_col2im", lambda *a, **k: called.append(1) or real(*a, **k))
+    _check_all(p, seed=17, names=["im2col"])
+    assert bool(called) == col2im
 
 
 # ---- Winograd: odd shapes and block splits -----------------------------------------------------

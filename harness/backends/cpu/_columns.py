@@ -26,6 +26,10 @@ WIDE_MAX_WASTE = 1.1
 # ResNet conv1 (147 vs 64) a tie or better flat.
 FLAT_MIN_DEPTH = 1.0
 
+def _little_waste(width: int, p: ConvProblem) -> bool:
+    return width <= WIDE_MAX_WASTE * p.out_w
+
+
 @dataclass(frozen=True)
 class AxisPhase:
     """Along one axis, one phase a of the padded input: its elements a, a + stride, ...
@@ -105,8 +109,13 @@ class Columns:
         rows = max(*(ph.data_start + ph.count for ph in row_phases),
                    p.out_h + max(ph.last_offset for ph in row_phases) + -(-reach // width))
         depth = p.in_channels * p.kernel_h * p.kernel_w
-        flat = width <= WIDE_MAX_WASTE * p.out_w and depth >= FLAT_MIN_DEPTH * p.out_channels
+        flat = _little_waste(width, p) and depth >= FLAT_MIN_DEPTH * p.out_channels
         return cls(p, row_phases, col_phases, rows, width, gap, width if flat else p.out_w)
+
+    @property
+    def little_waste(self) -> bool:
+        """Whether flat runs of `width` columns per output row waste little (WIDE_MAX_WASTE)."""
+        return _little_waste(self.width, self.p)
 
     @property
     def planes_shape(self) -> tuple[int, ...]:
@@ -139,6 +148,19 @@ class Columns:
             return 0
         return self.p.in_channels * self.p.kernel_h * self.p.kernel_w * columns
 
+    def run_start(self, rph: AxisPhase, cph: AxisPhase) -> int:
+        """Where, in an image of a plane, the flat run of the plane's first tap for output row 0
+        starts (a later tap adds its own offset, a later row `width`)."""
+        return rph.offset * self.width + cph.offset + self.gap - cph.data_start
+
+    @property
+    def tap_offsets(self) -> list[tuple[int, int]]:
+        """(plane, start of its flat run) of each column-matrix row of a channel, in
+        `tap_order`: tap (r, s) of a stride-1 correlation reads the flat plane from r*width + s."""
+        return [(index, self.run_start(rph, cph) + i * rph.step * self.width + j * cph.step)
+                for index, (rph, cph) in enumerate(product(self.row_phases, self.col_phases))
+                for i in range(len(rph.taps)) for j in range(len(cph.taps))]
+
     def fill_planes(self, planes: np.ndarray, x: np.ndarray) -> None:
         """planes <- x split by phase; the padding around the data stays zero from allocation."""
         p, gap = self.p, self.gap
@@ -163,8 +185,7 @@ class Columns:
         first = 0
         for index, (rph, cph) in enumerate(product(self.row_phases, self.col_phases)):
             tr, ts = len(rph.taps), len(cph.taps)
-            start = ((index * c * n + n0) * plane + (p0 + rph.offset) * width
-                     + cph.offset + self.gap - cph.data_start)
+            start = (index * c * n + n0) * plane + p0 * width + self.run_start(rph, cph)
             runs = as_strided(elements[start:], shape=(c, tr, ts, images, rows, kept),
                               strides=(n * plane * item, rph.step * width * item,
                                        cph.step * item, plane * item, width * item, item),

@@ -1,6 +1,6 @@
 """im2col + GEMM: copy every receptive field into a column matrix, then one BLAS GEMM per block.
 
-Speed comes from four choices (the naive sliding_window_view version spends 8x the GEMM's time
+Speed comes from five choices (the naive sliding_window_view version spends 8x the GEMM's time
 copying, shared/reference/gpu-findings.md):
 - phase planes: once per launch the padded input is split into one plane per (row, column)
   phase of the stride that some tap reads (x[:, :, a::s, b::s], padding included; at stride 1
@@ -20,13 +20,18 @@ copying, shared/reference/gpu-findings.md):
   `width` outputs of which Q are kept (57 for 56 at ResNet's res2); used where that waste is
   small (`_columns.WIDE_MAX_WASTE`) and the column matrix is deep (`FLAT_MIN_DEPTH`), windows of
   exactly Q columns elsewhere. A 1x1 kernel whose plane holds exactly the output grid needs no
-  copy at all: its plane is the column matrix.
+  copy at all: its plane is the column matrix;
+- shifted GEMMs (harness/backends/cpu/_shifted.py) where each tap's GEMM is deep enough
+  (`_shifted.MIN_CHANNELS` channels per group): the flat plane is the column matrix, a
+  contiguous run of it per tap, and one accumulating GEMM per tap reads it in place; no column
+  matrix is copied at all (it was 11-26% of a ResNet-50 3x3 forward, the GEMMs 63-84%).
 
 Backward data reuses all of this: output phase (a, b) of dx (the elements whose padded
 coordinates are a, b modulo the stride) receives only the taps r with r*dilation = a (mod
 stride), so it is a stride-1 forward correlation of dy with that sub-kernel rotated by 180
 degrees, channel axes swapped per group (at stride 1, one phase and the whole kernel). col2im
-(dcol = W^T dy, then strided adds) remains where K >= 2C (`Im2col.bwd_data` says why).
+(dcol = W^T dy, then strided adds) remains where K >= 2C, or 8C at stride 1 where the
+correlations are shifted GEMMs (`Im2col.bwd_data` says why).
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from typing import Callable
 import numpy as np
 
 from harness.reference import ProblemData
+from harness.backends.cpu import _shifted
 from harness.backends.cpu._columns import AxisPhase, axis_phases, Columns
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                           tap_cols, tap_rows, workspace_of)
@@ -47,8 +53,15 @@ from harness.sweep import Point
 # L3): 4-8 MiB blocks ran the ResNet-50 3x3 layers fastest; 1 MiB blocks make the GEMMs too thin
 # (about 400 columns) and lost 25%, 16 MiB and more lost 10-30% to memory traffic.
 BLOCK_BYTES = 8 << 20
+# bwd_data keeps col2im where K >= this many times C (the second at stride 1 with shifted
+# correlations); see Im2col.bwd_data.
+COL2IM_MIN_RATIO = 2
+SHIFTED_COL2IM_MIN_RATIO = 8
+
+
 def _blocks(p: ConvProblem, row_bytes: int, whole_rows: bool) -> tuple[list, list]:
-    """Image blocks and output-row blocks whose column matrix fits BLOCK_BYTES."""
+    """Image blocks and output-row blocks whose scratch (`row_bytes` per output row of one
+    image) fits BLOCK_BYTES."""
     rows = p.out_h if whole_rows else max(1, BLOCK_BYTES // row_bytes)
     if rows < p.out_h:
         return split(p.batch, 1), split(p.out_h, rows)
@@ -80,26 +93,62 @@ def _weights_in_tap_order(columns: Columns, w: np.ndarray, target: np.ndarray) -
 
 @dataclass(frozen=True)
 class _Correlation:
-    """The plan of one forward correlation of problem p: x (p.input_shape) with w -> y."""
+    """The plan of one forward correlation of problem p: x (p.input_shape) with w -> y.
+
+    A column matrix per block, gathered from the phase planes, then one GEMM; or, where
+    `shifted` (_shifted.shifted_pays), no column matrix: one accumulating GEMM per tap reads
+    the planes in place (harness/backends/cpu/_shifted.py)."""
     p: ConvProblem
     columns: Columns
     images: list[tuple[int, int]]
     row_blocks: list[tuple[int, int]]
+    shifted: bool = False
 
     @classmethod
     def of(cls, p: ConvProblem, dtype: type) -> "_Correlation":
         columns = Columns.of(p)
-        images, row_blocks = _blocks(p, _row_bytes(p, columns, dtype), False)
-        return cls(p, columns, images, row_blocks)
+        # Shifted blocks are sized by the GEMM's output block. Measured interleaved on the
+        # 2-core Intel Xeon VM (2026-11-24): 8 MiB ran as fast as 32 MiB on ResNet-50 res2a,
+        # res3a, res5a, VGG-16 conv2_1 and DeepBench rows 6 and 61 (0.97-1.05x); 2 MiB lost up
+        # to 14%.
+        shifted = cls(p, columns, *_blocks(p, p.out_channels * columns.width
+                                           * np.dtype(dtype).itemsize, False), True)
+        if _shifted.shifted_pays(p, columns, dtype, shifted.block_columns):
+            return shifted
+        return cls(p, columns, *_blocks(p, _row_bytes(p, columns, dtype), False))
 
     @property
     def block_columns(self) -> int:
-        return _max_len(self.images) * _max_len(self.row_blocks) * self.columns.kept
+        """GEMM columns of the largest block."""
+        ni, pr = _max_len(self.images), _max_len(self.row_blocks)
+        if self.shifted:
+            return _shifted.span(self.columns, ni, pr)
+        return ni * pr * self.columns.kept
+
+    @property
+    def col_elements(self) -> int:
+        return 0 if self.shifted else self.columns.column_elements(self.block_columns)
+
+    def copies_weights(self, w: np.ndarray) -> bool:
+        return self.shifted or _weights_copied(self.columns, w)
+
+    @property
+    def weights_shape(self) -> tuple[int, ...]:
+        return _shifted.weights_shape(self.p) if self.shifted else self.p.weight_shape
+
+    def weights_into(self, w: np.ndarray, target: np.ndarray) -> None:
+        if self.shifted:
+            _shifted.weights_into(self.columns, w, target)
+        else:
+            _weights_in_tap_order(self.columns, w, target)
 
     def bind(self, x: np.ndarray, w: np.ndarray, y: np.ndarray, planes: np.ndarray,
              col_flat: np.ndarray, out_flat: np.ndarray) -> Callable[[], None]:
         """The launch: y <- x (*) w through the given scratch. `w` must already be the GEMM's
-        operand (see _weights_copied)."""
+        operand (see copies_weights)."""
+        if self.shifted:
+            blocks = [(n0, ni, p0, pr) for n0, ni in self.images for p0, pr in self.row_blocks]
+            return _shifted.bind(self.columns, blocks, x, w, y, planes, out_flat)
         p, columns = self.p, self.columns
         g, kg, k = p.groups, p.filters_per_group, p.out_channels
         wmat = w.reshape(g, kg, -1)
@@ -135,20 +184,19 @@ def _correlations(point: Point, dtype: type, parts: list[_Part],
 
     Each part has its own planes (and weights, where copied); they share the column matrix and
     GEMM output buffers, sized for the largest part."""
-    shapes = {"col": (max((part.plan.columns.column_elements(part.plan.block_columns)
-                           for part in parts), default=0),),
+    shapes = {"col": (max((part.plan.col_elements for part in parts), default=0),),
               "out": (max((part.plan.p.out_channels * part.plan.block_columns
                            for part in parts), default=0),)}
     for i, part in enumerate(parts):
         shapes[f"planes{i}"] = part.plan.columns.planes_shape
-        if _weights_copied(part.plan.columns, part.w):
-            shapes[f"w{i}"] = part.plan.p.weight_shape
+        if part.plan.copies_weights(part.w):
+            shapes[f"w{i}"] = part.plan.weights_shape
     buf = allocate(point, dtype, shapes)
     kernels = []
     for i, part in enumerate(parts):
         w = buf.get(f"w{i}", part.w)
         if f"w{i}" in buf:
-            _weights_in_tap_order(part.plan.columns, part.w, w)
+            part.plan.weights_into(part.w, w)
         kernels.append(part.plan.bind(part.x, w, part.y, buf[f"planes{i}"], buf["col"],
                                       buf["out"]))
 
@@ -289,7 +337,7 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
 class Im2col(CpuAlgorithm):
     name = "im2col"
     family = "gemm"
-    description = "receptive fields copied into a column matrix, then one BLAS GEMM per block"
+    description = "receptive fields as a column matrix (copied, or read in place per tap), then GEMMs"
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
@@ -303,20 +351,31 @@ class Im2col(CpuAlgorithm):
         through fwd's im2col + GEMM: no col2im adds (they were a third of the time at ResNet-50
         res2a, and strided adds at stride 2).
 
-        Where K >= 2C col2im stays: per dy pixel the correlations copy K*R*S values into their
-        column matrices, col2im writes and then adds C*R*S, each add a strided read-modify-write
-        worth about two copies. Measured on the 2-core VM (correlations / col2im): K/C = 32
-        and 64 (DeepBench rows 2 and 55) 7-10x, 21 (VGG conv1_1) 5x, 4 1.05-1.4x, 1 0.5-0.6x.
-        At K/C = 2 the correlations took 0.7-1.05x on a quiet machine but lost 1.9-2.2x under
-        load (DeepBench row 61, VGG conv3_1 and conv4_1): their GEMMs reduce over K*R*S,
-        col2im's over K, and the deeper reduction suffered more from busy cores. 1x1 kernels,
-        whose dy plane is the column matrix, tie from K/C = 2 up."""
+        Where K >= 2C col2im stays for correlations through a column matrix: per dy pixel they
+        copy K*R*S values into it, col2im writes and then adds C*R*S, each add a strided
+        read-modify-write worth about two copies. Measured on the 2-core VM (correlations /
+        col2im): K/C = 32 and 64 (DeepBench rows 2 and 55) 7-10x, 21 (VGG conv1_1) 5x, 4
+        1.05-1.4x, 1 0.5-0.6x. At K/C = 2 the correlations took 0.7-1.05x on a quiet machine
+        but lost 1.9-2.2x under load (DeepBench row 61, VGG conv3_1 and conv4_1): their GEMMs
+        reduce over K*R*S, col2im's over K, and the deeper reduction suffered more from busy
+        cores. 1x1 kernels, whose dy plane is the column matrix, tie from K/C = 2 up.
+
+        Shifted correlations copy nothing per tap, so at stride 1 col2im stays only from
+        K >= 8C. Measured on the 2-core Intel Xeon VM (2026-11-24, shifted correlations /
+        col2im, medians of interleaved rounds, benchmarks/im2col_strided.py): K/C = 2 at
+        stride 1 (VGG conv2_1 to conv4_1) 0.79-0.90; 4 (C = 32 and 64) 0.83-0.87; 8 (C = 16
+        and 64) 0.93-1.07 under load; 21 to 64 (C = 1 and 3: GEMMs with 1-3 rows) 2.3-6x in a
+        scratch loop. At stride 2 (DeepBench row 61, K/C = 2, four phase correlations) 1.05
+        in two runs: col2im stays there from K >= 2C."""
         p = point.problem
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
-        if p.out_channels >= 2 * p.in_channels:
-            return _col2im(point, p, w, dy, dtype)
         dx = np.empty(p.input_shape, dtype)
         parts, zeroed = _data_parts(p, dtype, w, dy, dx)
+        stride_1 = (p.stride_h, p.stride_w) == (1, 1)
+        shifted = stride_1 and all(part.plan.shifted for part in parts)
+        ratio = SHIFTED_COL2IM_MIN_RATIO if shifted else COL2IM_MIN_RATIO
+        if p.out_channels >= ratio * p.in_channels:
+            return _col2im(point, p, w, dy, dtype)
         kernel, workspace = _correlations(point, dtype, parts, zeroed)
         return CpuPrepared(dx, kernel, workspace)
 

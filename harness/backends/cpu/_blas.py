@@ -1,0 +1,78 @@
+"""An accumulating GEMM (C += A B) from the BLAS NumPy itself calls, for im2col's shifted GEMMs.
+
+np.matmul always overwrites its output (BLAS beta = 0), so a sum of GEMMs costs one extra pass
+over the output per term; BLAS's own beta = 1 adds inside the GEMM kernel for free. NumPy
+wheels (2.x) bundle OpenBLAS as scipy-openblas with 64-bit integers and prefixed symbols
+(scipy_cblas_sgemm64_); that library, found where threadpoolctl sees it loaded (so `--threads`
+limits it too), is the only one used. Elsewhere (a NumPy linked against MKL, Accelerate or a
+system BLAS) `gemm_into` is None and callers keep their np.matmul path.
+"""
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+_ROW_MAJOR, _NO_TRANS = 101, 111
+_SYMBOLS = {np.dtype(np.float32): ("scipy_cblas_sgemm64_", ctypes.c_float),
+            np.dtype(np.float64): ("scipy_cblas_dgemm64_", ctypes.c_double)}
+
+GemmInto = Callable[[np.ndarray, np.ndarray, np.ndarray, bool], None]
+
+
+def _libraries() -> list[str]:
+    """Loaded OpenBLAS libraries, NumPy's first (SciPy may bundle an LP64 one beside it)."""
+    from threadpoolctl import threadpool_info
+    paths = [info["filepath"] for info in threadpool_info()
+             if info.get("internal_api") == "openblas"]
+    return sorted(paths, key=lambda path: "numpy" not in path)
+
+
+@lru_cache(maxsize=None)
+def _cblas_gemm(dtype: np.dtype):
+    symbol, scalar = _SYMBOLS[dtype]
+    for path in _libraries():
+        function = getattr(ctypes.CDLL(path), symbol, None)
+        if function is not None:
+            break
+    else:
+        return None
+    index, pointer = ctypes.c_int64, ctypes.c_void_p
+    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index, scalar,
+                         pointer, index, pointer, index, scalar, pointer, index]
+    function.restype = None
+    return function
+
+
+def _leading_dimension(matrix: np.ndarray, dtype: np.dtype) -> int:
+    """Row stride in elements of a row-major matrix view with unit column stride (checked here:
+    a wrong stride would make BLAS read or write outside the view)."""
+    rows, cols = matrix.shape
+    row_stride, col_stride = matrix.strides
+    if matrix.dtype != dtype or (cols > 1 and col_stride != dtype.itemsize) or (
+            rows > 1 and (row_stride % dtype.itemsize or row_stride < cols * dtype.itemsize)):
+        raise ValueError(f"not a row-major {dtype} matrix view: {matrix.dtype}, "
+                         f"strides {matrix.strides}, shape {matrix.shape}")
+    return max(row_stride // dtype.itemsize, cols, 1)
+
+
+def gemm_into(dtype: type) -> GemmInto | None:
+    """`f(a, b, c, accumulate)`: c <- a @ b, or c += a @ b when accumulate; a, b, c row-major
+    views (any row stride, unit column stride), c written in place. None where NumPy's BLAS is
+    not the bundled OpenBLAS."""
+    dt = np.dtype(dtype)
+    function = _cblas_gemm(dt)
+    if function is None:
+        return None
+
+    def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -> None:
+        (m, k), (k2, n) = a.shape, b.shape
+        if c.shape != (m, n) or k2 != k or not c.flags.writeable:
+            raise ValueError(f"GEMM shapes {a.shape} @ {b.shape} -> {c.shape}")
+        lda, ldb, ldc = (_leading_dimension(v, dt) for v in (a, b, c))
+        function(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, 1.0, a.ctypes.data, lda,
+                 b.ctypes.data, ldb, 1.0 if accumulate else 0.0, c.ctypes.data, ldc)
+
+    return gemm
