@@ -81,7 +81,7 @@ class PointExecutor:
         backend = backends.get(point.backend)
         algo = backend.algorithm(point.algorithm)
         # Buffers that cannot fit are known before allocating: a row, not a MemoryError.
-        reason = algo.supports(point) or memory.refusal(point, backend.device)
+        reason = algo.refusal(point) or memory.refusal(point, backend.device)
         if reason:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, reason, algo.family) for p in group)
         elif not algo.expands:

@@ -58,12 +58,12 @@ def _operand_elements(p: ConvProblem) -> int:
 
 
 def _padded_elements(p: ConvProblem) -> int:
-    return p.batch * p.in_channels * p.padded_h * p.padded_w
+    return p.batch * p.in_channels * p.padded_d * p.padded_h * p.padded_w
 
 
 def _reference_elements(p: ConvProblem) -> int:
     """The oracle's padded input, one tap's window, and its result with a per-tap product."""
-    window = p.batch * p.in_channels * p.out_h * p.out_w
+    window = p.batch * p.in_channels * p.out_d * p.out_h * p.out_w
     return _padded_elements(p) + window + _operand_elements(p)
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from harness.analysis import POINT_KEYS, best_per_point, ranked, verified
 from harness.backends.base import fits
+from harness.problem import DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
 from harness.schema import limit_to_column
 from harness.sweep import Sweep
@@ -102,8 +103,10 @@ def _choice(row: pd.Series) -> dict[str, Any]:
 
 
 def _shape(problem) -> dict[str, int]:
+    """The problem's fields; depth ones only for a 3-D problem (2-D plans read as before)."""
     return {f.name: getattr(problem, f.name) for f in fields(problem)
-            if f.name not in ("name", "multiplicity")}
+            if f.name not in ("name", "multiplicity")
+            and (problem.is_3d or f.name not in DEPTH_FIELDS)}
 
 
 def _machine(rows: pd.DataFrame) -> dict[str, Any]:

@@ -19,6 +19,7 @@ class ProblemError(ValueError):
 # column; 2**62 leaves headroom for sums of a few of them. No real layer comes near it.
 MAX_COUNT = 2**62
 MAX_DIGITS = len(str(MAX_COUNT))
+DEPTH_FIELDS = ("in_d", "kernel_d", "stride_d", "pad_front", "pad_back", "dilation_d")
 
 
 @dataclass(frozen=True)
@@ -41,27 +42,41 @@ class ConvProblem:
     groups: int = 1
     name: str = field(default="", compare=True)
     multiplicity: int = 1
+    # Depth (3-D convolution), last so positional construction of 2-D problems is unchanged;
+    # the defaults are a flat problem, whose ids, descriptors and columns stay as they were.
+    in_d: int = 1
+    kernel_d: int = 1
+    stride_d: int = 1
+    pad_front: int = 0
+    pad_back: int = 0
+    dilation_d: int = 1
 
     def __post_init__(self) -> None:
         label = f"problem {self.name!r}" if self.name else "problem"
         positive = ("batch", "in_channels", "in_h", "in_w", "out_channels", "kernel_h", "kernel_w",
-                    "stride_h", "stride_w", "dilation_h", "dilation_w", "groups", "multiplicity")
+                    "stride_h", "stride_w", "dilation_h", "dilation_w", "groups", "multiplicity",
+                    "in_d", "kernel_d", "stride_d", "dilation_d")
+        pads = ("pad_top", "pad_left", "pad_bottom", "pad_right", "pad_front", "pad_back")
         _coerce_integers(self)
         for attr in positive:
             value = getattr(self, attr)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ProblemError(f"{label}: {attr}={value!r} must be a positive integer")
-        for attr in ("pad_top", "pad_left", "pad_bottom", "pad_right"):
+        for attr in pads:
             value = getattr(self, attr)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ProblemError(f"{label}: {attr}={value!r} must be a non-negative integer")
-        for attr in (*positive, "pad_top", "pad_left", "pad_bottom", "pad_right"):
+        for attr in (*positive, *pads):
             if getattr(self, attr) > MAX_COUNT:
                 raise ProblemError(f"{label}: {attr}={getattr(self, attr)} is larger than 2**62")
         for channels in ("in_channels", "out_channels"):
             if getattr(self, channels) % self.groups:
                 raise ProblemError(f"{label}: {channels}={getattr(self, channels)} is not divisible "
                                    f"by groups={self.groups}")
+        if self.effective_kernel_d > self.padded_d:
+            raise ProblemError(f"{label}: dilated kernel depth {self.effective_kernel_d} "
+                               f"(kernel_d={self.kernel_d}, dilation_d={self.dilation_d}) is larger "
+                               f"than the padded input depth {self.padded_d}")
         if self.effective_kernel_h > self.padded_h:
             raise ProblemError(f"{label}: dilated kernel height {self.effective_kernel_h} "
                                f"(kernel_h={self.kernel_h}, dilation_h={self.dilation_h}) is larger "
@@ -73,6 +88,8 @@ class ConvProblem:
         _check_counts(self, label)
         # Bottom/right padding that no output reads changes nothing: store the canonical value
         # so equivalent problems compare equal and symmetric ones stay expressible to cuDNN.
+        object.__setattr__(self, "pad_back", _canonical_end_pad(
+            self.in_d, self.kernel_d, self.stride_d, self.dilation_d, self.pad_front, self.pad_back))
         object.__setattr__(self, "pad_bottom", _canonical_end_pad(
             self.in_h, self.kernel_h, self.stride_h, self.dilation_h, self.pad_top, self.pad_bottom))
         object.__setattr__(self, "pad_right", _canonical_end_pad(
@@ -80,32 +97,46 @@ class ConvProblem:
 
     # ---- geometry -------------------------------------------------------------------------
     @property
-    def effective_kernel_h(self) -> int:
-        return (self.kernel_h - 1) * self.dilation_h + 1
+    def is_3d(self) -> bool:
+        """Whether any depth field differs from a flat problem's (a 2-D problem has none)."""
+        return any(getattr(self, name) != flat for name, flat in DEPTH_DEFAULTS.items())
 
     @property
-    def effective_kernel_w(self) -> int:
-        return (self.kernel_w - 1) * self.dilation_w + 1
+    def spatial(self) -> tuple["Axis", ...]:
+        """The spatial axes outermost first: (depth,) height, width; depth only for 3-D."""
+        axes = (self.axis_h, self.axis_w)
+        return (self.axis_d, *axes) if self.is_3d else axes
 
     @property
-    def padded_h(self) -> int:
-        return self.in_h + self.pad_top + self.pad_bottom
+    def axis_d(self) -> "Axis":
+        return Axis(self.in_d, self.kernel_d, self.stride_d, self.dilation_d, self.pad_front,
+                    self.pad_back)
 
     @property
-    def padded_w(self) -> int:
-        return self.in_w + self.pad_left + self.pad_right
+    def axis_h(self) -> "Axis":
+        return Axis(self.in_h, self.kernel_h, self.stride_h, self.dilation_h, self.pad_top,
+                    self.pad_bottom)
 
     @property
-    def out_h(self) -> int:
-        return (self.padded_h - self.effective_kernel_h) // self.stride_h + 1
+    def axis_w(self) -> "Axis":
+        return Axis(self.in_w, self.kernel_w, self.stride_w, self.dilation_w, self.pad_left,
+                    self.pad_right)
 
-    @property
-    def out_w(self) -> int:
-        return (self.padded_w - self.effective_kernel_w) // self.stride_w + 1
+    # Per-axis geometry is Axis's; these names are what the rest of the code reads.
+    effective_kernel_d = property(lambda self: self.axis_d.extent)
+    effective_kernel_h = property(lambda self: self.axis_h.extent)
+    effective_kernel_w = property(lambda self: self.axis_w.extent)
+    padded_d = property(lambda self: self.axis_d.padded)
+    padded_h = property(lambda self: self.axis_h.padded)
+    padded_w = property(lambda self: self.axis_w.padded)
+    out_d = property(lambda self: self.axis_d.out)
+    out_h = property(lambda self: self.axis_h.out)
+    out_w = property(lambda self: self.axis_w.out)
 
     @property
     def symmetric_padding(self) -> bool:
-        return self.pad_top == self.pad_bottom and self.pad_left == self.pad_right
+        return (self.pad_top == self.pad_bottom and self.pad_left == self.pad_right
+                and self.pad_front == self.pad_back)
 
     @property
     def channels_per_group(self) -> int:
@@ -119,17 +150,18 @@ class ConvProblem:
     def depthwise(self) -> bool:
         return self.groups > 1 and self.groups == self.in_channels
 
+    # NCHW / KCRS / NKPQ, with the depth axis after the channels for 3-D (NCDHW, as torch).
     @property
-    def input_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.in_channels, self.in_h, self.in_w)
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.batch, self.in_channels, *(a.size for a in self.spatial))
 
     @property
-    def weight_shape(self) -> tuple[int, int, int, int]:
-        return (self.out_channels, self.channels_per_group, self.kernel_h, self.kernel_w)
+    def weight_shape(self) -> tuple[int, ...]:
+        return (self.out_channels, self.channels_per_group, *(a.kernel for a in self.spatial))
 
     @property
-    def output_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.out_channels, self.out_h, self.out_w)
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.batch, self.out_channels, *(a.out for a in self.spatial))
 
     # ---- work and traffic -----------------------------------------------------------------
     @property
@@ -138,29 +170,26 @@ class ConvProblem:
 
         The three directions do the same arithmetic, so one count serves all of them."""
         return (2 * self.batch * self.out_channels * self.channels_per_group
-                * self.kernel_h * self.kernel_w * self.out_h * self.out_w)
+                * _prod(tuple(a.kernel * a.out for a in self.spatial)))
 
     @property
     def flops_no_padding(self) -> int:
         """Only the taps that land on real input (benchdnn's count)."""
-        taps_h = _valid_taps(self.in_h, self.out_h, self.kernel_h, self.stride_h,
-                             self.dilation_h, self.pad_top)
-        taps_w = _valid_taps(self.in_w, self.out_w, self.kernel_w, self.stride_w,
-                             self.dilation_w, self.pad_left)
-        return 2 * self.batch * self.out_channels * self.channels_per_group * taps_h * taps_w
+        taps = _prod(tuple(_valid_taps(a.size, a.out, a.kernel, a.stride, a.dilation, a.pad_begin)
+                           for a in self.spatial))
+        return 2 * self.batch * self.out_channels * self.channels_per_group * taps
 
     def reduction_length(self, direction: str) -> int:
         """How many products are summed into one output element; rounding error grows with it."""
         if direction == "fwd":
-            return self.channels_per_group * self.kernel_h * self.kernel_w
+            return self.channels_per_group * _prod(tuple(a.kernel for a in self.spatial))
         if direction == "bwd_data":
             # Tap r reaches a given input element when r*d lands on the stride grid: that
             # happens for at most ceil(k * gcd(s, d) / s) of the k taps per axis.
-            taps_h = _taps_per_element(self.kernel_h, self.stride_h, self.dilation_h)
-            taps_w = _taps_per_element(self.kernel_w, self.stride_w, self.dilation_w)
-            return self.filters_per_group * taps_h * taps_w
+            return self.filters_per_group * _prod(tuple(
+                _taps_per_element(a.kernel, a.stride, a.dilation) for a in self.spatial))
         if direction == "bwd_filter":
-            return self.batch * self.out_h * self.out_w
+            return self.batch * _prod(tuple(a.out for a in self.spatial))
         raise ValueError(f"unknown direction {direction!r}")
 
     def bytes_moved(self, element_bytes: int) -> int:
@@ -180,10 +209,47 @@ class ConvProblem:
 
     @property
     def short_shape(self) -> str:
-        return (f"{self.in_channels}x{self.in_h}x{self.in_w}->{self.out_channels} "
-                f"k{self.kernel_h}x{self.kernel_w} s{self.stride_h}"
+        sizes = "x".join(str(a.size) for a in self.spatial)
+        kernel = "x".join(str(a.kernel) for a in self.spatial)
+        stride = self.stride_d if self.is_3d and self.stride_d != self.stride_h else ""
+        stride_text = f"{stride}x{self.stride_h}" if stride else f"{self.stride_h}"
+        return (f"{self.in_channels}x{sizes}->{self.out_channels} k{kernel} s{stride_text}"
                 + (f" g{self.groups}" if self.groups > 1 else ""))
 
+
+@dataclass(frozen=True)
+class Axis:
+    """One spatial axis of a problem (1-based dilation, both paddings) and what follows."""
+    size: int
+    kernel: int
+    stride: int
+    dilation: int
+    pad_begin: int
+    pad_end: int
+
+    @property
+    def extent(self) -> int:
+        """The dilated kernel's span."""
+        return (self.kernel - 1) * self.dilation + 1
+
+    @property
+    def padded(self) -> int:
+        return self.pad_begin + self.size + self.pad_end
+
+    @property
+    def out(self) -> int:
+        return (self.padded - self.extent) // self.stride + 1
+
+    def window(self, tap: int) -> slice:
+        """Positions of the padded input that kernel tap `tap` reads for every output."""
+        first = tap * self.dilation
+        return slice(first, first + (self.out - 1) * self.stride + 1, self.stride)
+
+
+
+# The depth fields' flat values (their defaults): a problem with these is 2-D, and older results
+# files, which lack the depth columns, hold 2-D problems.
+DEPTH_DEFAULTS = {f.name: f.default for f in fields(ConvProblem) if f.name in DEPTH_FIELDS}
 
 def _check_counts(problem: "ConvProblem", label: str) -> None:
     """Refuse shapes whose tensors or FLOPs no 64-bit count (nor any memory) can hold."""

@@ -3,19 +3,22 @@ Every error names the text and the rule it broke (ProblemError)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Sequence
 
-from harness.problem import (MAX_DIGITS, ConvProblem, ProblemError, end_pad_for_output,
+from harness.problem import (MAX_DIGITS, Axis, ConvProblem, ProblemError, end_pad_for_output,
                              output_size)
 
 
 def to_benchdnn(p: ConvProblem) -> str:
-    """The problem as a benchdnn descriptor (0-based dilation; output sizes imply end padding)."""
-    text = (f"g{p.groups}mb{p.batch}ic{p.in_channels}ih{p.in_h}iw{p.in_w}"
-            f"oc{p.out_channels}oh{p.out_h}ow{p.out_w}kh{p.kernel_h}kw{p.kernel_w}"
-            f"sh{p.stride_h}sw{p.stride_w}ph{p.pad_top}pw{p.pad_left}"
-            f"dh{p.dilation_h - 1}dw{p.dilation_w - 1}")
+    """The problem as a benchdnn descriptor (0-based dilation; output sizes imply end padding).
+    Depth entries appear only for a 3-D problem, so a 2-D descriptor reads as it always did."""
+    d = p.is_3d
+    text = (f"g{p.groups}mb{p.batch}ic{p.in_channels}{f'id{p.in_d}' if d else ''}"
+            f"ih{p.in_h}iw{p.in_w}oc{p.out_channels}{f'od{p.out_d}' if d else ''}"
+            f"oh{p.out_h}ow{p.out_w}{f'kd{p.kernel_d}' if d else ''}kh{p.kernel_h}kw{p.kernel_w}"
+            f"{f'sd{p.stride_d}' if d else ''}sh{p.stride_h}sw{p.stride_w}"
+            f"{f'pd{p.pad_front}' if d else ''}ph{p.pad_top}pw{p.pad_left}"
+            f"{f'dd{p.dilation_d - 1}' if d else ''}dh{p.dilation_h - 1}dw{p.dilation_w - 1}")
     if p.name or p.multiplicity > 1:
         suffix = f"*{p.multiplicity}" if p.multiplicity > 1 else ""
         text += f'n"{p.name}{suffix}"'
@@ -25,7 +28,8 @@ def to_benchdnn(p: ConvProblem) -> str:
 # ---- parsing: benchdnn descriptors ------------------------------------------------------------
 # The grammar is oneDNN benchdnn's (tests/benchdnn/conv/conv_aux.cpp, str2desc):
 #   gX mbX icX idX ihX iwX ocX odX ohX owX kdX khX kwX sdX shX swX pdX phX pwX ddX dhX dwX nNAME
-# in any order, `_` allowed between entries, the name last. Only 2-D problems are accepted here.
+# in any order, `_` allowed between entries, the name last. Depth entries that are all trivial
+# (or absent) give a 2-D problem; any other makes it 3-D.
 
 _ENTRY = re.compile(r"(mb|ic|oc|g|[iokspd][dhw])([-+]?\d*)")
 _NON_NEGATIVE_KEYS = frozenset(("pd", "ph", "pw", "dd", "dh", "dw"))
@@ -33,17 +37,6 @@ _SPATIAL_FIELDS = ("i", "o", "k", "s", "p", "d")
 # benchdnn's defaults for an axis nobody mentions (a 1-D problem gets a trivial height this way).
 _TRIVIAL_AXIS = {"i": 1, "o": 1, "k": 1, "s": 1, "p": 0, "d": 0}
 _MULTIPLICITY = re.compile(r"(.*)\*(\d+)", re.DOTALL)
-
-
-@dataclass(frozen=True)
-class _Axis:
-    """One spatial axis resolved to ConvProblem terms (1-based dilation, explicit end padding)."""
-    size: int
-    kernel: int
-    stride: int
-    dilation: int
-    pad_begin: int
-    pad_end: int
 
 
 def parse_benchdnn(text: str) -> ConvProblem:
@@ -55,8 +48,8 @@ def parse_benchdnn(text: str) -> ConvProblem:
     desc = text.strip()
     values, raw_name = _tokenize(desc)
     try:
-        _reject_depth(values)
-        h_values, w_values = _promote(values)
+        d_values, h_values, w_values = _promote(values)
+        depth = _resolve_axis(d_values, "d") if d_values else Axis(1, 1, 1, 1, 0, 0)
         height = _resolve_axis(h_values, "h")
         width = _resolve_axis(w_values, "w")
         name, multiplicity = _split_name(raw_name)
@@ -69,7 +62,9 @@ def parse_benchdnn(text: str) -> ConvProblem:
             kernel_w=width.kernel, stride_h=height.stride, stride_w=width.stride,
             pad_top=height.pad_begin, pad_left=width.pad_begin, pad_bottom=height.pad_end,
             pad_right=width.pad_end, dilation_h=height.dilation, dilation_w=width.dilation,
-            groups=values.get("g", 1), name=name, multiplicity=multiplicity)
+            groups=values.get("g", 1), name=name, multiplicity=multiplicity, in_d=depth.size,
+            kernel_d=depth.kernel, stride_d=depth.stride, pad_front=depth.pad_begin,
+            pad_back=depth.pad_end, dilation_d=depth.dilation)
     except ProblemError as error:
         raise ProblemError(f"descriptor {desc!r}: {error}") from None
 
@@ -147,15 +142,6 @@ def _split_name(raw: str | None) -> tuple[str, int]:
     return match.group(1), multiplicity
 
 
-def _reject_depth(values: dict[str, int]) -> None:
-    """Depth entries are allowed only where they describe a flat (2-D) problem."""
-    for axis, trivial in _TRIVIAL_AXIS.items():
-        key = f"{axis}d"
-        if key in values and values[key] != trivial:
-            raise ProblemError(f"{key}{values[key]}: 3-D convolutions are not supported; depth "
-                               f"entries must be trivial (id1 od1 kd1 sd1 pd0 dd0) or absent")
-
-
 def _axis_values(values: dict[str, int], axis: str) -> dict[str, int]:
     return {name: values[name + axis] for name in _SPATIAL_FIELDS if name + axis in values}
 
@@ -166,19 +152,28 @@ def _mentioned(given: dict[str, int]) -> bool:
         given.get("s", 1) != 1 or given.get("p", 0) >= 1)
 
 
-def _promote(values: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-    """The h and w entries after benchdnn's promotion: a missing width copies the height, a
-    missing height (1-D problem) is trivial. An explicit entry the copy would overwrite is an
-    error, where benchdnn silently drops it."""
+def _promote(values: dict[str, int]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """The d, h and w entries after benchdnn's promotion: a missing height copies the depth
+    (3-D) and a missing width the height, a missing height without depth (1-D problem) is
+    trivial. The depth entries are empty for a 2-D problem (any depth entry with a non-default
+    value makes it 3-D; trivial ones, pd0 dd0 sd1, change nothing). An explicit entry the copy
+    would overwrite is an error, where benchdnn silently drops it."""
+    d_given = _axis_values(values, "d")
     h_given, w_given = _axis_values(values, "h"), _axis_values(values, "w")
     h_here, w_here = _mentioned(h_given), _mentioned(w_given)
+    if _mentioned(d_given):
+        if not h_here:
+            h_given = _copied(d_given, h_given, "d", "h")
+        if not w_here:
+            w_given = _copied(h_given, w_given, "h", "w")
+        return d_given, h_given, w_given
     if not h_here and not w_here:
         raise ProblemError("no spatial entries; give at least ih and kh (iw and kw copy them)")
     if not w_here:
-        return h_given, _copied(h_given, w_given, "h", "w")
+        return {}, h_given, _copied(h_given, w_given, "h", "w")
     if not h_here:
-        return _copied(_TRIVIAL_AXIS, h_given, "", "h"), w_given
-    return h_given, w_given
+        return {}, _copied(_TRIVIAL_AXIS, h_given, "", "h"), w_given
+    return {}, h_given, w_given
 
 
 def _copied(source: dict[str, int], explicit: dict[str, int], src: str, dst: str) -> dict[str, int]:
@@ -193,7 +188,7 @@ def _copied(source: dict[str, int], explicit: dict[str, int], src: str, dst: str
     return result
 
 
-def _resolve_axis(given: dict[str, int], axis: str) -> _Axis:
+def _resolve_axis(given: dict[str, int], axis: str) -> Axis:
     """Deduce output or padding as benchdnn does, then the end padding that yields the output."""
     for name in ("i", "k"):
         if name not in given:
@@ -207,7 +202,7 @@ def _resolve_axis(given: dict[str, int], axis: str) -> _Axis:
         if size + 2 * pad < extent:
             raise ProblemError(f"k{axis}{kernel} with d{axis}{dilation - 1} spans {extent}, more "
                                f"than i{axis}{size} plus padding 2*{pad}")
-        return _Axis(size, kernel, stride, dilation, pad, pad)
+        return Axis(size, kernel, stride, dilation, pad, pad)
     out = given["o"]
     pad = given["p"] if "p" in given else _c_div((out - 1) * stride - size + extent, 2)
     if pad < 0:
@@ -219,7 +214,7 @@ def _resolve_axis(given: dict[str, int], axis: str) -> _Axis:
         raise ProblemError(f"o{axis}{out} is inconsistent: i{axis}{size} k{axis}{kernel} "
                            f"s{axis}{stride} p{axis}{pad} d{axis}{dilation - 1} give at least "
                            f"{actual} outputs")
-    return _Axis(size, kernel, stride, dilation, pad, pad_end)
+    return Axis(size, kernel, stride, dilation, pad, pad_end)
 
 
 def _describe(given: dict[str, int], axis: str) -> str:

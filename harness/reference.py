@@ -10,6 +10,7 @@ loop and the adjoint identities, so it does not share a bug with any algorithm u
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
 import numpy as np
@@ -66,59 +67,60 @@ def _contract(xp: Any, spec: str, a: Any, b: Any) -> Any:
     return xp.einsum(spec, a, b)
 
 
+# Spatial axes are `...` in the contractions and a tuple of slices in the windows, so the same
+# code is the 2-D and the 3-D oracle (depth is just one more axis of `problem.spatial`).
 def _padded(problem: ConvProblem, x: Any, xp: Any) -> Any:
-    pads = ((0, 0), (0, 0), (problem.pad_top, problem.pad_bottom),
-            (problem.pad_left, problem.pad_right))
+    pads = ((0, 0), (0, 0), *((a.pad_begin, a.pad_end) for a in problem.spatial))
     return xp.pad(x, pads)
 
 
-def _tap_window(problem: ConvProblem, r: int, s: int) -> tuple[slice, slice]:
-    """Rows and columns of the padded input that kernel tap (r, s) reads for every output."""
-    top, left = r * problem.dilation_h, s * problem.dilation_w
-    rows = slice(top, top + (problem.out_h - 1) * problem.stride_h + 1, problem.stride_h)
-    cols = slice(left, left + (problem.out_w - 1) * problem.stride_w + 1, problem.stride_w)
-    return rows, cols
+def _taps(problem: ConvProblem) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
+    """Every kernel tap with the window of the padded input it reads for every output."""
+    return [(tap, tuple(a.window(t) for a, t in zip(problem.spatial, tap)))
+            for tap in product(*(range(a.kernel) for a in problem.spatial))]
 
 
 def _grouped(problem: ConvProblem, tensor: Any, per_group: int) -> Any:
-    """(N, G*per_group, H, W) -> (N, G, per_group, H, W)."""
-    n, _, h, w = tensor.shape
-    return tensor.reshape(n, problem.groups, per_group, h, w)
+    """(N, G*per_group, *spatial) -> (N, G, per_group, *spatial)."""
+    n, _, *spatial = tensor.shape
+    return tensor.reshape(n, problem.groups, per_group, *spatial)
+
+
+def _grouped_weights(problem: ConvProblem, w: Any) -> Any:
+    """(K, Cg, *kernel) -> (G, Kg, Cg, *kernel)."""
+    return w.reshape(problem.groups, problem.filters_per_group, problem.channels_per_group,
+                     *w.shape[2:])
 
 
 def _forward(problem: ConvProblem, x: Any, w: Any, xp: Any) -> Any:
-    g, cg, kg = problem.groups, problem.channels_per_group, problem.filters_per_group
-    xpad = _grouped(problem, _padded(problem, x, xp), cg)
-    wg = w.reshape(g, kg, cg, problem.kernel_h, problem.kernel_w)
-    y = xp.zeros((problem.batch, g, kg, problem.out_h, problem.out_w), dtype=xp.float64)
-    for r in range(problem.kernel_h):
-        for s in range(problem.kernel_w):
-            rows, cols = _tap_window(problem, r, s)
-            y += _contract(xp, "ngcpq,gkc->ngkpq", xpad[:, :, :, rows, cols], wg[:, :, :, r, s])
+    xpad = _grouped(problem, _padded(problem, x, xp), problem.channels_per_group)
+    wg = _grouped_weights(problem, w)
+    out = tuple(a.out for a in problem.spatial)
+    y = xp.zeros((problem.batch, problem.groups, problem.filters_per_group, *out),
+                 dtype=xp.float64)
+    for tap, window in _taps(problem):
+        y += _contract(xp, "ngc...,gkc->ngk...", xpad[(..., *window)], wg[(..., *tap)])
     return y.reshape(problem.output_shape)
 
 
 def _backward_data(problem: ConvProblem, w: Any, dy: Any, xp: Any) -> Any:
-    g, cg, kg = problem.groups, problem.channels_per_group, problem.filters_per_group
-    dyg = _grouped(problem, dy, kg)
-    wg = w.reshape(g, kg, cg, problem.kernel_h, problem.kernel_w)
-    dxpad = xp.zeros((problem.batch, g, cg, problem.padded_h, problem.padded_w), dtype=xp.float64)
-    for r in range(problem.kernel_h):
-        for s in range(problem.kernel_w):
-            rows, cols = _tap_window(problem, r, s)
-            dxpad[:, :, :, rows, cols] += _contract(xp, "ngkpq,gkc->ngcpq", dyg, wg[:, :, :, r, s])
-    dx = dxpad[:, :, :, problem.pad_top:problem.pad_top + problem.in_h,
-               problem.pad_left:problem.pad_left + problem.in_w]
-    return xp.ascontiguousarray(dx.reshape(problem.input_shape))
+    cg = problem.channels_per_group
+    dyg = _grouped(problem, dy, problem.filters_per_group)
+    wg = _grouped_weights(problem, w)
+    padded = tuple(a.padded for a in problem.spatial)
+    dxpad = xp.zeros((problem.batch, problem.groups, cg, *padded), dtype=xp.float64)
+    for tap, window in _taps(problem):
+        dxpad[(..., *window)] += _contract(xp, "ngk...,gkc->ngc...", dyg, wg[(..., *tap)])
+    interior = tuple(slice(a.pad_begin, a.pad_begin + a.size) for a in problem.spatial)
+    return xp.ascontiguousarray(dxpad[(..., *interior)].reshape(problem.input_shape))
 
 
 def _backward_filter(problem: ConvProblem, x: Any, dy: Any, xp: Any) -> Any:
-    g, cg, kg = problem.groups, problem.channels_per_group, problem.filters_per_group
-    xpad = _grouped(problem, _padded(problem, x, xp), cg)
-    dyg = _grouped(problem, dy, kg)
-    dw = xp.zeros((g, kg, cg, problem.kernel_h, problem.kernel_w), dtype=xp.float64)
-    for r in range(problem.kernel_h):
-        for s in range(problem.kernel_w):
-            rows, cols = _tap_window(problem, r, s)
-            dw[:, :, :, r, s] = _contract(xp, "ngcpq,ngkpq->gkc", xpad[:, :, :, rows, cols], dyg)
+    xpad = _grouped(problem, _padded(problem, x, xp), problem.channels_per_group)
+    dyg = _grouped(problem, dy, problem.filters_per_group)
+    kernel = tuple(a.kernel for a in problem.spatial)
+    dw = xp.zeros((problem.groups, problem.filters_per_group, problem.channels_per_group, *kernel),
+                  dtype=xp.float64)
+    for tap, window in _taps(problem):
+        dw[(..., *tap)] = _contract(xp, "ngc...,ngk...->gkc", xpad[(..., *window)], dyg)
     return dw.reshape(problem.weight_shape)

@@ -11,6 +11,7 @@ import pandas as pd
 from harness.env import ENV_FIELDS
 from harness.measurement import Measurement
 from harness.precision import element_bytes
+from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
 from harness.stats import relative_noise
 from harness.threads import ALL as ALL_THREADS
@@ -46,6 +47,8 @@ _CORE_COLUMNS: dict[str, str] = {
     "kernel_w": "int64", "stride_h": "int64", "stride_w": "int64", "pad_top": "int64",
     "pad_left": "int64", "pad_bottom": "int64", "pad_right": "int64", "dilation_h": "int64",
     "dilation_w": "int64", "groups": "int64", "out_h": "int64", "out_w": "int64",
+    # depth (3-D problems; came after schema 1's first files, which read as 2-D: defaults below)
+    **{name: "int64" for name in DEPTH_FIELDS}, "out_d": "int64",
     "flops": "int64", "flops_no_padding": "int64", "bytes_moved": "int64",
     "arithmetic_intensity": "float64",
     # the point
@@ -103,7 +106,7 @@ ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}
 
 COLUMNS: dict[str, str] = {**_CORE_COLUMNS, **EXTRA_COLUMNS, **ENV_COLUMNS}
 # What a column that older files lack means there (it came later, with the default it names).
-COLUMN_DEFAULTS: dict[str, Any] = {"threads": ALL_THREADS}
+COLUMN_DEFAULTS: dict[str, Any] = {"threads": ALL_THREADS, **DEPTH_DEFAULTS, "out_d": 1}
 # Extras, env columns and the defaulted ones may be absent (older files).
 REQUIRED_COLUMNS = tuple(c for c in _CORE_COLUMNS if c not in COLUMN_DEFAULTS)
 
@@ -125,7 +128,8 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "stride_h": p.stride_h, "stride_w": p.stride_w, "pad_top": p.pad_top,
         "pad_left": p.pad_left, "pad_bottom": p.pad_bottom, "pad_right": p.pad_right,
         "dilation_h": p.dilation_h, "dilation_w": p.dilation_w, "groups": p.groups,
-        "out_h": p.out_h, "out_w": p.out_w, "flops": p.flops,
+        "out_h": p.out_h, "out_w": p.out_w,
+        **{name: getattr(p, name) for name in DEPTH_FIELDS}, "out_d": p.out_d, "flops": p.flops,
         "flops_no_padding": p.flops_no_padding, "bytes_moved": p.bytes_moved(bytes_per_element),
         "arithmetic_intensity": p.arithmetic_intensity(bytes_per_element),
         "direction": pt.direction, "precision": pt.precision, "layout": pt.layout,

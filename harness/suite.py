@@ -254,6 +254,7 @@ def _field_layer(entry: dict[str, Any], where: str, batch: int | None) -> ConvPr
     # Padding stated on one side only almost always means the same on both sides.
     fields.setdefault("pad_bottom", fields.get("pad_top", 0))
     fields.setdefault("pad_right", fields.get("pad_left", 0))
+    fields.setdefault("pad_back", fields.get("pad_front", 0))
     return ConvProblem(**fields)
 
 

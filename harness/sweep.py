@@ -67,6 +67,9 @@ class Point:
                  f"r{p.kernel_h}s{p.kernel_w}u{p.stride_h}v{p.stride_w}"
                  f"p{p.pad_top}.{p.pad_left}.{p.pad_bottom}.{p.pad_right}"
                  f"d{p.dilation_h}.{p.dilation_w}g{p.groups}")
+        if p.is_3d:                                # 2-D ids stay as they always were
+            shape += (f"z{p.in_d}r{p.kernel_d}u{p.stride_d}p{p.pad_front}.{p.pad_back}"
+                      f"d{p.dilation_d}")
         limit = "inf" if self.workspace_limit is None else str(self.workspace_limit)
         timing = self.timing.mode
         if self.timing.gpu_timer != "graph":      # default ids stay as they always were

@@ -224,7 +224,7 @@ MALFORMED = [
     ("layers = [3]\n", "layers[0]", ["expected a benchdnn descriptor", "3"]),
     ("layers = ['ic3ih8oc4kh3', 'ic3ih8oc4kh3x']\n", "layers[1]", ["unexpected 'x'"]),
     ("layers = ['ic3ih8oc4kh3', 'ic3ih5oc4kh7']\n", "layers[1]", ["kh7", "ih5"]),
-    ("layers = ['ic3id4ih8oc4kh3']\n", "layers[0]", ["id4", "3-D"]),
+    ("layers = ['ic3id4ih8oc4kh3']\n", "layers[0]", ["id4", "kd is missing"]),
     ("layers = ['ic3ih8oc4kh3n\"a*0\"']\n", "layers[0]", ["*0", "multiplicity"]),
     ("layers = ['g2ic3ih8oc4kh3']\n", "layers[0]", ["in_channels=3", "groups=2"]),
     ("layers = ['ic3ih8oc4kh3', 'ic3ih8oc4kh3']\n", "layers[1]", ["repeats layers[0]"]),

@@ -158,6 +158,9 @@ class Algorithm:
     # seen (cuDNN graph-API execution plans): `variants` names them and `prepare` receives points
     # whose algorithm is one of those names.
     expands: ClassVar[bool] = False
+    # Whether the algorithm runs 3-D (depth) problems; those that do not get a row saying so
+    # from `refusal`, one place for every backend, so a 3-D sweep never reaches their code.
+    runs_3d: ClassVar[bool] = False
 
     def variants(self, point: Point, data: ProblemData) -> list[str]:
         """Names of the concrete variants for this point (expanding algorithms only)."""
@@ -173,6 +176,12 @@ class Algorithm:
     def supports(self, point: Point) -> str | None:
         """None when this algorithm can run the point, else the reason it cannot."""
         raise NotImplementedError
+
+    def refusal(self, point: Point) -> str | None:
+        """`supports`, after the rules every algorithm shares: what the executor asks."""
+        if point.problem.is_3d and not self.runs_3d:
+            return f"3-D convolution: not yet supported by {self.backend} ({self.name})"
+        return self.supports(point)
 
     def prepare(self, point: Point, data: ProblemData) -> Prepared:
         """Allocate and convert; may raise Unsupported, WorkspaceExceeded or AlgorithmFailed."""

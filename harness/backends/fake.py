@@ -67,6 +67,7 @@ class _FakeAlgorithm(Algorithm):
     perturbation: ClassVar[float] = 0.0
     crash: ClassVar[bool] = False
     workspace: ClassVar[int] = 0
+    runs_3d = True                # its outputs are the oracle's, which is 3-D too
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in ("fp32", "fp64"):

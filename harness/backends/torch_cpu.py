@@ -6,6 +6,9 @@ passed through; asymmetric padding is applied explicitly with F.pad in prepare (
 timed launch) for fwd and bwd_filter, and for bwd_data the gradient is taken with respect to
 the padded input and its interior copied out inside launch, so the timed work is still exactly
 what a PyTorch user with that padding would run.
+
+A 3-D problem runs torch's conv3d (NCDHW; NHWC means channels_last_3d) through the same code:
+every per-axis list below has one entry per spatial axis of `ConvProblem.spatial`.
 """
 from __future__ import annotations
 
@@ -70,7 +73,8 @@ class Conv2d(Algorithm):
     backend = "torch_cpu"
     name = "conv2d"
     family = "library"
-    description = "torch.nn.functional.conv2d and its autograd (oneDNN for fp32)"
+    description = "torch.nn.functional.conv2d / conv3d and its autograd (oneDNN for fp32)"
+    runs_3d = True
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in _DTYPES:
@@ -81,13 +85,13 @@ class Conv2d(Algorithm):
         return None
 
     def prepare(self, point: Point, data: ProblemData) -> TorchPrepared:
-        reason = self.supports(point)
+        reason = self.refusal(point)
         if reason:
             raise Unsupported(reason)
         torch = _torch()
         torch.set_num_threads(_cores())  # every core, as a user's default process would
         dtype = getattr(torch, _DTYPES[point.precision])
-        fmt = torch.channels_last if point.layout == "NHWC" else torch.contiguous_format
+        fmt = memory_format(torch, point)
         x, w, dy = (torch.from_numpy(np.ascontiguousarray(a)).to(dtype).contiguous(
             memory_format=fmt) for a in (data.x, data.w, data.dy))
         build = {"fwd": _forward, "bwd_data": _backward_data, "bwd_filter": _backward_filter}
@@ -98,23 +102,35 @@ class Conv2d(Algorithm):
         return TorchPrepared(call, placeholder, workspace)
 
 
+def memory_format(torch: Any, point: Point) -> Any:
+    """NHWC is channels_last (channels_last_3d for a 3-D problem); NCHW is torch's default."""
+    if point.layout != "NHWC":
+        return torch.contiguous_format
+    return torch.channels_last_3d if point.problem.is_3d else torch.channels_last
+
+
 def _geometry(p: ConvProblem) -> dict[str, Any]:
-    return {"stride": [p.stride_h, p.stride_w], "dilation": [p.dilation_h, p.dilation_w],
+    return {"stride": [a.stride for a in p.spatial], "dilation": [a.dilation for a in p.spatial],
             "groups": p.groups}
+
+
+def _no_padding(p: ConvProblem) -> list[int]:
+    return [0] * len(p.spatial)
 
 
 def _explicit_pad(torch: Any, p: ConvProblem, x: Any, fmt: Any) -> tuple[Any, list[int], int]:
     """(input, padding for torch, bytes of the padded copy): asymmetric padding done by hand."""
     if p.symmetric_padding:
-        return x, [p.pad_top, p.pad_left], 0
-    padded = torch.nn.functional.pad(x, (p.pad_left, p.pad_right, p.pad_top, p.pad_bottom))
-    padded = padded.contiguous(memory_format=fmt)
-    return padded, [0, 0], padded.numel() * padded.element_size()
+        return x, [a.pad_begin for a in p.spatial], 0
+    # F.pad takes (begin, end) pairs from the last axis to the first.
+    pairs = [pad for a in reversed(p.spatial) for pad in (a.pad_begin, a.pad_end)]
+    padded = torch.nn.functional.pad(x, pairs).contiguous(memory_format=fmt)
+    return padded, _no_padding(p), padded.numel() * padded.element_size()
 
 
 def _forward(torch: Any, p: ConvProblem, x: Any, w: Any, dy: Any, fmt: Any):
     xin, padding, workspace = _explicit_pad(torch, p, x, fmt)
-    conv = torch.nn.functional.conv2d
+    conv = torch.nn.functional.conv3d if p.is_3d else torch.nn.functional.conv2d
     g = _geometry(p)
 
     def call() -> Any:
@@ -126,25 +142,25 @@ def _backward(torch: Any, p: ConvProblem, dy: Any, xin: Any, w: Any, padding: li
               mask: list[bool]) -> Any:
     g = _geometry(p)
     return torch.ops.aten.convolution_backward(
-        dy, xin, w, None, g["stride"], padding, g["dilation"], False, [0, 0], g["groups"], mask)
+        dy, xin, w, None, g["stride"], padding, g["dilation"], False, _no_padding(p), g["groups"],
+        mask)
 
 
 def _backward_data(torch: Any, p: ConvProblem, x: Any, w: Any, dy: Any, fmt: Any):
     if p.symmetric_padding:
-        padding = [p.pad_top, p.pad_left]
+        padding = [a.pad_begin for a in p.spatial]
 
         def call() -> Any:
             return _backward(torch, p, dy, x, w, padding, [True, False, False])[0]
         return call, 0
     # The gradient w.r.t. the explicitly padded input, then its interior (a copy, timed).
-    shape = (p.batch, p.in_channels, p.padded_h, p.padded_w)
+    shape = (p.batch, p.in_channels, *(a.padded for a in p.spatial))
     xin = torch.empty(shape, dtype=x.dtype).contiguous(memory_format=fmt)
-    rows = slice(p.pad_top, p.pad_top + p.in_h)
-    cols = slice(p.pad_left, p.pad_left + p.in_w)
+    interior = tuple(slice(a.pad_begin, a.pad_begin + a.size) for a in p.spatial)
 
     def call_padded() -> Any:
-        dxpad = _backward(torch, p, dy, xin, w, [0, 0], [True, False, False])[0]
-        return dxpad[:, :, rows, cols].contiguous(memory_format=fmt)
+        dxpad = _backward(torch, p, dy, xin, w, _no_padding(p), [True, False, False])[0]
+        return dxpad[(..., *interior)].contiguous(memory_format=fmt)
     return call_padded, xin.numel() * xin.element_size()
 
 

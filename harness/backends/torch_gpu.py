@@ -122,7 +122,7 @@ class CudnnBenchmark(Algorithm):
         return None
 
     def prepare(self, point: Point, data: ProblemData) -> TorchGpuPrepared:
-        reason = self.supports(point)
+        reason = self.refusal(point)
         if reason:
             raise Unsupported(reason)
         torch = _torch()
@@ -130,7 +130,7 @@ class CudnnBenchmark(Algorithm):
         _allow_tf32(torch, point.precision == "tf32")
         stream = torch.cuda.Stream()
         dtype = getattr(torch, _DTYPES[point.precision])
-        fmt = torch.channels_last if point.layout == "NHWC" else torch.contiguous_format
+        fmt = torch_cpu.memory_format(torch, point)
         with torch.cuda.stream(stream):
             x, w, dy = (torch.from_numpy(np.ascontiguousarray(a)).to(device="cuda", dtype=dtype)
                         .contiguous(memory_format=fmt) for a in (data.x, data.w, data.dy))

@@ -134,7 +134,7 @@ class CpuAlgorithm(Algorithm):
         return None
 
     def prepare(self, point: Point, data: ProblemData) -> CpuPrepared:
-        reason = self.supports(point)
+        reason = self.refusal(point)
         if reason:
             raise Unsupported(reason)
         dtype = compute_dtype(point)

@@ -1,0 +1,256 @@
+"""3-D convolution (issue 17): depth fields on ConvProblem, benchdnn's id/kd/sd/pd/dd entries, the
+depth columns, the float64 oracle against torch's conv3d, torch_cpu's conv3d, and a row with a
+reason (never a crash) from every algorithm that does not run 3-D yet. 2-D problems must not move:
+their point ids, descriptors and columns are pinned to what main wrote before depth existed."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import backends, reference, runner, store
+from harness.cli import main
+from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS, ConvProblem, ProblemError
+from harness.problem_text import parse_benchdnn, to_benchdnn
+from harness.schema import frame, to_row
+from harness.suite import load_suite, parse_suite
+from harness.sweep import Point
+
+TORCH_REASON = backends.get("torch_cpu").unavailable_reason()
+needs_torch = pytest.mark.skipif(TORCH_REASON is not None,
+                                 reason=f"torch_cpu test skipped: {TORCH_REASON}")
+
+# (suite, layer index, descriptor, bwd_data cpu/direct point id, short shape, flops, flops without
+# padding), printed by main at 100ed59 before depth fields existed.
+PINNED_2D = [
+    ("resnet50", 0, 'g1mb32ic3ih224iw224oc64oh112ow112kh7kw7sh2sw2ph3pw3dh0dw0n"resnet_50:conv1"',
+     "resnet_50:conv1|n32c3h224w224k64r7s7u2v2p3.3.3.3d1.1g1|bwd_data|fp32|NCHW|cpu|direct|inf|warm",
+     "3x224x224->64 k7x7 s2", 7552892928, 7437729792),
+    ("mobilenet_v1", 1,
+     'g1mb32ic32ih112iw112oc64oh112ow112kh1kw1sh1sw1ph0pw0dh0dw0n"mobilenet:conv2*4"',
+     "mobilenet:conv2|n32c32h112w112k64r1s1u1v1p0.0.0.0d1.1g1|bwd_data|fp32|NCHW|cpu|direct|inf|"
+     "warm", "32x112x112->64 k1x1 s1", 1644167168, 1644167168),
+    ("deepbench_train", 0,
+     'g1mb4ic1ih161iw700oc32oh79ow341kh5kw20sh2sw2ph0pw0dh0dw0n"deepbench:train_01"',
+     "deepbench:train_01|n4c1h161w700k32r5s20u2v2p0.0.0.0d1.1g1|bwd_data|fp32|NCHW|cpu|direct|inf|"
+     "warm", "1x161x700->32 k5x20 s2", 689638400, 689638400),
+    ("large_kernel", 0,
+     'g1mb1ic64ih56iw56oc64oh56ow56kh5kw5sh1sw1ph2pw2dh0dw0n"large_kernel:c64_56_k5"',
+     "large_kernel:c64_56_k5|n1c64h56w56k64r5s5u1v1p2.2.2.2d1.1g1|bwd_data|fp32|NCHW|cpu|direct|"
+     "inf|warm", "64x56x56->64 k5x5 s1", 642252800, 615022592),
+    ("alexnet", 0, 'g1mb128ic3ih224iw224oc64oh55ow55kh11kw11sh4sw4ph2pw2dh0dw0n"alexnet:conv1"',
+     "alexnet:conv1|n128c3h224w224k64r11s11u4v4p2.2.2.2d1.1g1|bwd_data|fp32|NCHW|cpu|direct|inf|"
+     "warm", "3x224x224->64 k11x11 s4", 17990860800, 17812881408),
+]
+
+# Odd 3-D shapes: stride per axis, asymmetric padding, dilation, groups, batch 1.
+ODD_3D = [
+    ConvProblem(1, 3, 7, 6, 4, 3, 2, in_d=5, kernel_d=3, pad_front=1, pad_back=1,
+                pad_top=1, pad_bottom=1),
+    ConvProblem(2, 4, 9, 8, 6, 3, 3, stride_h=2, stride_w=3, pad_top=2, pad_left=0,
+                pad_bottom=1, pad_right=2, groups=2, in_d=7, kernel_d=2, stride_d=2,
+                pad_front=0, pad_back=1, dilation_d=2),
+    ConvProblem(1, 6, 8, 7, 6, 2, 3, dilation_h=2, dilation_w=1, groups=6, in_d=6, kernel_d=3,
+                stride_d=1, pad_front=2, pad_back=0, dilation_d=2),
+]
+
+
+def _point(problem: ConvProblem, direction: str, backend: str, algorithm: str,
+           layout: str = "NCHW") -> Point:
+    return Point(problem, direction, "fp64", layout, backend, algorithm)
+
+
+# ---- 2-D stays byte-identical -------------------------------------------------------------------
+@pytest.mark.parametrize("suite, index, descriptor, point_id, short, flops, flops_np", PINNED_2D)
+def test_2d_problems_keep_their_ids_descriptors_and_counts(suite, index, descriptor, point_id,
+                                                           short, flops, flops_np):
+    p = load_suite(suite).problems[index]
+    assert not p.is_3d and len(p.input_shape) == 4
+    assert to_benchdnn(p) == descriptor
+    assert _point(p, "bwd_data", "cpu", "direct").point_id.replace("fp64", "fp32") == point_id
+    assert (p.short_shape, p.flops, p.flops_no_padding) == (short, flops, flops_np)
+    assert parse_benchdnn(descriptor) == p
+
+
+def test_a_2d_row_has_flat_depth_columns_and_older_files_read_as_2d(tmp_path):
+    from harness.measurement import Measurement
+    p = load_suite("quick").problems[0]
+    row = to_row(Measurement(_point(p, "fwd", "cpu", "direct"), "ok", ""), "r", "quick", {}, "t")
+    assert {name: row[name] for name in DEPTH_FIELDS} == DEPTH_DEFAULTS and row["out_d"] == 1
+    old = frame([row]).drop(columns=[*DEPTH_FIELDS, "out_d"])
+    old.assign(samples_ms="").to_csv(tmp_path / "old.csv", index=False)
+    loaded = store.load(tmp_path / "old.csv")
+    assert loaded.loc[0, list(DEPTH_FIELDS)].to_dict() == DEPTH_DEFAULTS
+    assert loaded.loc[0, "out_d"] == 1
+
+
+# ---- the problem --------------------------------------------------------------------------------
+def test_depth_enters_shapes_and_counts():
+    p = ConvProblem(2, 4, 10, 12, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                    in_d=6, kernel_d=3, stride_d=2, pad_front=1, pad_back=1)
+    assert p.is_3d and p.out_d == 3
+    assert (p.input_shape, p.weight_shape, p.output_shape) == (
+        (2, 4, 6, 10, 12), (8, 4, 3, 3, 3), (2, 8, 3, 10, 12))
+    assert p.flops == 2 * 2 * 8 * 4 * 27 * 3 * 10 * 12
+    assert p.flops_no_padding == 2 * 2 * 8 * 4 * _valid_taps_brute(p)
+    assert p.reduction_length("fwd") == 4 * 27 and p.reduction_length("bwd_filter") == 2 * 360
+    assert p.bytes_moved(4) == 4 * (2 * 4 * 720 + 8 * 4 * 27 + 2 * 8 * 360)
+
+
+def _valid_taps_brute(p: ConvProblem) -> int:
+    """(output position, tap) pairs over all spatial axes that land on real input."""
+    total = 1
+    for a in p.spatial:
+        total *= sum(0 <= o * a.stride - a.pad_begin + t * a.dilation < a.size
+                     for o in range(a.out) for t in range(a.kernel))
+    return total
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"in_d": 0}, "in_d=0"), ({"kernel_d": -1}, "kernel_d=-1"), ({"stride_d": 0}, "stride_d=0"),
+    ({"dilation_d": 0}, "dilation_d=0"), ({"pad_front": -1}, "pad_front=-1"),
+    ({"in_d": 3, "kernel_d": 5}, "kernel_d=5"), ({"in_d": 3, "kernel_d": 2, "dilation_d": 3},
+                                                "dilation_d=3"),
+])
+def test_bad_depth_fields_are_refused_by_name(fields, named):
+    with pytest.raises(ProblemError, match=named):
+        ConvProblem(1, 2, 5, 5, 2, 3, 3, **fields)
+
+
+# ---- descriptors --------------------------------------------------------------------------------
+def test_3d_descriptors_parse_with_promotion_and_print_back():
+    p = parse_benchdnn('mb2ic3id16ih112oc64kd3kh3pd1ph1n"c3d:conv1a"')
+    assert (p.in_d, p.in_h, p.in_w, p.kernel_d, p.kernel_w, p.pad_front, p.pad_back) == (
+        16, 112, 112, 3, 3, 1, 1)
+    assert to_benchdnn(p) == ("g1mb2ic3id16ih112iw112oc64od16oh112ow112kd3kh3kw3sd1sh1sw1pd1ph1pw1"
+                              'dd0dh0dw0n"c3d:conv1a"')
+    # depth only: h and w copy it (d -> h -> w), as benchdnn promotes
+    cube = parse_benchdnn("mb1ic4id8oc8kd3pd1dd1")
+    assert cube.input_shape == (1, 4, 8, 8, 8) and cube.dilation_h == cube.dilation_d == 2
+    for q in [*ODD_3D, p, cube]:
+        assert parse_benchdnn(to_benchdnn(q)) == q
+
+
+@pytest.mark.parametrize("text, named", [
+    ("ic3id3ih5oc4kd5kh3", "kd5 with dd0 spans 5, more than id3"),
+    ("ic3id8ih5oc4od3kd3pd0kh3", "od3 is inconsistent"),
+    ("ic3id8ih5oc4od1kd3kh3", "od1 cannot come from id8"),
+    ("ic3id4ih5oc4kd3kh3dd2", "kd3 with dd2 spans 7"),
+    ("ic3ih5oc4kh3od2", "id is missing; the d axis has od2"),
+    ("ic3ih5oc4kh3sd2", "id is missing; the d axis has sd2"),
+    ("ic3id4ih5oc4kh3", "kd is missing"),
+])
+def test_contradicting_depth_entries_name_the_entry(text, named):
+    with pytest.raises(ProblemError, match=named):
+        parse_benchdnn(text)
+
+
+def test_contradicting_depth_in_a_suite_exits_2_with_one_line(tmp_path, capsys):
+    suite = tmp_path / "bad3d.toml"
+    suite.write_text("layers = ['mb1ic3id3ih5oc4kd5kh3n\"v:x\"']\n")
+    assert main(["run", str(suite), "--out", str(tmp_path / "x.parquet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("convbench: error:") and "kd5" in err[0], err
+
+
+# ---- the oracle against torch's conv3d ---------------------------------------------------------
+def _torch_conv3d(p: ConvProblem, direction: str, data) -> np.ndarray:
+    """torch.nn.functional.conv3d in float64 on an explicitly padded input, and its autograd."""
+    import torch
+    f = torch.nn.functional
+    x = torch.tensor(data.x, dtype=torch.float64, requires_grad=True)
+    w = torch.tensor(data.w, dtype=torch.float64, requires_grad=True)
+    pads = [pad for a in reversed(p.spatial) for pad in (a.pad_begin, a.pad_end)]
+    y = f.conv3d(f.pad(x, pads), w, stride=[a.stride for a in p.spatial],
+                 dilation=[a.dilation for a in p.spatial], groups=p.groups)
+    if direction == "fwd":
+        return y.detach().numpy()
+    y.backward(torch.tensor(data.dy, dtype=torch.float64))
+    return (x.grad if direction == "bwd_data" else w.grad).numpy()
+
+
+@needs_torch
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+@pytest.mark.parametrize("index", range(len(ODD_3D)))
+def test_oracle_matches_torch_conv3d(index, direction):
+    p = ODD_3D[index]
+    data = reference.make_data(p, "fp64", seed=index)
+    got = reference.reference(p, direction, data)
+    assert got.shape == {"fwd": p.output_shape, "bwd_data": p.input_shape,
+                         "bwd_filter": p.weight_shape}[direction]
+    np.testing.assert_allclose(got, _torch_conv3d(p, direction, data), rtol=1e-12, atol=1e-12)
+
+
+# ---- backends: torch_cpu runs 3-D, the others give a reason ------------------------------------
+@needs_torch
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+@pytest.mark.parametrize("index", range(len(ODD_3D)))
+def test_torch_cpu_runs_3d(index, direction, layout):
+    p = ODD_3D[index]
+    data = reference.make_data(p, "fp64", seed=index)
+    algo = backends.get("torch_cpu").algorithm("conv2d")
+    prepared = algo.prepare(_point(p, direction, "torch_cpu", "conv2d", layout), data)
+    prepared.launch()
+    np.testing.assert_allclose(prepared.output(), reference.reference(p, direction, data),
+                               rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cudnn", "cudnn_graph", "torch_gpu"])
+def test_algorithms_without_3d_give_the_reason(backend):
+    for algo in backends.get(backend).algorithms():
+        reason = algo.refusal(_point(ODD_3D[0], "fwd", backend, algo.name))
+        assert reason == f"3-D convolution: not yet supported by {backend} ({algo.name})"
+
+
+SMALL_3D_SUITE = """
+name = "quick3d"
+layers = [
+  'ic4id6ih7oc8kd3kh3pd1ph1n"q3:cube"',
+  { in_channels = 4, in_h = 6, in_w = 5, out_channels = 4, kernel_h = 1, kernel_w = 3, pad_left = 1, in_d = 5, kernel_d = 3, stride_d = 2, pad_front = 1, groups = 2, name = "q3:table" },
+]
+[sweep]
+batch = 1
+directions = ["fwd", "bwd_data", "bwd_filter"]
+[[sweep.backends]]
+name = "fake"
+algorithms = ["exact", "wrong_fast"]
+[[sweep.backends]]
+name = "cpu"
+algorithms = ["direct", "im2col", "fft", "winograd_f2x2_3x3"]
+[[sweep.backends]]
+name = "torch_cpu"
+[timing]
+budget_ms = 5
+min_samples = 2
+max_samples = 3
+"""
+
+
+@needs_torch
+def test_a_small_3d_suite_runs_to_rows_with_statuses():
+    sweep = parse_suite(SMALL_3D_SUITE)
+    assert all(p.is_3d for p in sweep.problems) and sweep.problems[1].pad_back == 1
+    results = []
+    runner.run_points(runner.plan(sweep).points, results.append)
+    rows = frame(to_row(m, "r", "quick3d", {}, "t") for m in results)
+    assert len(rows) == 2 * 3 * 7
+    status = {key: set(group["status"]) for key, group in rows.groupby(["backend", "algorithm"])}
+    assert status[("fake", "exact")] == {"ok"} and status[("fake", "wrong_fast")] == {"wrong"}
+    assert status[("torch_cpu", "conv2d")] == {"ok"}
+    cpu = rows[rows["backend"] == "cpu"]
+    assert set(cpu["status"]) == {"unsupported"}
+    assert all(r.startswith("3-D convolution: not yet supported by cpu") for r in cpu["reason"])
+    ok = rows[rows["status"] == "ok"]
+    assert (ok["rel_error"] <= ok["tolerance"]).all()
+    assert set(rows["in_d"]) == {6, 5} and set(rows["out_d"]) == {6, 3}
+    assert rows["descriptor"].str.contains("id").all()
+
+
+def test_the_video3d_suite_is_3d_data():
+    sweep = load_suite("video3d")
+    assert sweep.problems and all(p.is_3d for p in sweep.problems)
+    names = [p.name for p in sweep.problems]
+    assert len(set(names)) == len(names) and "c3d:conv1a" in names
+    assert pd.Series([p.in_channels for p in sweep.problems if p.name.startswith("c3d")]).tolist() \
+        == [3, 64, 128, 256, 256, 512, 512]
