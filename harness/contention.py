@@ -5,7 +5,8 @@ A CPU point timed beside other busy processes reads slow (one im2col point: 270 
 numbers read around the timed samples do:
 
 - CPU/wall: the process's CPU time (every thread: NumPy's and BLAS's count) over the wall time of
-  the samples. The timed code never waits on anything but the CPU (no I/O, no sleeps; while BLAS
+  the timing loop (the samples and the bookkeeping between them; harness/timer.time_cpu says why
+  not the samples alone). The timed code never waits on anything but the CPU (no I/O, no sleeps; while BLAS
   workers compute, the calling thread computes too), so alone at least one of its threads is
   always running and the ratio is >= 1 (1.00-1.02 measured on the 2-core VM). Below RATIO_FLOOR
   the point spent more than a fifth of its wall time runnable but not running: the cores were
@@ -44,9 +45,10 @@ STEAL_FLOOR = 0.1       # the hypervisor took a tenth of the machine's CPU time
 
 @dataclass(frozen=True)
 class CpuUse:
-    """What the process got over the timed samples of one CPU point."""
+    """What the process got over the timing loop of one CPU point (its samples and what runs
+    between them: harness/timer.time_cpu says why the loop, not the samples)."""
     cpu_ms: float                 # process CPU time, every thread, user + system
-    wall_ms: float                # wall time over the same windows
+    wall_ms: float                # wall time of the same loop
     load_before: float | None     # 1-minute load average (None where the OS has none)
     load_after: float | None
     cores: int                    # cores this process may run on

@@ -92,10 +92,10 @@ EXTRA_COLUMNS: dict[str, str] = {
     "first_call_ms": "float64",          # host wall time of the first launch (cold start)
     # samples per worker process, in samples_ms order ("10 10"): harness/process_split.py
     "process_samples": "string",
-    # CPU points (harness/contention.py): process CPU time / wall time over the timed samples,
+    # CPU points (harness/contention.py): process CPU time / wall time over the timing loop,
     # the higher 1-minute load average read before and after them, and whether the point shared
     # the cores with other work even when re-measured (the reason says how); cpu_steal: the share
-    # of the machine's CPU time the hypervisor took over the samples (virtual machines)
+    # of the machine's CPU time the hypervisor took over the loop (virtual machines)
     "cpu_time_ratio": "float64",
     "load_avg": "float64",
     "cpu_steal": "float64",

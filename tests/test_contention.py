@@ -67,10 +67,14 @@ def test_steal_is_read_from_proc_stat_in_clock_ticks(tmp_path):
 
 # ---- a real CPU point -----------------------------------------------------------------------
 def _point() -> Point:
+    """A single-threaded point (--threads 1): the spinner test's arithmetic holds for one thread.
+    With BLAS on every core, the threads OpenBLAS leaves spin-waiting between GEMMs add CPU time
+    while the point is starved: on the 2-core Xeon VM the default point read CPU/wall 1.006
+    beside 4 spinners, where a one-thread spin reads 0.41."""
     problem = ConvProblem(2, 16, 24, 24, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
                           pad_right=1, name="busy")
     return Point(problem, "fwd", "fp32", "NCHW", "cpu", "im2col",
-                 timing=TimingOptions(budget_ms=150.0, min_samples=10))
+                 timing=TimingOptions(budget_ms=150.0, min_samples=10), threads=1)
 
 
 def _spin_probe(seconds: float = 0.3) -> float:
