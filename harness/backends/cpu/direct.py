@@ -6,6 +6,9 @@ and the product is added into the output. Work goes in blocks of images and outp
 enough (`BLOCK_BYTES`) that the window, the product and the accumulator stay in cache across the
 R*S taps: unblocked, a 1-channel 5x20 DeepSpeech layer spends its time streaming a 27 MB
 accumulator through memory 100 times (0.6 GFLOP/s).
+
+3-D runs through the same lines: the loops go over `problem.spatial`, a tap is one index per
+axis, and a block's unit along the outermost axis is a depth slice instead of a row.
 """
 from __future__ import annotations
 
