@@ -240,10 +240,12 @@ class Axis:
     def out(self) -> int:
         return (self.padded - self.extent) // self.stride + 1
 
-    def window(self, tap: int) -> slice:
-        """Positions of the padded input that kernel tap `tap` reads for every output."""
-        first = tap * self.dilation
-        return slice(first, first + (self.out - 1) * self.stride + 1, self.stride)
+    def window(self, tap: int, first: int = 0, count: int | None = None) -> slice:
+        """Positions of the padded input that kernel tap `tap` reads for outputs
+        first..first+count-1 (every output by default)."""
+        count = self.out - first if count is None else count
+        start = first * self.stride + tap * self.dilation
+        return slice(start, start + (count - 1) * self.stride + 1, self.stride)
 
 
 

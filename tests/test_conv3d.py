@@ -1,14 +1,20 @@
 """3-D convolution (issue 17): depth fields on ConvProblem, benchdnn's id/kd/sd/pd/dd entries, the
 depth columns, the float64 oracle against torch's conv3d, torch_cpu's conv3d, and a row with a
-reason (never a crash) from every algorithm that does not run 3-D yet. 2-D problems must not move:
+reason (never a crash) from every algorithm that does not run 3-D yet, and the NumPy direct
+algorithm, the first of them to run 3-D. 2-D problems must not move:
 their point ids, descriptors and columns are pinned to what main wrote before depth existed."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from harness import backends, reference, runner, store
+from harness import precision as precision_table
+from harness.backends.base import WorkspaceExceeded
+from harness.backends.cpu import direct
 from harness.cli import main
 from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS, ConvProblem, ProblemError
 from harness.problem_text import parse_benchdnn, to_benchdnn
@@ -196,9 +202,68 @@ def test_torch_cpu_runs_3d(index, direction, layout):
                                rtol=1e-10, atol=1e-10)
 
 
+# ---- cpu direct runs 3-D ------------------------------------------------------------------------
+# Beyond ODD_3D: a different stride on each axis with asymmetric padding on each, and a depthwise
+# layer with two filters per channel, dilation on every axis and batch 3.
+DIRECT_3D = [*ODD_3D,
+             ConvProblem(1, 2, 7, 9, 3, 2, 3, stride_h=3, stride_w=2, pad_top=0, pad_bottom=2,
+                         pad_left=2, pad_right=1, in_d=8, kernel_d=3, stride_d=2, pad_front=2,
+                         pad_back=0),
+             ConvProblem(3, 3, 6, 7, 6, 2, 2, dilation_h=2, dilation_w=3, pad_top=1, pad_left=1,
+                         groups=3, in_d=5, kernel_d=2, dilation_d=3, pad_back=1)]
+
+
+def _direct_3d(p: ConvProblem, direction: str, precision: str, seed: int) -> tuple[float, float]:
+    """(relative error against the oracle, the runner's tolerance) of one poisoned launch."""
+    algo = backends.get("cpu").algorithm("direct")
+    data = reference.make_data(p, precision, seed=seed)
+    prepared = algo.prepare(replace(_point(p, direction, "cpu", "direct"), precision=precision), data)
+    prepared.poison()
+    prepared.launch()
+    error, _ = reference.relative_errors(prepared.output(), reference.reference(p, direction, data))
+    return error, precision_table.tolerance(precision, p.reduction_length(direction),
+                                            algo.error_factor)
+
+
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+@pytest.mark.parametrize("index", range(len(DIRECT_3D)))
+def test_cpu_direct_3d_matches_the_oracle(index, direction, precision):
+    error, tolerance = _direct_3d(DIRECT_3D[index], direction, precision, seed=index)
+    assert error <= tolerance, (error, tolerance)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+def test_cpu_direct_3d_in_small_blocks(direction, monkeypatch):
+    """Blocks small enough to cut the forward pass into single images and partial depth slabs."""
+    monkeypatch.setattr(direct, "BLOCK_BYTES", 1500)
+    for index, p in enumerate(DIRECT_3D):
+        error, tolerance = _direct_3d(p.with_batch(2), direction, "fp32", seed=index)
+        assert error <= tolerance, (p, error, tolerance)
+
+
+def test_cpu_direct_3d_workspace_counts_the_padded_volume():
+    """fwd's scratch: the padded input, window + product + accumulator of one block (here the
+    whole batch) and the tap-major weights; a limit one byte short is refused."""
+    p = DIRECT_3D[1]
+    data = reference.make_data(p, "fp32")
+    algo = backends.get("cpu").algorithm("direct")
+    point = replace(_point(p, "fwd", "cpu", "direct"), precision="fp32")
+    used = algo.prepare(point, data).workspace_bytes
+    padded = p.batch * p.in_channels * p.padded_d * p.padded_h * p.padded_w
+    outputs = p.batch * p.out_d * p.out_h * p.out_w
+    weights = p.out_channels * p.channels_per_group * p.kernel_d * p.kernel_h * p.kernel_w
+    assert used == 4 * (padded + (p.in_channels + 2 * p.out_channels) * outputs + weights)
+    with pytest.raises(WorkspaceExceeded):
+        algo.prepare(replace(point, workspace_limit=used - 1), data)
+
+
 @pytest.mark.parametrize("backend", ["cpu", "cudnn", "cudnn_graph", "torch_gpu"])
 def test_algorithms_without_3d_give_the_reason(backend):
     for algo in backends.get(backend).algorithms():
+        if (backend, algo.name) == ("cpu", "direct"):
+            assert algo.refusal(_point(ODD_3D[0], "fwd", backend, algo.name)) is None
+            continue
         reason = algo.refusal(_point(ODD_3D[0], "fwd", backend, algo.name))
         assert reason == f"3-D convolution: not yet supported by {backend} ({algo.name})"
 
@@ -238,9 +303,10 @@ def test_a_small_3d_suite_runs_to_rows_with_statuses():
     status = {key: set(group["status"]) for key, group in rows.groupby(["backend", "algorithm"])}
     assert status[("fake", "exact")] == {"ok"} and status[("fake", "wrong_fast")] == {"wrong"}
     assert status[("torch_cpu", "conv2d")] == {"ok"}
-    cpu = rows[rows["backend"] == "cpu"]
-    assert set(cpu["status"]) == {"unsupported"}
-    assert all(r.startswith("3-D convolution: not yet supported by cpu") for r in cpu["reason"])
+    assert status[("cpu", "direct")] == {"ok"}
+    others = rows[(rows["backend"] == "cpu") & (rows["algorithm"] != "direct")]
+    assert set(others["status"]) == {"unsupported"}
+    assert all(r.startswith("3-D convolution: not yet supported by cpu") for r in others["reason"])
     ok = rows[rows["status"] == "ok"]
     assert (ok["rel_error"] <= ok["tolerance"]).all()
     assert set(rows["in_d"]) == {6, 5} and set(rows["out_d"]) == {6, 3}

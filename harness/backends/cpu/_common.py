@@ -62,15 +62,12 @@ def workspace_of(buffers: dict[str, np.ndarray]) -> int:
 
 def tap_rows(p: ConvProblem, r: int, first: int = 0, count: int | None = None) -> slice:
     """Rows of the padded input that kernel row r reads for output rows first..first+count-1."""
-    count = p.out_h - first if count is None else count
-    top = first * p.stride_h + r * p.dilation_h
-    return slice(top, top + (count - 1) * p.stride_h + 1, p.stride_h)
+    return p.axis_h.window(r, first, count)
 
 
 def tap_cols(p: ConvProblem, s: int) -> slice:
     """Columns of the padded input that kernel column s reads for all output columns."""
-    left = s * p.dilation_w
-    return slice(left, left + (p.out_w - 1) * p.stride_w + 1, p.stride_w)
+    return p.axis_w.window(s)
 
 
 def split(total: int, most: int) -> list[tuple[int, int]]:
@@ -80,16 +77,22 @@ def split(total: int, most: int) -> list[tuple[int, int]]:
     return [(start, min(size, total - start)) for start in range(0, total, size)]
 
 
-def interior(p: ConvProblem) -> tuple[slice, slice]:
-    """Where the unpadded input sits inside the padded plane."""
-    return slice(p.pad_top, p.pad_top + p.in_h), slice(p.pad_left, p.pad_left + p.in_w)
+def padded_shape(p: ConvProblem) -> tuple[int, ...]:
+    """The input's shape with every spatial axis padded at both ends."""
+    return (p.batch, p.in_channels, *(a.padded for a in p.spatial))
+
+
+def interior(p: ConvProblem) -> tuple[slice, ...]:
+    """Where the unpadded input sits inside the padded (volume or) plane, one slice per axis."""
+    return tuple(slice(a.pad_begin, a.pad_begin + a.size) for a in p.spatial)
 
 
 def tap_major_weights(p: ConvProblem, w: np.ndarray) -> np.ndarray:
-    """(K, Cg, R, S) -> view (R, S, G, Kg, Cg): one GEMM operand per tap."""
-    g = p.groups
-    return w.reshape(g, p.filters_per_group, p.channels_per_group, p.kernel_h,
-                     p.kernel_w).transpose(3, 4, 0, 1, 2)
+    """(K, Cg, *kernel) -> view (*kernel, G, Kg, Cg): one GEMM operand per tap."""
+    kernel = tuple(a.kernel for a in p.spatial)
+    taps = tuple(range(3, 3 + len(kernel)))
+    return w.reshape(p.groups, p.filters_per_group, p.channels_per_group,
+                     *kernel).transpose(*taps, 0, 1, 2)
 
 
 class CpuPrepared(Prepared):

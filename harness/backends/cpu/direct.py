@@ -6,40 +6,63 @@ and the product is added into the output. Work goes in blocks of images and outp
 enough (`BLOCK_BYTES`) that the window, the product and the accumulator stay in cache across the
 R*S taps: unblocked, a 1-channel 5x20 DeepSpeech layer spends its time streaming a 27 MB
 accumulator through memory 100 times (0.6 GFLOP/s).
+
+3-D runs through the same lines: the loops go over `problem.spatial`, a tap is one index per
+axis, and a block's unit along the outermost axis is a depth slice instead of a row.
 """
 from __future__ import annotations
 
 import numpy as np
 
+import math
+from itertools import product
+
+import numpy as np
+
 from harness.reference import ProblemData
-from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
-                                          tap_cols, tap_major_weights, tap_rows, workspace_of)
-from harness.problem import ConvProblem
+from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
+                                          padded_shape, split, tap_major_weights, workspace_of)
+from harness.problem import Axis, ConvProblem
 from harness.sweep import Point
 
 # Window + product + accumulator of one block: about half the 2 MiB per-core L2.
 BLOCK_BYTES = 1 << 20
 
 
-def _taps(p: ConvProblem) -> list[tuple[int, int]]:
-    return [(r, s) for r in range(p.kernel_h) for s in range(p.kernel_w)]
+def _taps(p: ConvProblem) -> list[tuple[int, ...]]:
+    """Every kernel tap, one index per spatial axis (outermost first)."""
+    return list(product(*(range(a.kernel) for a in p.spatial)))
 
 
-Block = tuple[int, int, int, int]  # first image, images, first output row, rows
+# A block is cut along the outermost spatial axis (output rows in 2-D, output depth slices in
+# 3-D); the inner axes are always whole, so a 2-D row and a 3-D slice play the same part.
+Block = tuple[int, int, int, int]  # first image, images, first outer output, outer outputs
 
 
 def _blocks(p: ConvProblem, bytes_per_pixel: int, whole_rows: bool) -> list[Block]:
-    """(first image, images, first output row, rows) blocks of about BLOCK_BYTES."""
-    row_bytes = bytes_per_pixel * p.out_w
-    rows = p.out_h if whole_rows else max(1, BLOCK_BYTES // row_bytes)
-    if rows < p.out_h:
-        return [(n0, 1, p0, pr) for n0, _ in split(p.batch, 1) for p0, pr in split(p.out_h, rows)]
-    images = max(1, BLOCK_BYTES // (row_bytes * p.out_h))
-    return [(n0, ni, 0, p.out_h) for n0, ni in split(p.batch, images)]
+    """(first image, images, first outer output, outer outputs) blocks of about BLOCK_BYTES."""
+    outer = p.spatial[0].out
+    row_bytes = bytes_per_pixel * math.prod(_inner(p))
+    rows = outer if whole_rows else max(1, BLOCK_BYTES // row_bytes)
+    if rows < outer:
+        return [(n0, 1, p0, pr) for n0, _ in split(p.batch, 1) for p0, pr in split(outer, rows)]
+    images = max(1, BLOCK_BYTES // (row_bytes * outer))
+    return [(n0, ni, 0, outer) for n0, ni in split(p.batch, images)]
 
 
 def _largest(blocks: list[Block], p: ConvProblem) -> int:
-    return max(ni * pr for _, ni, _, pr in blocks) * p.out_w
+    return max(ni * pr for _, ni, _, pr in blocks) * math.prod(_inner(p))
+
+
+def _inner(p: ConvProblem) -> tuple[int, ...]:
+    """Output sizes of the axes inside the outermost: (Q,) in 2-D, (P, Q) in 3-D."""
+    return tuple(a.out for a in p.spatial[1:])
+
+
+def _block_shape(channels: int, block: Block, inner: tuple[int, ...]) -> tuple[int, ...]:
+    """(channels, images, outer outputs, *inner outputs): a block gathered channels-outermost."""
+    _, ni, _, pr = block
+    return (channels, ni, pr, *inner)
 
 
 def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -52,16 +75,23 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a, b, out=out)
 
 
-def _window(p: ConvProblem, xpad: np.ndarray, block: Block, r: int, s: int) -> np.ndarray:
-    """(C, images, rows, Q) view of what tap (r, s) reads for the block's outputs."""
+def _window(axes: tuple[Axis, ...], xpad: np.ndarray, block: Block,
+            tap: tuple[int, ...]) -> np.ndarray:
+    """(C, images, outer outputs, *inner outputs) view of what `tap` reads for the block.
+
+    Takes `p.spatial` computed once: the property builds its Axis objects on every read."""
     n0, ni, p0, pr = block
-    return xpad[n0:n0 + ni, :, tap_rows(p, r, p0, pr), tap_cols(p, s)].transpose(1, 0, 2, 3)
+    outer, *inner = axes
+    first, *rest = tap
+    axes = (outer.window(first, p0, pr), *(a.window(t) for a, t in zip(inner, rest)))
+    return xpad[(slice(n0, n0 + ni), slice(None), *axes)].swapaxes(0, 1)
 
 
 class Direct(CpuAlgorithm):
     name = "direct"
     family = "direct"
     description = "one GEMM per kernel tap over a strided window, no expanded copy of the input"
+    runs_3d = True  # the loops run over `problem.spatial`, so depth is one more axis
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
@@ -71,31 +101,31 @@ class Direct(CpuAlgorithm):
         cols = _largest(blocks, p)
         x, w = data.x.astype(dtype), data.w.astype(dtype)
         y = np.empty(p.output_shape, dtype)
+        axes, taps, inner = p.spatial, _taps(p), _inner(p)
         buf = allocate(point, dtype, {
-            "xpad": (p.batch, p.in_channels, p.padded_h, p.padded_w),
-            "window": (p.in_channels * cols,), "acc": (p.out_channels * cols,),
-            "product": (p.out_channels * cols,), "weights": (p.kernel_h, p.kernel_w, g, kg, cg)})
+            "xpad": padded_shape(p), "window": (p.in_channels * cols,),
+            "acc": (p.out_channels * cols,), "product": (p.out_channels * cols,),
+            "weights": (*(a.kernel for a in axes), g, kg, cg)})
         xpad, wt = buf["xpad"], buf["weights"]
-        rows, cols_in = interior(p)
+        inside = (..., *interior(p))
 
         def kernel() -> None:
-            xpad[:, :, rows, cols_in] = x
+            xpad[inside] = x
             np.copyto(wt, tap_major_weights(p, w))
             for block in blocks:
-                _, ni, p0, pr = block
-                size = ni * pr * p.out_w
-                window = buf["window"][:p.in_channels * size]
+                n0, ni, p0, pr = block
+                size = ni * pr * math.prod(inner)
+                window = buf["window"][:p.in_channels * size].reshape(
+                    _block_shape(p.in_channels, block, inner))
                 acc = buf["acc"][:p.out_channels * size].reshape(g, kg, size)
                 product = buf["product"][:p.out_channels * size].reshape(g, kg, size)
-                for i, (r, s) in enumerate(_taps(p)):
-                    np.copyto(window.reshape(p.in_channels, ni, pr, p.out_w),
-                              _window(p, xpad, block, r, s))
-                    _gemm(wt[r, s], window.reshape(g, cg, size), acc if i == 0 else product)
+                for i, tap in enumerate(taps):
+                    np.copyto(window, _window(axes, xpad, block, tap))
+                    _gemm(wt[tap], window.reshape(g, cg, size), acc if i == 0 else product)
                     if i:
                         np.add(acc, product, out=acc)
-                n0 = block[0]
                 np.copyto(y[n0:n0 + ni, :, p0:p0 + pr],
-                          acc.reshape(p.out_channels, ni, pr, p.out_w).transpose(1, 0, 2, 3))
+                          acc.reshape(_block_shape(p.out_channels, block, inner)).swapaxes(0, 1))
 
         return CpuPrepared(y, kernel, workspace_of(buf))
 
@@ -109,28 +139,31 @@ class Direct(CpuAlgorithm):
         cols = _largest(blocks, p)
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
+        axes, taps, inner = p.spatial, _taps(p), _inner(p)
         buf = allocate(point, dtype, {
-            "dxpad": (p.batch, p.in_channels, p.padded_h, p.padded_w),
-            "dy": (p.out_channels * cols,), "product": (p.in_channels * cols,),
-            "weights": (p.kernel_h, p.kernel_w, g, cg, kg)})
+            "dxpad": padded_shape(p), "dy": (p.out_channels * cols,),
+            "product": (p.in_channels * cols,),
+            "weights": (*(a.kernel for a in axes), g, cg, kg)})
         dxpad, wt = buf["dxpad"], buf["weights"]
-        rows, cols_in = interior(p)
+        inside = (..., *interior(p))
+        last = wt.ndim - 1
 
         def kernel() -> None:
-            np.copyto(wt, tap_major_weights(p, w).swapaxes(3, 4))
+            np.copyto(wt, tap_major_weights(p, w).swapaxes(last - 1, last))
             dxpad.fill(0)
             for block in blocks:
-                n0, ni, _, _ = block
-                size = ni * p.out_h * p.out_w
+                n0, ni, _, pr = block
+                size = ni * pr * math.prod(inner)
                 dyb = buf["dy"][:p.out_channels * size]
-                np.copyto(dyb.reshape(p.out_channels, ni, p.out_h, p.out_w),
-                          dy[n0:n0 + ni].transpose(1, 0, 2, 3))
+                np.copyto(dyb.reshape(_block_shape(p.out_channels, block, inner)),
+                          dy[n0:n0 + ni].swapaxes(0, 1))
                 product = buf["product"][:p.in_channels * size]
-                for r, s in _taps(p):
-                    np.matmul(wt[r, s], dyb.reshape(g, kg, size), out=product.reshape(g, cg, size))
-                    target = _window(p, dxpad, block, r, s)
-                    target += product.reshape(p.in_channels, ni, p.out_h, p.out_w)
-            np.copyto(dx, dxpad[:, :, rows, cols_in])
+                scattered = product.reshape(_block_shape(p.in_channels, block, inner))
+                for tap in taps:
+                    np.matmul(wt[tap], dyb.reshape(g, kg, size), out=product.reshape(g, cg, size))
+                    target = _window(axes, dxpad, block, tap)
+                    target += scattered
+            np.copyto(dx, dxpad[inside])
 
         return CpuPrepared(dx, kernel, workspace_of(buf))
 
@@ -143,30 +176,31 @@ class Direct(CpuAlgorithm):
         cols = _largest(blocks, p)
         x, dy = data.x.astype(dtype), data.dy.astype(dtype)
         dw = np.empty(p.weight_shape, dtype)
+        axes, taps, inner = p.spatial, _taps(p), _inner(p)
         buf = allocate(point, dtype, {
-            "xpad": (p.batch, p.in_channels, p.padded_h, p.padded_w),
-            "window": (p.in_channels * cols,), "dy": (p.out_channels * cols,),
-            "dw": (p.kernel_h, p.kernel_w, g, kg, cg), "part": (g, kg, cg)})
+            "xpad": padded_shape(p), "window": (p.in_channels * cols,),
+            "dy": (p.out_channels * cols,), "dw": (*(a.kernel for a in axes), g, kg, cg),
+            "part": (g, kg, cg)})
         xpad, dwt, part = buf["xpad"], buf["dw"], buf["part"]
-        rows, cols_in = interior(p)
+        inside = (..., *interior(p))
 
         def kernel() -> None:
-            xpad[:, :, rows, cols_in] = x
+            xpad[inside] = x
             for b, block in enumerate(blocks):
-                n0, ni, _, _ = block
-                size = ni * p.out_h * p.out_w
+                n0, ni, _, pr = block
+                size = ni * pr * math.prod(inner)
                 dyb = buf["dy"][:p.out_channels * size]
-                np.copyto(dyb.reshape(p.out_channels, ni, p.out_h, p.out_w),
-                          dy[n0:n0 + ni].transpose(1, 0, 2, 3))
+                np.copyto(dyb.reshape(_block_shape(p.out_channels, block, inner)),
+                          dy[n0:n0 + ni].swapaxes(0, 1))
                 window = buf["window"][:p.in_channels * size]
-                for r, s in _taps(p):
-                    np.copyto(window.reshape(p.in_channels, ni, p.out_h, p.out_w),
-                              _window(p, xpad, block, r, s))
+                gathered = window.reshape(_block_shape(p.in_channels, block, inner))
+                for tap in taps:
+                    np.copyto(gathered, _window(axes, xpad, block, tap))
                     # (G, Kg, pixels) @ (G, pixels, Cg): the transposed view is a BLAS operand.
                     np.matmul(dyb.reshape(g, kg, size), window.reshape(g, cg, size).swapaxes(1, 2),
-                              out=dwt[r, s] if b == 0 else part)
+                              out=dwt[tap] if b == 0 else part)
                     if b:
-                        np.add(dwt[r, s], part, out=dwt[r, s])
+                        np.add(dwt[tap], part, out=dwt[tap])
             np.copyto(tap_major_weights(p, dw), dwt)
 
         return CpuPrepared(dw, kernel, workspace_of(buf))
