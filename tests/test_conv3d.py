@@ -1,8 +1,9 @@
 """3-D convolution (issue 17): depth fields on ConvProblem, benchdnn's id/kd/sd/pd/dd entries, the
-depth columns, the float64 oracle against torch's conv3d, torch_cpu's conv3d, and a row with a
-reason (never a crash) from every algorithm that does not run 3-D yet, and the NumPy direct
-algorithm, the first of them to run 3-D. 2-D problems must not move:
-their point ids, descriptors and columns are pinned to what main wrote before depth existed."""
+depth columns, the float64 oracle against torch's conv3d, torch_cpu's conv3d, the NumPy direct
+algorithm in 3-D, a row with a reason (never a crash) from every algorithm that does not run 3-D
+yet, and the arguments the GPU backends' 3-D code builds (their runs are the GPU test files'
+test_3d_* tests). 2-D problems must not move: their point ids, descriptors and columns are
+pinned to what main wrote before depth existed."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -258,14 +259,100 @@ def test_cpu_direct_3d_workspace_counts_the_padded_volume():
         algo.prepare(replace(point, workspace_limit=used - 1), data)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "cudnn", "cudnn_graph", "torch_gpu"])
-def test_algorithms_without_3d_give_the_reason(backend):
+def test_algorithms_without_3d_give_the_reason():
+    for algo in backends.get("cpu").algorithms():
+        reason = algo.refusal(_point(ODD_3D[0], "fwd", "cpu", algo.name))
+        if algo.name == "direct":
+            assert reason is None
+        else:
+            assert reason == f"3-D convolution: not yet supported by cpu ({algo.name})"
+
+
+# ---- the GPU backends' 3-D code, checked without a GPU ------------------------------------------
+# (their runs are tests/test_*_gpu.py's test_3d_*, on the cases in tests/conv3d_gpu_cases.py)
+@pytest.mark.parametrize("backend", ["cudnn", "cudnn_graph", "torch_gpu"])
+def test_gpu_backends_take_3d_points(backend):
     for algo in backends.get(backend).algorithms():
-        if (backend, algo.name) == ("cpu", "direct"):
-            assert algo.refusal(_point(ODD_3D[0], "fwd", backend, algo.name)) is None
-            continue
-        reason = algo.refusal(_point(ODD_3D[0], "fwd", backend, algo.name))
-        assert reason == f"3-D convolution: not yet supported by {backend} ({algo.name})"
+        assert algo.runs_3d
+        point = _point(ODD_3D[0], "fwd", backend, algo.name)
+        assert algo.refusal(point) is None or "3-D" not in algo.refusal(point)
+
+
+@pytest.mark.parametrize("backend, algorithm, words", [
+    ("cudnn", "implicit_gemm", "cuDNN's legacy API cannot express asymmetric padding "),
+    ("torch_gpu", "cudnn_benchmark",
+     "PyTorch convolutions take one padding per axis; asymmetric padding "),
+])
+def test_asymmetric_3d_padding_is_refused_naming_the_depth_pads(backend, algorithm, words):
+    # symmetric in height and width, asymmetric in depth only
+    p = ConvProblem(1, 2, 5, 5, 2, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                    in_d=5, kernel_d=3, pad_front=0, pad_back=2)
+    reason = backends.get(backend).algorithm(algorithm).refusal(_point(p, "fwd", backend,
+                                                                       algorithm))
+    assert reason.startswith(words + "(front 0 / back 2, top 1 / bottom 1, left 1 / right 1)")
+    flat = ConvProblem(1, 2, 5, 5, 2, 3, 3, pad_top=0, pad_left=1, pad_bottom=2, pad_right=1)
+    assert backends.get(backend).algorithm(algorithm).refusal(_point(flat, "fwd", backend,
+                                                                     algorithm)) \
+        .startswith(words + "(top 0 / bottom 2, left 1 / right 1)")   # 2-D text as before
+
+
+# Hand-written: x 2x4x5x6x7 (N C D H W), w 8x2x3x2x1 (groups 2), stride (2, 1, 3), dilation
+# (1, 2, 1), pads (1, 2, 0); y depth (5+2-3)//2+1 = 3, height (6+4-3)//1+1 = 8, width
+# (7+0-1)//3+1 = 3.
+ND_PROBLEM = ConvProblem(2, 4, 6, 7, 8, 2, 1, stride_h=1, stride_w=3, pad_top=2, pad_bottom=2,
+                         dilation_h=2, groups=2, in_d=5, kernel_d=3, stride_d=2, pad_front=1,
+                         pad_back=1)
+
+
+# NCDHW: packed in that order; NDHWC: c innermost (1), then w (C), h (W*C), d (H*W*C), n.
+@pytest.mark.parametrize("layout, x_strides, y_strides, w_format", [
+    ("NCHW", (840, 210, 42, 7, 1), (576, 72, 24, 3, 1), 0),
+    ("NHWC", (840, 1, 168, 28, 4), (576, 1, 192, 24, 8), 1),
+])
+def test_legacy_nd_descriptor_arguments(layout, x_strides, y_strides, w_format):
+    from harness.backends import cudnn_lib
+    from harness.backends.cudnn import nd_arguments
+    a = nd_arguments(ND_PROBLEM, layout)
+    assert a.x_dims == (2, 4, 5, 6, 7) and a.x_strides == x_strides
+    assert a.y_dims == (2, 8, 3, 8, 3) and a.y_strides == y_strides
+    # the filter keeps logical K, C, T, R, S dims; NHWC format means stored K T R S C
+    assert a.w_format == w_format == getattr(cudnn_lib, layout) and a.w_dims == (8, 2, 3, 2, 1)
+    assert (a.pads, a.strides, a.dilations) == ((1, 2, 0), (2, 1, 3), (1, 2, 1))
+
+
+def test_graph_geometry_lists_have_one_entry_per_axis():
+    from harness.backends.cudnn_graph import conv_geometry
+    assert conv_geometry(ND_PROBLEM) == {"pre_padding": [1, 2, 0], "post_padding": [1, 2, 0],
+                                         "stride": [2, 1, 3], "dilation": [1, 2, 1]}
+    # asymmetric depth padding goes through as it is (the graph API takes pre / post lists)
+    assert conv_geometry(ODD_3D[2])["pre_padding"] == [2, 0, 0]
+    assert conv_geometry(ODD_3D[2])["post_padding"] == [ODD_3D[2].pad_back, 0, 0]
+    flat = ConvProblem(1, 2, 9, 9, 2, 3, 3, stride_h=2, pad_top=0, pad_left=1, pad_bottom=2,
+                       pad_right=1, dilation_w=2)
+    assert conv_geometry(flat) == {"pre_padding": [0, 1], "post_padding": [flat.pad_bottom, 1],
+                                   "stride": [2, 1], "dilation": [1, 2]}
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 3, 4, 5, 6)])
+def test_uploaded_buffers_match_the_descriptor_strides(shape, layout):
+    """What the GPU backends upload (a packed physical array) holds element [n, c, d, h, w] at
+    the offset the descriptors' strides give, and 2-D keeps its old physical shape and strides."""
+    from harness.backends.cudnn import _physical_shape, _upload, element_strides
+    values = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    point = Point(ConvProblem(1, 1, 1, 1, 1, 1, 1), "fwd", "fp32", layout, "cudnn", "gemm")
+    physical = _upload(np, values, point)        # numpy stands in for cupy.asarray
+    assert physical.shape == _physical_shape(shape, layout)
+    strides = element_strides(shape, layout)
+    flat = physical.reshape(-1)
+    for index in [(0,) * len(shape), tuple(s - 1 for s in shape), (1, 2, 1, 3, 4)[:len(shape)]]:
+        assert flat[sum(i * s for i, s in zip(index, strides))] == values[index]
+    if len(shape) == 4:
+        n, c, h, w = shape
+        assert _physical_shape(shape, layout) == ((n, c, h, w) if layout == "NCHW" else
+                                                  (n, h, w, c))
+        assert list(strides) == ([c * h * w, h * w, w, 1] if layout == "NCHW" else
+                                 [h * w * c, 1, w * c, c])
 
 
 SMALL_3D_SUITE = """

@@ -10,6 +10,8 @@ from harness.problem import ConvProblem
 from harness.sweep import (DIRECTIONS, LAYOUTS, PRECISIONS, AlgorithmChoice, Point, Sweep,
                            TimingOptions)
 
+from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d   # tests/ is on sys.path
+
 pytestmark = pytest.mark.gpu
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
@@ -138,3 +140,9 @@ def test_poisoned_context_becomes_crashed_and_sweep_goes_on():
     runner.run_points(points, results.append)
     assert [m.status for m in results] == ["ok", "crashed", "ok"], [m.reason for m in results]
     assert "illegal" in results[1].reason.lower()
+
+
+@pytest.mark.parametrize("problem", PROBLEMS_3D, ids=lambda p: p.name)
+def test_3d_every_setting_has_a_verified_algorithm(problem):
+    """The Nd descriptors: every direction, fp32 / fp16, NCDHW / NDHWC."""
+    check_3d(run_3d("cudnn", problem))

@@ -10,6 +10,8 @@ from harness import backends, runner
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
 
+from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d   # tests/ is on sys.path
+
 pytestmark = pytest.mark.gpu
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
@@ -144,3 +146,9 @@ def test_selection_over_measured_rows(rows):
     assert not sel["oracle_backend"].isin(["torch_gpu"]).any()
     kept = sel[(sel["policy"] != "pytorch") & sel["precision_kept"].fillna(False).astype(bool)]
     assert (kept["regret"].dropna() >= 1.0).all(), kept
+
+
+@pytest.mark.parametrize("problem", PROBLEMS_3D, ids=lambda p: p.name)
+def test_3d_every_setting_has_a_verified_plan(problem):
+    """5-D tensors and three-entry geometry: every direction, fp32 / fp16, NCDHW / NDHWC."""
+    check_3d(run_3d("cudnn_graph", problem))

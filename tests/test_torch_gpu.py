@@ -7,6 +7,8 @@ from harness import backends, runner
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS, AlgorithmChoice, Sweep, TimingOptions
 
+from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d   # tests/ is on sys.path
+
 pytestmark = pytest.mark.gpu
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
@@ -52,3 +54,9 @@ def test_asymmetric_padding_is_unsupported_with_reason():
     results = _sweep(problem)
     assert [m.status for m in results] == ["unsupported"]
     assert "asymmetric padding" in results[0].reason
+
+
+@pytest.mark.parametrize("problem", PROBLEMS_3D, ids=lambda p: p.name)
+def test_3d_every_setting_is_ok_and_verified(problem):
+    """conv3d and its gradients: every direction, fp32 / fp16, contiguous / channels_last_3d."""
+    check_3d(run_3d("torch_gpu", problem))

@@ -142,6 +142,14 @@ class Prepared(ABC):
         return None
 
 
+def padding_pairs(problem: Any) -> str:
+    """Each axis's two paddings, as a refusal of asymmetric padding names them (depth first, and
+    only for a 3-D problem, so 2-D reasons read as they always did)."""
+    p = problem
+    text = f"top {p.pad_top} / bottom {p.pad_bottom}, left {p.pad_left} / right {p.pad_right}"
+    return f"front {p.pad_front} / back {p.pad_back}, {text}" if p.is_3d else text
+
+
 class Algorithm:
     """Base class: subclasses set the class attributes and implement `supports` and `prepare`."""
     backend: ClassVar[str]

@@ -6,6 +6,10 @@ cuDNN statuses become data: NOT_SUPPORTED from the workspace query is `unsupport
 status name and cuDNN's own last-error text; any failing call is `failed` with the same. For each
 problem the backend also asks cuDNN what it would choose (the `_v7` heuristic list and a
 `cudnnFind*Ex` run), so reports can say how often cuDNN's own pick is the fastest.
+
+A 3-D problem gets the Nd descriptors (5-D tensors with explicit NCDHW / NDHWC strides, a 5-D
+filter in NCHW / NHWC format, three pads, strides and dilations: `nd_arguments`); a 2-D problem
+keeps the 4d / 2d calls. Asymmetric padding, which the legacy API cannot express, is refused.
 """
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ import numpy as np
 
 from harness.backends import cudnn_lib as lib
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
-                                   require_fits)
+                                   padding_pairs, require_fits)
+from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -59,6 +64,7 @@ DESCRIPTIONS = {
 
 class CudnnAlgorithm(Algorithm):
     backend: ClassVar[str] = "cudnn"
+    runs_3d = True     # through the Nd descriptors (nd_arguments); 2-D keeps the 4d/2d calls
 
     def __init__(self, name: str, owner: "CudnnBackend"):
         self.name = name
@@ -76,8 +82,7 @@ class CudnnAlgorithm(Algorithm):
             return f"cuDNN has no {point.direction} algorithm named {self.name}"
         if not point.problem.symmetric_padding:
             return ("cuDNN's legacy API cannot express asymmetric padding "
-                    f"(top {point.problem.pad_top} / bottom {point.problem.pad_bottom}, "
-                    f"left {point.problem.pad_left} / right {point.problem.pad_right})")
+                    f"({padding_pairs(point.problem)})")
         return None
 
     def prepare(self, point: Point, data: ProblemData) -> "CudnnPrepared":
@@ -313,12 +318,61 @@ class DeviceTensors:
         return self._tensors
 
 
+@dataclass(frozen=True)
+class NdArguments:
+    """What the Nd descriptor calls receive for one problem and layout (pure data, so it is
+    checked without cuDNN): tensor dims in logical N, C, (D,) H, W order with the element
+    strides of the layout, the filter's format and logical K, C, (T,) R, S dims, and one pad,
+    stride and dilation per spatial axis, outermost first."""
+    x_dims: tuple[int, ...]
+    x_strides: tuple[int, ...]
+    y_dims: tuple[int, ...]
+    y_strides: tuple[int, ...]
+    w_format: int
+    w_dims: tuple[int, ...]
+    pads: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+
+
+def nd_arguments(problem: ConvProblem, layout: str) -> NdArguments:
+    """The Nd calls' arguments; the pads are the begin pads (cuDNN pads both sides alike, and
+    `supports` refuses asymmetric padding before any descriptor is made)."""
+    spatial = problem.spatial
+    return NdArguments(
+        problem.input_shape, element_strides(problem.input_shape, layout),
+        problem.output_shape, element_strides(problem.output_shape, layout),
+        lib.NCHW if layout == "NCHW" else lib.NHWC, problem.weight_shape,
+        tuple(a.pad_begin for a in spatial), tuple(a.stride for a in spatial),
+        tuple(a.dilation for a in spatial))
+
+
+def element_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Element strides of a logical N, C, spatial... (or K, C, spatial...) tensor stored in
+    `layout`, packed: NCHW in that order, NHWC with the channels innermost (NDHWC for 5-D)."""
+    order = _physical_axes(len(shape), layout)        # logical axis of each physical position
+    strides = [0] * len(shape)
+    step = 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= shape[axis]
+    return tuple(strides)
+
+
 class _Descriptors:
-    """Tensor, filter and convolution descriptors of one point, in cuDNN's terms."""
+    """Tensor, filter and convolution descriptors of one point, in cuDNN's terms: the 4d / 2d
+    calls for a 2-D problem, the Nd calls (5-D tensors, 3 spatial axes) for a 3-D one."""
 
     def __init__(self, point: Point):
         p = point.problem
         dtype, compute, math = PRECISION_CONFIG[point.precision]
+        if p.is_3d:
+            a = nd_arguments(p, point.layout)
+            self.x = lib.TensorNdDesc(dtype, a.x_dims, a.x_strides)
+            self.y = lib.TensorNdDesc(dtype, a.y_dims, a.y_strides)
+            self.w = lib.FilterNdDesc(dtype, a.w_format, a.w_dims)
+            self.conv = lib.ConvNdDesc(a.pads, a.strides, a.dilations, compute, p.groups, math)
+            return
         fmt = lib.NCHW if point.layout == "NCHW" else lib.NHWC
         self.x = lib.TensorDesc(fmt, dtype, *p.input_shape)
         self.y = lib.TensorDesc(fmt, dtype, *p.output_shape)
@@ -362,9 +416,14 @@ def _storage_dtype(precision: str) -> Any:
             "fp64": np.float64}[precision]
 
 
+def _physical_axes(rank: int, layout: str) -> tuple[int, ...]:
+    """The logical axis stored at each physical position: NCHW keeps the logical order, NHWC
+    moves the channels (axis 1) innermost: (0, 2, 3, 1) for 4-D, (0, 2, 3, 4, 1) for 5-D."""
+    return tuple(range(rank)) if layout == "NCHW" else (0, *range(2, rank), 1)
+
+
 def _physical_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
-    n, c, h, w = shape
-    return (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
+    return tuple(shape[axis] for axis in _physical_axes(len(shape), layout))
 
 
 def _to_storage(values: np.ndarray, precision: str) -> np.ndarray:
@@ -375,7 +434,7 @@ def _to_storage(values: np.ndarray, precision: str) -> np.ndarray:
 
 
 def _upload(cupy, values: np.ndarray, point: Point) -> Any:
-    physical = values if point.layout == "NCHW" else values.transpose(0, 2, 3, 1)
+    physical = values.transpose(_physical_axes(values.ndim, point.layout))
     return cupy.asarray(np.ascontiguousarray(_to_storage(physical, point.precision)))
 
 
@@ -392,7 +451,7 @@ def _logical_view(point: Point, buffer: Any):
         if point.precision == "bf16":
             values = (buf.astype(cupy.uint32) << 16).view(cupy.float32)
         values = values.astype(cupy.float64)
-        if point.layout == "NHWC":
-            values = values.transpose(0, 3, 1, 2)
+        if point.layout == "NHWC":       # channels back from innermost: (0, 3, 1, 2) for 4-D
+            values = values.transpose(0, values.ndim - 1, *range(1, values.ndim - 1))
         return cupy.ascontiguousarray(values)
     return view

@@ -24,6 +24,9 @@ Precisions: fp32 and tf32 build the same graph (io and compute FLOAT; the graph 
 that forbids TF32 tensor cores); the runner labels a plan asked for fp32 that delivers tf32
 accuracy as effective tf32. fp16/bf16 use FLOAT compute; fp64 uses DOUBLE throughout where the
 library offers engines for it.
+
+A 3-D problem is the same one-node graph with 5-D tensors (NCDHW or NDHWC strides) and
+three-entry padding, stride and dilation lists (`conv_geometry`).
 """
 from __future__ import annotations
 
@@ -35,9 +38,10 @@ from typing import Any
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
 from harness.backends.cudnn import (CudnnFailed, DeviceOutput, DeviceTensors, _logical_view,
-                                    _poison_value, cuda_unavailable_reason)
+                                    _poison_value, cuda_unavailable_reason, element_strides)
 from harness.backends import cudnn_lib
 from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
+from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -96,6 +100,7 @@ class EnginesAlgorithm(Algorithm):
     name = "engines"
     expands = True
     family = "engine"      # each prepared plan says its own family and error factor
+    runs_3d = True         # 5-D tensors and three-entry geometry lists (conv_geometry)
     description = ("every execution plan the graph-API heuristics (modes A, B, FALLBACK) "
                    "offer, one row each")
 
@@ -308,14 +313,6 @@ def _frontend() -> Any:
 
 
 # ---- graph construction ---------------------------------------------------------------------
-def _strides(shape: tuple[int, ...], layout: str) -> list[int]:
-    """Element strides of a logical N,C,H,W (or K,C,R,S) tensor stored in `layout`."""
-    n, c, h, w = shape
-    if layout == "NCHW":
-        return [c * h * w, h * w, w, 1]
-    return [h * w * c, 1, w * c, c]
-
-
 def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
     """The point's convolution as a one-node graph; every tensor has explicit dims and strides
     (cuDNN cannot infer the outputs of dgrad and wgrad)."""
@@ -327,11 +324,10 @@ def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
 
     def tensor(uid: int, name: str) -> Any:
         return graph.tensor(name=name, dim=list(shapes[uid]),
-                            stride=_strides(shapes[uid], point.layout), data_type=io, uid=uid)
+                            stride=list(element_strides(shapes[uid], point.layout)),
+                            data_type=io, uid=uid)
 
-    geometry = dict(pre_padding=[p.pad_top, p.pad_left], post_padding=[p.pad_bottom, p.pad_right],
-                    stride=[p.stride_h, p.stride_w], dilation=[p.dilation_h, p.dilation_w],
-                    compute_data_type=compute)
+    geometry = dict(**conv_geometry(p), compute_data_type=compute)
     if point.direction == "fwd":
         out = graph.conv_fprop(image=tensor(UID_X, "x"), weight=tensor(UID_W, "w"), **geometry)
         out_uid = UID_Y
@@ -342,8 +338,18 @@ def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
         out = graph.conv_wgrad(image=tensor(UID_X, "x"), loss=tensor(UID_Y, "dy"), **geometry)
         out_uid = UID_W
     out.set_output(True).set_dim(list(shapes[out_uid])).set_stride(
-        _strides(shapes[out_uid], point.layout)).set_data_type(io).set_uid(out_uid)
+        list(element_strides(shapes[out_uid], point.layout))).set_data_type(io).set_uid(out_uid)
     return graph
+
+
+def conv_geometry(p: ConvProblem) -> dict[str, list[int]]:
+    """The conv node's per-axis lists, one entry per spatial axis outermost first ((depth,)
+    height, width): 4-D tensors take two, 5-D three. Padding goes as pre / post lists, so
+    asymmetric padding is expressed as it is."""
+    spatial = p.spatial
+    return {"pre_padding": [a.pad_begin for a in spatial],
+            "post_padding": [a.pad_end for a in spatial],
+            "stride": [a.stride for a in spatial], "dilation": [a.dilation for a in spatial]}
 
 
 def _variant_pack(direction: str, tensors: dict[str, Any]) -> tuple[dict[int, int], Any]:

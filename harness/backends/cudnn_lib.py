@@ -156,12 +156,15 @@ def _declare(lib: ctypes.CDLL) -> None:
         "cudnnCreateTensorDescriptor": ([POINTER(c_void_p)], i),
         "cudnnDestroyTensorDescriptor": ([p], i),
         "cudnnSetTensor4dDescriptor": ([p, i, i, i, i, i, i], i),
+        "cudnnSetTensorNdDescriptor": ([p, i, i, ip, ip], i),
         "cudnnCreateFilterDescriptor": ([POINTER(c_void_p)], i),
         "cudnnDestroyFilterDescriptor": ([p], i),
         "cudnnSetFilter4dDescriptor": ([p, i, i, i, i, i, i], i),
+        "cudnnSetFilterNdDescriptor": ([p, i, i, i, ip], i),
         "cudnnCreateConvolutionDescriptor": ([POINTER(c_void_p)], i),
         "cudnnDestroyConvolutionDescriptor": ([p], i),
         "cudnnSetConvolution2dDescriptor": ([p, i, i, i, i, i, i, i, i], i),
+        "cudnnSetConvolutionNdDescriptor": ([p, i, ip, ip, ip, i, i], i),
         "cudnnSetConvolutionMathType": ([p, i], i),
         "cudnnSetConvolutionGroupCount": ([p, i], i),
         "cudnnGetConvolution2dForwardOutputDim": ([p, p, p, ip, ip, ip, ip], i),
@@ -212,6 +215,23 @@ class TensorDesc:
         library().cudnnDestroyTensorDescriptor(self.ptr)
 
 
+def _ints(values) -> ctypes.Array:
+    """A C int[] of `values` (the Nd calls take arrays, one entry per dimension)."""
+    return (c_int * len(values))(*values)
+
+
+class TensorNdDesc(TensorDesc):
+    """A tensor of any rank (5-D for 3-D convolution) with explicit element strides; the Nd call
+    has no format argument, the strides are the layout."""
+
+    def __init__(self, dtype: int, dims: tuple[int, ...], strides: tuple[int, ...]):
+        self.ptr = c_void_p()
+        lib = library()
+        check(lib.cudnnCreateTensorDescriptor(byref(self.ptr)), "cudnnCreateTensorDescriptor")
+        check(lib.cudnnSetTensorNdDescriptor(self.ptr, dtype, len(dims), _ints(dims),
+                                             _ints(strides)), "cudnnSetTensorNdDescriptor")
+
+
 class FilterDesc:
     def __init__(self, dtype: int, fmt: int, k: int, c: int, r: int, s: int):
         self.ptr = c_void_p()
@@ -224,21 +244,46 @@ class FilterDesc:
         library().cudnnDestroyFilterDescriptor(self.ptr)
 
 
+class FilterNdDesc(FilterDesc):
+    """A filter of any rank; `dims` in logical K, C, spatial... order whatever the format (NHWC:
+    stored K, spatial..., C)."""
+
+    def __init__(self, dtype: int, fmt: int, dims: tuple[int, ...]):
+        self.ptr = c_void_p()
+        lib = library()
+        check(lib.cudnnCreateFilterDescriptor(byref(self.ptr)), "cudnnCreateFilterDescriptor")
+        check(lib.cudnnSetFilterNdDescriptor(self.ptr, dtype, fmt, len(dims), _ints(dims)),
+              "cudnnSetFilterNdDescriptor")
+
+
 class ConvDesc:
-    def __init__(self, pad: tuple[int, int], stride: tuple[int, int],
-                 dilation: tuple[int, int], compute: int, groups: int, math: int):
+    def __init__(self, pad: tuple[int, ...], stride: tuple[int, ...],
+                 dilation: tuple[int, ...], compute: int, groups: int, math: int):
         self.ptr = c_void_p()
         lib = library()
         check(lib.cudnnCreateConvolutionDescriptor(byref(self.ptr)),
               "cudnnCreateConvolutionDescriptor")
-        check(lib.cudnnSetConvolution2dDescriptor(self.ptr, pad[0], pad[1], stride[0], stride[1],
-                                                  dilation[0], dilation[1], CROSS_CORRELATION,
-                                                  compute), "cudnnSetConvolution2dDescriptor")
+        self._set_geometry(lib, pad, stride, dilation, compute)
         check(lib.cudnnSetConvolutionGroupCount(self.ptr, groups), "cudnnSetConvolutionGroupCount")
         check(lib.cudnnSetConvolutionMathType(self.ptr, math), "cudnnSetConvolutionMathType")
 
+    def _set_geometry(self, lib, pad, stride, dilation, compute) -> None:
+        check(lib.cudnnSetConvolution2dDescriptor(self.ptr, pad[0], pad[1], stride[0], stride[1],
+                                                  dilation[0], dilation[1], CROSS_CORRELATION,
+                                                  compute), "cudnnSetConvolution2dDescriptor")
+
     def close(self) -> None:
         library().cudnnDestroyConvolutionDescriptor(self.ptr)
+
+
+class ConvNdDesc(ConvDesc):
+    """A convolution over any number of spatial axes (3 for 3-D): one pad, stride and dilation
+    per axis, outermost first; the pad is both sides' (the legacy API has no asymmetric pad)."""
+
+    def _set_geometry(self, lib, pad, stride, dilation, compute) -> None:
+        check(lib.cudnnSetConvolutionNdDescriptor(self.ptr, len(pad), _ints(pad), _ints(stride),
+                                                  _ints(dilation), CROSS_CORRELATION, compute),
+              "cudnnSetConvolutionNdDescriptor")
 
 
 # ---- calls by direction -------------------------------------------------------------------------

@@ -12,6 +12,9 @@ to the runner as float64 CuPy arrays in logical layout through DLPack.
 
 Asymmetric padding is unsupported: PyTorch takes one padding per axis, and the explicit-pad
 workaround would time an extra copy no cuDNN row pays.
+
+A 3-D problem runs conv3d and its gradients through the same calls as torch_cpu (5-D tensors;
+NHWC means channels_last_3d).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.backends import torch_cpu
-from harness.backends.base import Algorithm, Backend, Prepared, Unsupported
+from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, padding_pairs
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -110,15 +113,14 @@ class CudnnBenchmark(Algorithm):
     name = "cudnn_benchmark"
     family = "library"
     description = "PyTorch with cudnn.benchmark = True: its autotuner picks the cuDNN kernel"
+    runs_3d = True   # torch_cpu's calls: conv3d and its gradients, channels_last_3d for NHWC
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in _DTYPES:
             return f"precision {point.precision} has no torch dtype here"
         if not point.problem.symmetric_padding:
-            p = point.problem
             return ("PyTorch convolutions take one padding per axis; asymmetric padding "
-                    f"(top {p.pad_top} / bottom {p.pad_bottom}, left {p.pad_left} / "
-                    f"right {p.pad_right}) would need an extra padded copy")
+                    f"({padding_pairs(point.problem)}) would need an extra padded copy")
         return None
 
     def prepare(self, point: Point, data: ProblemData) -> TorchGpuPrepared:

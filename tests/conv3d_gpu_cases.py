@@ -1,0 +1,56 @@
+"""Small 3-D problems that the GPU backends' tests (test_cudnn_gpu, test_cudnn_graph_gpu,
+test_torch_gpu) run in every direction, fp32 and fp16, NCHW and NHWC: at least one verified `ok`
+row for each setting and no `wrong` or `crashed` row. Kept small so all three files' 3-D tests
+take seconds on an H100."""
+from __future__ import annotations
+
+from collections import Counter
+
+from harness import runner
+from harness.problem import ConvProblem
+from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
+
+FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
+PRECISIONS_3D = ("fp32", "fp16")
+PROBLEMS_3D = (
+    # 3x3x3, pad 1 on every side, batch 1
+    ConvProblem(1, 8, 6, 6, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                in_d=4, kernel_d=3, pad_front=1, pad_back=1, name="cube3"),
+    # stride 2 and dilation 2 on every axis, pad 2 (symmetric after canonicalisation), batch 2
+    ConvProblem(2, 4, 9, 9, 8, 3, 3, stride_h=2, stride_w=2, pad_top=2, pad_left=2,
+                pad_bottom=2, pad_right=2, dilation_h=2, dilation_w=2, in_d=7, kernel_d=3,
+                stride_d=2, pad_front=2, pad_back=2, dilation_d=2, name="strided_dilated3"),
+    # depthwise (groups = channels = 8), 3x3x3 pad 1, batch 2
+    ConvProblem(2, 8, 5, 5, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                groups=8, in_d=4, kernel_d=3, pad_front=1, pad_back=1, name="depthwise3"),
+)
+assert all(p.is_3d and p.symmetric_padding for p in PROBLEMS_3D)
+
+
+def run_3d(backend: str, problem: ConvProblem) -> list:
+    sweep = Sweep("gpu-3d-test", (problem,), backends=(AlgorithmChoice(backend),), timing=FAST,
+                  directions=DIRECTIONS, precisions=PRECISIONS_3D, layouts=LAYOUTS)
+    results = []
+    runner.run_points(runner.plan(sweep).points, results.append)
+    return results
+
+
+def check_3d(results: list) -> None:
+    """Every (direction, precision, layout) has an ok row within its tolerance; no row is
+    wrong or crashed. Prints each setting's statuses for the log."""
+    by_setting: dict[tuple, list] = {}
+    for m in results:
+        by_setting.setdefault((m.point.direction, m.point.precision, m.point.layout), []).append(m)
+    for setting, here in sorted(by_setting.items()):
+        print(f"{setting}: {dict(Counter(m.status for m in here))}; not ok: "
+              f"{sorted({(m.status, (m.reason or '')[:100]) for m in here if not m.ok})[:4]}")
+    assert set(by_setting) == {(d, p, l) for d in DIRECTIONS for p in PRECISIONS_3D
+                               for l in LAYOUTS}
+    for setting, here in by_setting.items():
+        assert any(m.ok for m in here), (setting, [(m.point.algorithm, m.reason) for m in here])
+    for m in results:
+        if m.ok:
+            assert m.rel_error <= m.tolerance and m.median_ms > 0, m.point.point_id
+    bad = [(m.point.point_id, m.status, m.reason) for m in results
+           if m.status in ("wrong", "crashed")]
+    assert not bad, bad
