@@ -338,18 +338,18 @@ def test_graph_geometry_lists_have_one_entry_per_axis():
 def test_uploaded_buffers_match_the_descriptor_strides(shape, layout):
     """What the GPU backends upload (a packed physical array) holds element [n, c, d, h, w] at
     the offset the descriptors' strides give, and 2-D keeps its old physical shape and strides."""
-    from harness.backends.cudnn import _physical_shape, _upload, element_strides
+    from harness.backends.device_buffers import element_strides, physical_shape, upload
     values = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
     point = Point(ConvProblem(1, 1, 1, 1, 1, 1, 1), "fwd", "fp32", layout, "cudnn", "gemm")
-    physical = _upload(np, values, point)        # numpy stands in for cupy.asarray
-    assert physical.shape == _physical_shape(shape, layout)
+    physical = upload(np, values, point)        # numpy stands in for cupy.asarray
+    assert physical.shape == physical_shape(shape, layout)
     strides = element_strides(shape, layout)
     flat = physical.reshape(-1)
     for index in [(0,) * len(shape), tuple(s - 1 for s in shape), (1, 2, 1, 3, 4)[:len(shape)]]:
         assert flat[sum(i * s for i, s in zip(index, strides))] == values[index]
     if len(shape) == 4:
         n, c, h, w = shape
-        assert _physical_shape(shape, layout) == ((n, c, h, w) if layout == "NCHW" else
+        assert physical_shape(shape, layout) == ((n, c, h, w) if layout == "NCHW" else
                                                   (n, h, w, c))
         assert list(strides) == ([c * h * w, h * w, w, 1] if layout == "NCHW" else
                                  [h * w * c, 1, w * c, c])

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
-
 from harness.backends import cudnn_lib as lib
+from harness.backends.device_buffers import (DeviceTensors, element_strides, logical_view,
+                                             poison_value)
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
                                    padding_pairs, require_fits)
 from harness.problem import ConvProblem
@@ -257,8 +257,8 @@ class _Session:
                   "find_ms": choices.find_ms(algo_enum)}
         return CudnnPrepared(
             launch_args=args, function=lib.run_function(point.direction),
-            output_buffer=out_buffer, output_view=_logical_view(point, out_buffer),
-            poison_value=_poison_value(point.precision), stream=self.stream,
+            output_buffer=out_buffer, output_view=logical_view(point, out_buffer),
+            poison_value=poison_value(point.precision), stream=self.stream,
             workspace_bytes=needed, choices=choices, algo_enum=algo_enum,
             keepalive=[workspace, descs, alpha, beta], extras=extras)
 
@@ -288,36 +288,6 @@ class _Session:
         return CudnnChoices(heuristic, found)
 
 
-class DeviceTensors:
-    """Device copies of one problem's x, w, dy and its output buffers, in the point's precision
-    and layout, shared by every algorithm of that problem (uploading per algorithm would
-    dominate a sweep); replaced when the problem, precision or layout changes."""
-
-    def __init__(self, cupy: Any):
-        self.cupy = cupy
-        self._key: tuple | None = None
-        self._tensors: dict[str, Any] = {}
-
-    def get(self, point: Point, data: ProblemData) -> dict[str, Any]:
-        key = (point.problem, point.precision, point.layout, id(data))
-        if key != self._key:
-            self._tensors = {}                     # free the previous problem's memory first
-            self._tensors = {name: _upload(self.cupy, getattr(data, name), point)
-                             for name in ("x", "w", "dy")}
-            shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
-                      "dw": point.problem.weight_shape}
-            for name, shape in shapes.items():
-                self._tensors[name] = self.cupy.empty(_physical_shape(shape, point.layout),
-                                                      dtype=_storage_dtype(point.precision))
-            # The copies ran on the legacy default stream, which does not order work on the
-            # backends' non-blocking streams, and a pageable upload may still be in flight
-            # when asarray returns: without this wait the first algorithm of a problem could
-            # read half-copied inputs (seen on the H100 as finite garbage, rel. error ~0.8).
-            self.cupy.cuda.Stream.null.synchronize()
-            self._key = key
-        return self._tensors
-
-
 @dataclass(frozen=True)
 class NdArguments:
     """What the Nd descriptor calls receive for one problem and layout (pure data, so it is
@@ -345,18 +315,6 @@ def nd_arguments(problem: ConvProblem, layout: str) -> NdArguments:
         lib.NCHW if layout == "NCHW" else lib.NHWC, problem.weight_shape,
         tuple(a.pad_begin for a in spatial), tuple(a.stride for a in spatial),
         tuple(a.dilation for a in spatial))
-
-
-def element_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
-    """Element strides of a logical N, C, spatial... (or K, C, spatial...) tensor stored in
-    `layout`, packed: NCHW in that order, NHWC with the channels innermost (NDHWC for 5-D)."""
-    order = _physical_axes(len(shape), layout)        # logical axis of each physical position
-    strides = [0] * len(shape)
-    step = 1
-    for axis in reversed(order):
-        strides[axis] = step
-        step *= shape[axis]
-    return tuple(strides)
 
 
 class _Descriptors:
@@ -408,50 +366,3 @@ def _scalars(dtype: int) -> tuple[Any, Any]:
     alpha, beta = kind(1.0), kind(0.0)
     return ctypes.cast(ctypes.pointer(alpha), ctypes.c_void_p), ctypes.cast(
         ctypes.pointer(beta), ctypes.c_void_p)
-
-
-def _storage_dtype(precision: str) -> Any:
-    # bf16 travels as raw uint16 bits: CuPy has no bfloat16 dtype.
-    return {"fp32": np.float32, "tf32": np.float32, "fp16": np.float16, "bf16": np.uint16,
-            "fp64": np.float64}[precision]
-
-
-def _physical_axes(rank: int, layout: str) -> tuple[int, ...]:
-    """The logical axis stored at each physical position: NCHW keeps the logical order, NHWC
-    moves the channels (axis 1) innermost: (0, 2, 3, 1) for 4-D, (0, 2, 3, 4, 1) for 5-D."""
-    return tuple(range(rank)) if layout == "NCHW" else (0, *range(2, rank), 1)
-
-
-def _physical_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
-    return tuple(shape[axis] for axis in _physical_axes(len(shape), layout))
-
-
-def _to_storage(values: np.ndarray, precision: str) -> np.ndarray:
-    if precision == "bf16":
-        # The data is already bf16-exact, so dropping the low 16 bits of float32 is lossless.
-        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    return values.astype(_storage_dtype(precision))
-
-
-def _upload(cupy, values: np.ndarray, point: Point) -> Any:
-    physical = values.transpose(_physical_axes(values.ndim, point.layout))
-    return cupy.asarray(np.ascontiguousarray(_to_storage(physical, point.precision)))
-
-
-def _poison_value(precision: str) -> Any:
-    return 0x7FC0 if precision == "bf16" else float("nan")
-
-
-def _logical_view(point: Point, buffer: Any):
-    """A function turning the output buffer into float64 in logical NCHW / KCRS order."""
-    import cupy
-
-    def view(buf: Any) -> Any:
-        values = buf
-        if point.precision == "bf16":
-            values = (buf.astype(cupy.uint32) << 16).view(cupy.float32)
-        values = values.astype(cupy.float64)
-        if point.layout == "NHWC":       # channels back from innermost: (0, 3, 1, 2) for 4-D
-            values = values.transpose(0, values.ndim - 1, *range(1, values.ndim - 1))
-        return cupy.ascontiguousarray(values)
-    return view

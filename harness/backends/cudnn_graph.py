@@ -37,8 +37,9 @@ from typing import Any
 
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
-from harness.backends.cudnn import (CudnnFailed, DeviceOutput, DeviceTensors, _logical_view,
-                                    _poison_value, cuda_unavailable_reason, element_strides)
+from harness.backends.cudnn import CudnnFailed, DeviceOutput, cuda_unavailable_reason
+from harness.backends.device_buffers import (DeviceTensors, element_strides, logical_view,
+                                             poison_value)
 from harness.backends import cudnn_lib
 from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
 from harness.problem import ConvProblem
@@ -297,8 +298,8 @@ class _Session:
         return GraphPrepared(
             execute=graph._execute_plan_at_index, variant_pack=pack, workspace=workspace,
             index=info.index, handle=self.handle, errors=self.errors, output_buffer=out_buffer,
-            output_view=_logical_view(point, out_buffer),
-            poison_value=_poison_value(point.precision), stream=self.stream,
+            output_view=logical_view(point, out_buffer),
+            poison_value=poison_value(point.precision), stream=self.stream,
             workspace_bytes=needed, family=info.family, error_factor=info.error_factor,
             keepalive=[graph], extras=info.extras())
 

@@ -1,0 +1,102 @@
+"""GPU buffers as both cuDNN backends keep them: storage dtypes (bf16 as raw uint16 bits: CuPy
+has no bfloat16), physical layouts (NCHW as is, NHWC with the channels innermost, for 4-D and
+5-D tensors alike) with their element strides, the upload of a problem's tensors, the NaN poison
+and the float64 logical view of an output. One home, so the legacy and the graph backend hold
+identical buffers (moved out of cudnn.py when 3-D made it too long)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from harness.reference import ProblemData
+from harness.sweep import Point
+
+
+class DeviceTensors:
+    """Device copies of one problem's x, w, dy and its output buffers, in the point's precision
+    and layout, shared by every algorithm of that problem (uploading per algorithm would
+    dominate a sweep); replaced when the problem, precision or layout changes."""
+
+    def __init__(self, cupy: Any):
+        self.cupy = cupy
+        self._key: tuple | None = None
+        self._tensors: dict[str, Any] = {}
+
+    def get(self, point: Point, data: ProblemData) -> dict[str, Any]:
+        key = (point.problem, point.precision, point.layout, id(data))
+        if key != self._key:
+            self._tensors = {}                     # free the previous problem's memory first
+            self._tensors = {name: upload(self.cupy, getattr(data, name), point)
+                             for name in ("x", "w", "dy")}
+            shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
+                      "dw": point.problem.weight_shape}
+            for name, shape in shapes.items():
+                self._tensors[name] = self.cupy.empty(physical_shape(shape, point.layout),
+                                                      dtype=storage_dtype(point.precision))
+            # The copies ran on the legacy default stream, which does not order work on the
+            # backends' non-blocking streams, and a pageable upload may still be in flight
+            # when asarray returns: without this wait the first algorithm of a problem could
+            # read half-copied inputs (seen on the H100 as finite garbage, rel. error ~0.8).
+            self.cupy.cuda.Stream.null.synchronize()
+            self._key = key
+        return self._tensors
+
+
+def element_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Element strides of a logical N, C, spatial... (or K, C, spatial...) tensor stored in
+    `layout`, packed: NCHW in that order, NHWC with the channels innermost (NDHWC for 5-D)."""
+    order = physical_axes(len(shape), layout)        # logical axis of each physical position
+    strides = [0] * len(shape)
+    step = 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= shape[axis]
+    return tuple(strides)
+
+
+def storage_dtype(precision: str) -> Any:
+    # bf16 travels as raw uint16 bits: CuPy has no bfloat16 dtype.
+    return {"fp32": np.float32, "tf32": np.float32, "fp16": np.float16, "bf16": np.uint16,
+            "fp64": np.float64}[precision]
+
+
+def physical_axes(rank: int, layout: str) -> tuple[int, ...]:
+    """The logical axis stored at each physical position: NCHW keeps the logical order, NHWC
+    moves the channels (axis 1) innermost: (0, 2, 3, 1) for 4-D, (0, 2, 3, 4, 1) for 5-D."""
+    return tuple(range(rank)) if layout == "NCHW" else (0, *range(2, rank), 1)
+
+
+def physical_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    return tuple(shape[axis] for axis in physical_axes(len(shape), layout))
+
+
+def to_storage(values: np.ndarray, precision: str) -> np.ndarray:
+    if precision == "bf16":
+        # The data is already bf16-exact, so dropping the low 16 bits of float32 is lossless.
+        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return values.astype(storage_dtype(precision))
+
+
+def upload(cupy, values: np.ndarray, point: Point) -> Any:
+    physical = values.transpose(physical_axes(values.ndim, point.layout))
+    return cupy.asarray(np.ascontiguousarray(to_storage(physical, point.precision)))
+
+
+def poison_value(precision: str) -> Any:
+    return 0x7FC0 if precision == "bf16" else float("nan")
+
+
+def logical_view(point: Point, buffer: Any):
+    """A function turning the output buffer into float64 in logical NCHW / KCRS order."""
+    import cupy
+
+    def view(buf: Any) -> Any:
+        values = buf
+        if point.precision == "bf16":
+            values = (buf.astype(cupy.uint32) << 16).view(cupy.float32)
+        values = values.astype(cupy.float64)
+        if point.layout == "NHWC":       # channels back from innermost: (0, 3, 1, 2) for 4-D
+            values = values.transpose(0, values.ndim - 1, *range(1, values.ndim - 1))
+        return cupy.ascontiguousarray(values)
+    return view
