@@ -57,18 +57,20 @@ def point_cost(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()[POINT_COLUMNS]
 
 
-def network_cost(df: pd.DataFrame, keys: list[str] = STEP_KEYS) -> pd.DataFrame:
+def network_cost(df: pd.DataFrame, keys: list[str] = STEP_KEYS,
+                 points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per group of `keys` (default one training step): the best and the deterministic totals
     (ms x multiplicity; `missing_*` points without one), and what deterministic mode costs,
     in ms and % of the best (NaN where either total misses points: a partial sum would flatter
-    it); `nondeterministic_<policy>`: points where that policy's pick was nondeterministic."""
+    it); `nondeterministic_<policy>`: points where that policy's pick was nondeterministic.
+    `points`: point_cost(df), where the caller has it already."""
     names = [policies.ORACLE, policies.DETERMINISTIC]
     out = policies.network_totals(df, names, keys)
     complete = (out[f"missing_{policies.ORACLE}"] == 0) & (
         out[f"missing_{policies.DETERMINISTIC}"] == 0)
     cost, pct = _cost(out[f"total_{policies.ORACLE}"], out[f"total_{policies.DETERMINISTIC}"])
     out["cost_ms"], out["cost_pct"] = cost.where(complete), pct.where(complete)
-    points = point_cost(df)
+    points = point_cost(df) if points is None else points
     for name in MARKED:
         flagged = points[f"{name}_deterministic"].astype("boolean") == False  # noqa: E712
         counts = flagged.fillna(False).groupby([points[k] for k in keys], dropna=False).sum()

@@ -114,7 +114,8 @@ def networks_blocks(df: pd.DataFrame) -> list[Block]:
 # ---- the cost of determinism --------------------------------------------------------------------
 def determinism_blocks(df: pd.DataFrame) -> list[Block]:
     """The per-network cost table, then the points where determinism is not free, folded."""
-    cost = determinism.network_cost(df)
+    points = determinism.point_cost(df)
+    cost = determinism.network_cost(df, points=points)
     marked = _marked_policies(df)
     keys = _keys(cost, ["effective_precision", "layout"])
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["points"]),
@@ -128,7 +129,7 @@ def determinism_blocks(df: pd.DataFrame) -> list[Block]:
                *[f"{p} picks nondeterministic" for p in marked])
     table = Table(headers, rows, (False,) * len(keys) + (True,) * (5 + len(marked)),
                   "Cost of determinism per training step")
-    return [Text(DETERMINISM_TEXT), table, *_determinism_points(df, marked)]
+    return [Text(DETERMINISM_TEXT), table, *_determinism_points(points, marked)]
 
 
 def _marked_policies(df: pd.DataFrame) -> list[str]:
@@ -136,8 +137,7 @@ def _marked_policies(df: pd.DataFrame) -> list[str]:
     return [p for p in determinism.MARKED if p in policies.available(df)]
 
 
-def _determinism_points(df: pd.DataFrame, marked: list[str]) -> list[Block]:
-    points = determinism.point_cost(df)
+def _determinism_points(points: pd.DataFrame, marked: list[str]) -> list[Block]:
     flagged = [points[f"{p}_deterministic"].astype("boolean") == False  # noqa: E712
                for p in marked]
     costly = points["cost_ms"].fillna(1.0) > 0
