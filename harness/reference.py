@@ -121,6 +121,10 @@ def _backward_filter(problem: ConvProblem, x: Any, dy: Any, xp: Any) -> Any:
     kernel = tuple(a.kernel for a in problem.spatial)
     dw = xp.zeros((problem.groups, problem.filters_per_group, problem.channels_per_group, *kernel),
                   dtype=xp.float64)
+    # CuPy's einsum cannot sum `...` away, so the spatial axes are flattened into one named axis.
+    dy_flat = dyg.reshape(*dyg.shape[:3], -1)
     for tap, window in _taps(problem):
-        dw[(..., *tap)] = _contract(xp, "ngc...,ngk...->gkc", xpad[(..., *window)], dyg)
+        x_window = xpad[(..., *window)]
+        dw[(..., *tap)] = _contract(xp, "ngcs,ngks->gkc",
+                                    x_window.reshape(*x_window.shape[:3], -1), dy_flat)
     return dw.reshape(problem.weight_shape)

@@ -80,6 +80,32 @@ def test_reference_matches_brute_force(problem: ConvProblem, direction: str) -> 
                                rtol=1e-12, atol=1e-12)
 
 
+class _CupyLikeNumpy:
+    """NumPy, except that einsum keeps CuPy's rule: a `...` in the operands must appear in the
+    output (CuPy raises "output has more dimensions than subscripts given" otherwise). The GPU
+    sweeps run the oracle on CuPy; an oracle that only NumPy accepts crashes every GPU point."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def einsum(spec, *operands):
+        inputs, output = spec.split("->")
+        assert "..." not in inputs or "..." in output, f"CuPy refuses {spec}"
+        return np.einsum(spec, *operands)
+
+
+TINY_3D = ConvProblem(2, 3, 5, 6, 4, 3, 2, in_d=4, kernel_d=2, pad_front=1, name="tiny3d")
+
+
+@pytest.mark.parametrize("direction", list(BRUTE))
+@pytest.mark.parametrize("problem", [TINY[1], TINY_3D], ids=lambda p: p.short_shape)
+def test_reference_runs_under_cupy_einsum_rules(problem: ConvProblem, direction: str) -> None:
+    data = reference.make_data(problem, "fp64", seed=3)
+    np.testing.assert_allclose(reference.reference(problem, direction, data, _CupyLikeNumpy()),
+                               reference.reference(problem, direction, data), rtol=1e-12)
+
+
 # ---- adjoint identities on random problems -----------------------------------------------------
 @st.composite
 def problems(draw) -> ConvProblem:
