@@ -50,7 +50,11 @@ def check_3d(results: list) -> None:
         assert any(m.ok for m in here), (setting, [(m.point.algorithm, m.reason) for m in here])
     for m in results:
         if m.ok:
-            assert m.rel_error <= m.tolerance and m.median_ms > 0, m.point.point_id
+            # the tolerance is the asked precision's; a graph plan asked for fp32 may deliver
+            # tf32 and is labelled so (as in the 2-D tests)
+            within = m.rel_error <= m.tolerance or m.effective_precision == "tf32" != m.point.precision
+            assert within and m.median_ms > 0, (m.point.point_id, m.rel_error, m.tolerance,
+                                                m.effective_precision, m.median_ms)
     bad = [(m.point.point_id, m.status, m.reason) for m in results
            if m.status in ("wrong", "crashed")]
     assert not bad, bad
