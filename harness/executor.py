@@ -205,16 +205,18 @@ class PointExecutor:
         return self._flushers[device]
 
     def _cached_data(self, point: Point) -> ProblemData:
-        key = (point.problem, point.precision)
+        key = (point.problem, point.precision, point.op)
         if key not in self._data:
-            self._data[key] = reference.make_data(point.problem, point.precision, self.seed)
+            self._data[key] = reference.make_data(point.problem, point.precision, self.seed,
+                                                  point.op)
             _trim(self._data, self._cache_size)
         return self._data[key]
 
     def _cached_reference(self, point: Point, data: ProblemData, xp: Any) -> Any:
-        key = (point.problem, point.precision, point.direction, xp.__name__)
+        key = (point.problem, point.precision, point.direction, point.op, xp.__name__)
         if key not in self._references:
-            self._references[key] = reference.reference(point.problem, point.direction, data, xp)
+            self._references[key] = reference.reference(point.problem, point.direction, data, xp,
+                                                        point.op)
             _trim(self._references, self._cache_size)
         return self._references[key]
 

@@ -36,7 +36,7 @@ DEEPBENCH_PRECISION = {"fp32": "float", "fp16": "half"}
 # One DeepBench row: a layer at one point and backend, its three directions side by side.
 _DEEPBENCH_ROW = [k for k in POINT_KEYS if k != "direction"] + ["backend"]
 DEEPBENCH_EXTRA = ("layer", "backend", "layout", "groups", "dilation_h", "dilation_w",
-                   "workspace_limit", "timing_mode", "threads")
+                   "workspace_limit", "timing_mode", "threads", "op")
 
 
 # ---- pytest-benchmark ----------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def pytest_benchmark_stats(samples_s: list[float], iterations: int = 1) -> dict[
 def _pytest_benchmark_entry(r: dict[str, Any]) -> dict[str, Any]:
     params = {name: _plain(r.get(name)) for name in (
         "layer", "descriptor", "batch", "direction", "precision", "layout", "backend", "algorithm",
-        "workspace_limit", "timing_mode", "threads")}
+        "workspace_limit", "timing_mode", "threads", "op")}
     param = "-".join(str(params[k]) for k in ("backend", "algorithm", "direction", "precision",
                                               "layout"))
     label = _label(r)

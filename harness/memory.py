@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from harness import epilogue
 from harness.precision import element_bytes
 from harness.problem import ConvProblem, ProblemError
 from harness.sweep import Point
@@ -34,7 +35,8 @@ class Footprint:
 def footprint(point: Point, device: str) -> Footprint:
     """What `point` allocates when run by a backend on `device` ("cpu" or "cuda")."""
     p = point.problem
-    data = FLOAT64 * _operand_elements(p)            # x, w, dy: reference.make_data
+    # x, w, dy (reference.make_data), and the residual of an op that adds one
+    data = FLOAT64 * (_operand_elements(p) + _residual_elements(point))
     checking = FLOAT64 * (_reference_elements(p) + 3 * _result_elements(p, point.direction))
     backend = element_bytes(point.precision) * (_operand_elements(p) + _padded_elements(p))
     if device == "cuda":  # the reference and the comparison run on the GPU (cupy)
@@ -188,3 +190,7 @@ def format_bytes(count: int) -> str:
         if value < 999.5:
             break
     return f"{value:.3g} {unit}"
+
+
+def _residual_elements(point: Point) -> int:
+    return math.prod(point.problem.output_shape) if epilogue.needs_residual(point.op) else 0

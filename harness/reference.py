@@ -15,32 +15,45 @@ from typing import Any
 
 import numpy as np
 
+from harness import epilogue
 from harness import precision as precision_table
 from harness.problem import ConvProblem
 
 @dataclass
 class ProblemData:
     """Host float64 arrays in logical layout, already rounded to the point's storage precision, so
-    the reference and the algorithm see exactly the same numbers. `dy` is the output gradient."""
+    the reference and the algorithm see exactly the same numbers. `dy` is the output gradient;
+    `bias` (K,) and `residual` (output-shaped) are there when the point's op needs them."""
     x: Any
     w: Any
     dy: Any
+    bias: Any = None
+    residual: Any = None
 
 
-def make_data(problem: ConvProblem, precision: str, seed: int = 0) -> ProblemData:
-    """Random normal data (never zeros: they hide unwritten outputs), rounded to the precision."""
+def make_data(problem: ConvProblem, precision: str, seed: int = 0,
+              op: str = epilogue.CONV) -> ProblemData:
+    """Random normal data (never zeros: they hide unwritten outputs), rounded to the precision.
+    The epilogue's operands are drawn after x, w, dy, so those are the same for every op."""
     rng = np.random.default_rng(seed)
-    x = precision_table.round_to(rng.standard_normal(problem.input_shape), precision)
-    w = precision_table.round_to(rng.standard_normal(problem.weight_shape), precision)
-    dy = precision_table.round_to(rng.standard_normal(problem.output_shape), precision)
-    return ProblemData(x=x, w=w, dy=dy)
+
+    def draw(shape: tuple[int, ...]) -> Any:
+        return precision_table.round_to(rng.standard_normal(shape), precision)
+    x, w, dy = draw(problem.input_shape), draw(problem.weight_shape), draw(problem.output_shape)
+    bias = draw((problem.out_channels,)) if epilogue.needs_bias(op) else None
+    residual = draw(problem.output_shape) if epilogue.needs_residual(op) else None
+    return ProblemData(x=x, w=w, dy=dy, bias=bias, residual=residual)
 
 
-def reference(problem: ConvProblem, direction: str, data: ProblemData, xp: Any = np) -> Any:
-    """The exact (float64) result of `direction` on `data`, computed with array module `xp`."""
+def reference(problem: ConvProblem, direction: str, data: ProblemData, xp: Any = np,
+              op: str = epilogue.CONV) -> Any:
+    """The exact (float64) result of `direction` (and, forward, the op's epilogue) on `data`,
+    computed with array module `xp`."""
     x, w, dy = (xp.asarray(a, dtype=xp.float64) for a in (data.x, data.w, data.dy))
+    if not epilogue.applies_to(op, direction):
+        raise ValueError(f"op {op!r} exists for the forward direction only, not {direction!r}")
     if direction == "fwd":
-        return _forward(problem, x, w, xp)
+        return epilogue.apply(op, _forward(problem, x, w, xp), data.bias, data.residual, xp)
     if direction == "bwd_data":
         return _backward_data(problem, w, dy, xp)
     if direction == "bwd_filter":

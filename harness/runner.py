@@ -14,7 +14,7 @@ from harness import backends, threads
 from harness.executor import PointExecutor
 from harness.measurement import Measurement, Status
 from harness.stats import samples_floor
-from harness.sweep import Point, Sweep, TimingOptions
+from harness.sweep import UNLIMITED, Point, Sweep, TimingOptions
 from harness.threads import ALL as ALL_THREADS
 
 
@@ -107,9 +107,10 @@ def _exists(point: Point) -> bool:
 
 
 # ---- sweeps -------------------------------------------------------------------------------------
-def _limit_free(point: Point) -> tuple:
-    return (point.problem, point.direction, point.precision, point.layout, point.backend,
-            point.algorithm, point.timing)
+def _limit_free(point: Point) -> Point:
+    # Every field but the limit: a group is measured once, so points that differ in anything
+    # else (threads, op, ...) must never share one.
+    return replace(point, workspace_limit=UNLIMITED)
 
 
 def groups(points: Iterable[Point]) -> Iterator[list[Point]]:

@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from harness import epilogue
 from harness.env import ENV_FIELDS
 from harness.measurement import Measurement
 from harness.precision import element_bytes
@@ -56,6 +57,7 @@ _CORE_COLUMNS: dict[str, str] = {
     "algorithm": "string", "family": "string", "workspace_limit": "int64",
     "timing_mode": "string", "budget_ms": "float64",
     "threads": "int64",   # CPU points: threads the libraries were given (0: all cores)
+    "op": "string",       # what followed the convolution in the timed call (harness.epilogue)
     # what happened
     "status": "string", "reason": "string", "stop_reason": "string",
     "samples_ms": "object", "n_samples": "int64", "median_ms": "float64", "min_ms": "float64",
@@ -106,7 +108,8 @@ ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}
 
 COLUMNS: dict[str, str] = {**_CORE_COLUMNS, **EXTRA_COLUMNS, **ENV_COLUMNS}
 # What a column that older files lack means there (it came later, with the default it names).
-COLUMN_DEFAULTS: dict[str, Any] = {"threads": ALL_THREADS, **DEPTH_DEFAULTS, "out_d": 1}
+COLUMN_DEFAULTS: dict[str, Any] = {"threads": ALL_THREADS, **DEPTH_DEFAULTS, "out_d": 1,
+                                   "op": epilogue.CONV}
 # Extras, env columns and the defaulted ones may be absent (older files).
 REQUIRED_COLUMNS = tuple(c for c in _CORE_COLUMNS if c not in COLUMN_DEFAULTS)
 
@@ -136,7 +139,7 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "backend": pt.backend, "algorithm": pt.algorithm, "family": m.family,
         "workspace_limit": limit_to_column(pt.workspace_limit),
         "timing_mode": pt.timing.mode, "budget_ms": pt.timing.budget_ms,
-        "threads": pt.threads,
+        "threads": pt.threads, "op": pt.op,
         "status": m.status, "reason": m.reason, "stop_reason": m.stop_reason,
         "samples_ms": samples, "n_samples": len(samples), "median_ms": median,
         "min_ms": m.min_ms, "mean_ms": m.mean_ms, "iqr_ms": m.iqr_ms,
@@ -163,7 +166,8 @@ def finished_now() -> str:
 def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Rows -> a DataFrame with exactly COLUMNS, in order, with their dtypes."""
     df = pd.DataFrame(list(rows)).reindex(columns=list(COLUMNS))   # missing columns: None
-    df = df.fillna(COLUMN_DEFAULTS)
+    for name, default in COLUMN_DEFAULTS.items():    # object first: an all-missing column is
+        df[name] = df[name].astype(object).where(df[name].notna(), default)   # float, not text
     for name, dtype in COLUMNS.items():
         if dtype != "object":
             df[name] = df[name].astype(dtype)

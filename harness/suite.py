@@ -24,6 +24,8 @@ The format (suites/quick.toml shows every key):
     workspace_limits = ["unlimited"]     # bytes as integers, or "0", "64MiB", "1GiB", "unlimited"
     batch = 2                            # replaces every layer's batch
     threads = ["all"]                    # CPU points: "all" cores (default) or counts, e.g. [1, 2]
+    ops = ["conv"]                       # also conv_bias, conv_bias_relu, conv_bias_add_relu:
+                                         # the epilogue timed with the convolution (fwd only)
     [[sweep.backends]]                   # one table per backend, in run order
     name = "cpu"
     algorithms = ["direct", "im2col"]    # optional; left out = all of the backend's algorithms
@@ -50,6 +52,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness import epilogue
 from harness.problem import ConvProblem, ProblemError
 from harness.problem_text import parse_benchdnn, parse_deepbench
 from harness.suite_checks import (SuiteError, _Invalid, _check_keys, _choice, _did_you_mean,
@@ -68,7 +71,7 @@ REPO_SUITES = Path(__file__).resolve().parent.parent / "suites"
 
 _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
 _SWEEP_KEYS = ("directions", "precisions", "layouts", "workspace_limits", "batch", "threads",
-               "backends")
+               "ops", "backends")
 _BACKEND_KEYS = ("name", "algorithms", "optional")
 _TIMING_KEYS = tuple(f.name for f in dataclasses.fields(TimingOptions))
 _COMPARE_KEYS = ("threshold",)
@@ -178,7 +181,8 @@ def _axes(axes: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key, allowed, what in (("directions", DIRECTIONS, "direction"),
                                ("precisions", PRECISIONS, "precision"),
-                               ("layouts", LAYOUTS, "layout")):
+                               ("layouts", LAYOUTS, "layout"),
+                               ("ops", epilogue.OPS, "op")):
         if key in axes:
             fields[key] = checked_choices(axes[key], f"sweep.{key}", allowed, what)
     if "workspace_limits" in axes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from harness import epilogue
 from harness.problem import ConvProblem
 from harness.suite import checked_choices, checked_threads, checked_workspace_limits
 from harness.suite_checks import (SuiteError, _Invalid, _choice, _gpu_processes, _positive_int,
@@ -18,7 +19,7 @@ OVERRIDE_FLAGS = {
     "precisions": "--precision", "layouts": "--layout", "batch": "--batch",
     "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
-    "gpu_processes": "--gpu-processes", "threads": "--threads",
+    "gpu_processes": "--gpu-processes", "threads": "--threads", "ops": "--op",
 }
 
 
@@ -32,7 +33,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          timing_mode: str | None = None,
                          gpu_timer: str | None = None,
                          gpu_processes: int | None = None,
-                         threads: Sequence[int | str] | None = None) -> Sweep:
+                         threads: Sequence[int | str] | None = None,
+                         ops: Sequence[str] | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -47,7 +49,8 @@ def _apply_overrides(sweep: Sweep, given: dict[str, Any]) -> Sweep:
     changes: dict[str, Any] = {}
     for key, allowed, what in (("directions", DIRECTIONS, "direction"),
                                ("precisions", PRECISIONS, "precision"),
-                               ("layouts", LAYOUTS, "layout")):
+                               ("layouts", LAYOUTS, "layout"),
+                               ("ops", epilogue.OPS, "op")):
         if given[key] is not None:
             changes[key] = checked_choices(given[key], flag[key], allowed, what, indexed=False)
     if given["workspace_limits"] is not None:

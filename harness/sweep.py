@@ -1,7 +1,7 @@
 """What to run: the sweep axes of a suite and the single points they expand to.
 
 `Sweep` holds the axes as a suite file states them; `Sweep.points()` is their cartesian product.
-A `Point` is one (problem, direction, precision, layout, backend, algorithm, workspace limit,
+A `Point` is one (problem, direction, op, precision, layout, backend, algorithm, workspace limit,
 thread count) with the timing options that apply to it. Both are frozen: they describe work, never results.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Iterator
 
+from harness import epilogue
 from harness import precision as precision_table
 from harness.problem import ConvProblem
 from harness.threads import ALL as ALL_THREADS
@@ -57,6 +58,7 @@ class Point:
     workspace_limit: int | None = UNLIMITED
     timing: TimingOptions = field(default_factory=TimingOptions)
     threads: int = ALL_THREADS    # CPU points: threads the libraries may use (harness.threads)
+    op: str = epilogue.CONV       # what follows the convolution (harness.epilogue; fwd only)
 
     @property
     def point_id(self) -> str:
@@ -76,7 +78,10 @@ class Point:
             timing += f"+{self.timing.gpu_timer}"
         if self.threads != ALL_THREADS:
             timing += f"+t{self.threads}"
-        return "|".join((p.name, shape, self.direction, self.precision, self.layout, self.backend,
+        direction = self.direction
+        if self.op != epilogue.CONV:              # plain convolution ids stay as they always were
+            direction += f"+{self.op}"
+        return "|".join((p.name, shape, direction, self.precision, self.layout, self.backend,
                          self.algorithm, limit, timing))
 
 
@@ -101,6 +106,7 @@ class Sweep:
     workspace_limits: tuple[int | None, ...] = (UNLIMITED,)
     timing: TimingOptions = field(default_factory=TimingOptions)
     threads: tuple[int, ...] = (ALL_THREADS,)
+    ops: tuple[str, ...] = (epilogue.CONV,)
     regression_threshold: float = 0.05   # fractional slowdown that `compare` calls practical
 
     def points(self, algorithms_of) -> Iterator[Point]:
@@ -108,8 +114,11 @@ class Sweep:
         used where a backend entry names none."""
         for choice in self.backends:
             names = choice.algorithms or tuple(algorithms_of(choice.backend))
-            for problem, direction, precision, layout, algorithm, limit, threads in product(
-                    self.problems, self.directions, self.precisions, self.layouts, names,
-                    self.workspace_limits, self.threads):
-                yield Point(problem, direction, precision, layout, choice.backend, algorithm,
-                            limit, self.timing, threads)
+            # limits innermost: points that differ only in their limit are adjacent and
+            # measured as one group (runner.groups)
+            for problem, direction, op, precision, layout, algorithm, threads, limit in product(
+                    self.problems, self.directions, self.ops, self.precisions, self.layouts,
+                    names, self.threads, self.workspace_limits):
+                if epilogue.applies_to(op, direction):   # epilogues are forward-only
+                    yield Point(problem, direction, precision, layout, choice.backend, algorithm,
+                                limit, self.timing, threads, op)

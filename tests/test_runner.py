@@ -293,3 +293,15 @@ def test_each_cpu_library_runs_in_a_phase_of_its_own_gpu_backends_together():
     runs = [b for i, b in enumerate(order) if i == 0 or order[i - 1] != b]
     assert runs == ["faulty_gpu", "cpu", "fake"]
     assert order.count("cpu") == 4 and order.count("faulty_gpu") == 4
+
+
+def test_a_group_shares_only_the_workspace_limit():
+    """A group is measured once and its row copied to each member: points that differ in their
+    thread count or op (not just the limit) must each get a group of their own."""
+    sweep = Sweep("groups", (ConvProblem(1, 8, 8, 8, 8, 3, 3),),
+                  backends=(AlgorithmChoice("cpu", ("direct",)),), threads=(1, 2),
+                  ops=("conv", "conv_bias_relu"), workspace_limits=(0, None))
+    found = [[(p.threads, p.op, p.workspace_limit) for p in g]
+             for g in runner.groups(runner.plan(sweep).points)]
+    assert sorted(found) == sorted([[(t, op, 0), (t, op, None)] for t in (1, 2)
+                                    for op in ("conv", "conv_bias_relu")])

@@ -16,7 +16,7 @@ LAYER_KEYS = ["layer", "descriptor", "batch"]
 # A point is what a user fixes before choosing an algorithm. Ranking happens inside it on the
 # precision the result actually delivered (a plan asked for fp32 that computes at tf32 accuracy is
 # ranked with tf32, never with fp32); `ranked()` fills it for rows that delivered nothing.
-POINT_KEYS = [*LAYER_KEYS, "direction", "effective_precision", "layout", "workspace_limit",
+POINT_KEYS = [*LAYER_KEYS, "direction", "op", "effective_precision", "layout", "workspace_limit",
               "timing_mode", "threads"]
 # The point as the user states it: the precision asked for. A policy (cuDNN's heuristic, PyTorch)
 # answers for what it was asked, whatever precision its pick then delivers.

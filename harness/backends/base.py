@@ -17,6 +17,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar
 
+from harness import epilogue
 from harness.backends.cudnn_lib import CudnnError
 from harness.reference import ProblemData
 from harness.sweep import DIRECTIONS, Point, TimingOptions
@@ -169,6 +170,9 @@ class Algorithm:
     # Whether the algorithm runs 3-D (depth) problems; those that do not get a row saying so
     # from `refusal`, one place for every backend, so a 3-D sweep never reaches their code.
     runs_3d: ClassVar[bool] = False
+    # The ops (harness.epilogue) it computes as one timed call: plain convolution, or that
+    # followed by bias, ReLU and a residual add. Others get a row saying so from `refusal`.
+    ops: ClassVar[tuple[str, ...]] = (epilogue.CONV,)
 
     def variants(self, point: Point, data: ProblemData) -> list[str]:
         """Names of the concrete variants for this point (expanding algorithms only)."""
@@ -189,6 +193,9 @@ class Algorithm:
         """`supports`, after the rules every algorithm shares: what the executor asks."""
         if point.problem.is_3d and not self.runs_3d:
             return f"3-D convolution: not yet supported by {self.backend} ({self.name})"
+        if point.op not in self.ops:
+            return (f"op {point.op}: not supported by {self.backend} ({self.name}), which runs "
+                    f"{', '.join(self.ops)}")
         return self.supports(point)
 
     def prepare(self, point: Point, data: ProblemData) -> Prepared:

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from harness import reference
+from harness import epilogue, reference
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
                                    require_fits)
 from harness.reference import ProblemData
@@ -37,7 +37,8 @@ class _FakePrepared(Prepared):
     def launch(self) -> None:
         if self.crash:
             raise AlgorithmFailed("planted crash: the fake algorithm always fails at launch")
-        exact = reference.reference(self.point.problem, self.point.direction, self.data)
+        exact = reference.reference(self.point.problem, self.point.direction, self.data,
+                                    op=self.point.op)
         noise = np.random.default_rng(self.seed).standard_normal(exact.shape)
         scale = np.linalg.norm(exact) / max(np.sqrt(exact.size), 1.0)
         self._out = exact + self.perturbation * scale * noise
@@ -68,6 +69,7 @@ class _FakeAlgorithm(Algorithm):
     crash: ClassVar[bool] = False
     workspace: ClassVar[int] = 0
     runs_3d = True                # its outputs are the oracle's, which is 3-D too
+    ops = epilogue.OPS            # and so are the epilogues
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in ("fp32", "fp64"):

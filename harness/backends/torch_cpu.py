@@ -9,6 +9,10 @@ what a PyTorch user with that padding would run.
 
 A 3-D problem runs torch's conv3d (NCDHW; NHWC means channels_last_3d) through the same code:
 every per-axis list below has one entry per spatial axis of `ConvProblem.spatial`.
+
+Ops (harness.epilogue) run as an eager PyTorch user runs them: the bias inside the conv call (as
+nn.Conv2d(bias=True) passes it), then the residual added and the ReLU applied in place on the
+result (torchvision's ResNet blocks: `out += identity; out = relu(out)`, ReLU(inplace=True)).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
@@ -75,6 +80,7 @@ class Conv2d(Algorithm):
     family = "library"
     description = "torch.nn.functional.conv2d / conv3d and its autograd (oneDNN for fp32)"
     runs_3d = True
+    ops = epilogue.OPS
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in _DTYPES:
@@ -92,14 +98,30 @@ class Conv2d(Algorithm):
         torch.set_num_threads(_cores())  # every core, as a user's default process would
         dtype = getattr(torch, _DTYPES[point.precision])
         fmt = memory_format(torch, point)
-        x, w, dy = (torch.from_numpy(np.ascontiguousarray(a)).to(dtype).contiguous(
-            memory_format=fmt) for a in (data.x, data.w, data.dy))
-        build = {"fwd": _forward, "bwd_data": _backward_data, "bwd_filter": _backward_filter}
-        call, workspace = build[point.direction](torch, point.problem, x, w, dy, fmt)
+        tensors = operands(data, lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dtype))
+        call, workspace = build_call(torch, point, tensors, fmt)
         shape = {"fwd": point.problem.output_shape, "bwd_data": point.problem.input_shape,
                  "bwd_filter": point.problem.weight_shape}[point.direction]
         placeholder = torch.empty(shape, dtype=dtype).contiguous(memory_format=fmt)
         return TorchPrepared(call, placeholder, workspace)
+
+
+def operands(data: ProblemData, to_tensor: Callable[[Any], Any]) -> list[Any]:
+    """x, w, dy, bias, residual as tensors (`to_tensor` converts one array); None where the
+    point's op has no such operand."""
+    return [None if a is None else to_tensor(a)
+            for a in (data.x, data.w, data.dy, data.bias, data.residual)]
+
+
+def build_call(torch: Any, point: Point, tensors: list[Any], fmt: Any) -> tuple[Callable, int]:
+    """The call that runs `point` on `tensors` (operands' order), and its workspace bytes."""
+    def laid_out(t: Any) -> Any:      # the bias is a vector: no layout to give it
+        return t if t is None or t.dim() == 1 else t.contiguous(memory_format=fmt)
+    x, w, dy, bias, residual = map(laid_out, tensors)
+    if point.direction == "fwd":
+        return _forward(torch, point.problem, x, w, fmt, point.op, bias, residual)
+    build = {"bwd_data": _backward_data, "bwd_filter": _backward_filter}
+    return build[point.direction](torch, point.problem, x, w, dy, fmt)
 
 
 def memory_format(torch: Any, point: Point) -> Any:
@@ -128,13 +150,18 @@ def _explicit_pad(torch: Any, p: ConvProblem, x: Any, fmt: Any) -> tuple[Any, li
     return padded, _no_padding(p), padded.numel() * padded.element_size()
 
 
-def _forward(torch: Any, p: ConvProblem, x: Any, w: Any, dy: Any, fmt: Any):
+def _forward(torch: Any, p: ConvProblem, x: Any, w: Any, fmt: Any, op: str = epilogue.CONV,
+             bias: Any = None, residual: Any = None):
     xin, padding, workspace = _explicit_pad(torch, p, x, fmt)
     conv = torch.nn.functional.conv3d if p.is_3d else torch.nn.functional.conv2d
     g = _geometry(p)
+    relu = epilogue.has_relu(op)
 
     def call() -> Any:
-        return conv(xin, w, None, g["stride"], padding, g["dilation"], g["groups"])
+        y = conv(xin, w, bias, g["stride"], padding, g["dilation"], g["groups"])
+        if residual is not None:
+            y += residual
+        return torch.relu_(y) if relu else y
     return call, workspace
 
 

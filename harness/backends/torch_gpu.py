@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness import epilogue
 from harness.backends import torch_cpu
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, padding_pairs
 from harness.reference import ProblemData
@@ -114,6 +115,7 @@ class CudnnBenchmark(Algorithm):
     family = "library"
     description = "PyTorch with cudnn.benchmark = True: its autotuner picks the cuDNN kernel"
     runs_3d = True   # torch_cpu's calls: conv3d and its gradients, channels_last_3d for NHWC
+    ops = epilogue.OPS  # and its eager epilogues (bias in the call, add and ReLU in place)
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in _DTYPES:
@@ -134,10 +136,10 @@ class CudnnBenchmark(Algorithm):
         dtype = getattr(torch, _DTYPES[point.precision])
         fmt = torch_cpu.memory_format(torch, point)
         with torch.cuda.stream(stream):
-            x, w, dy = (torch.from_numpy(np.ascontiguousarray(a)).to(device="cuda", dtype=dtype)
-                        .contiguous(memory_format=fmt) for a in (data.x, data.w, data.dy))
+            tensors = torch_cpu.operands(data, lambda a: torch.from_numpy(
+                np.ascontiguousarray(a)).to(device="cuda", dtype=dtype))
             # The same calls as torch_cpu's (padding is symmetric here, so no padded copies).
-            call, _ = _CALLS[point.direction](torch, point.problem, x, w, dy, fmt)
+            call, _ = torch_cpu.build_call(torch, point, tensors, fmt)
             result = call()           # the autotuner's search happens here, inside setup_ms
         stream.synchronize()
         workspace = _transient_bytes(torch, stream, call)
@@ -155,10 +157,6 @@ def _transient_bytes(torch: Any, stream: Any, call: Callable[[], Any]) -> int:
     stream.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
     return max(0, peak - out.numel() * out.element_size())
-
-
-_CALLS = {"fwd": torch_cpu._forward, "bwd_data": torch_cpu._backward_data,
-          "bwd_filter": torch_cpu._backward_filter}
 
 
 class TorchGpuBackend(Backend):

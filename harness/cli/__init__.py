@@ -51,6 +51,9 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-ms", type=float, help="time budget per point in milliseconds")
     p.add_argument("--threads", help="comma list of thread counts for CPU points, e.g. 1,2,all "
                                      "(default: all cores; recorded in the `threads` column)")
+    p.add_argument("--op", help="comma list of conv (default), conv_bias, conv_bias_relu, "
+                                "conv_bias_add_relu: what follows the convolution in the timed "
+                                "call; epilogues are forward-only (other directions run conv)")
     p.add_argument("--timing-mode", help="warm (default) or cold (caches flushed per sample)")
     p.add_argument("--gpu-timer", help="graph (default: replay a CUDA graph of the calls, kernel "
                                        "time) or stream (stream order, as eager frameworks run)")

@@ -22,7 +22,8 @@ def _load_sweep(args: argparse.Namespace):
         directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
         layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
         workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer,
-        gpu_processes=args.gpu_processes, threads=_csv_list(args.threads))
+        gpu_processes=args.gpu_processes, threads=_csv_list(args.threads),
+        ops=_csv_list(args.op))
     if args.layer:
         wanted = set(_csv_list(args.layer))
         kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)
@@ -327,11 +328,16 @@ def _print_best(df) -> None:
         gflops=best["best_gflops"].map(lambda v: f"{v:.1f}"),
         vs_next=best["speedup_runner"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
     columns = ["layer", "direction", "effective_precision", "layout", "limit",
-               *(["threads"] if best["threads"].nunique() > 1 else []), "best_candidate",
+               *_varying(best, ["threads", "op"]), "best_candidate",
                "ms", "gflops", "runner_candidate", "vs_next"]
     _say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
                                         "runner_candidate": "runner_up"}).to_string(index=False))
     _print_step_totals(df)
+
+
+def _varying(frame, names: list[str]) -> list[str]:
+    """The columns among `names` whose value differs between rows: shown only then."""
+    return [n for n in names if n in frame.columns and frame[n].nunique() > 1]
 
 
 def _print_step_totals(df) -> None:
@@ -355,7 +361,7 @@ def _print_step_totals(df) -> None:
                           layer_dirs=totals["points"],
                           best_ms=totals.apply(lambda r: _total(r, "oracle"), axis=1))
     columns = ["batch", "effective_precision", "layout", "limit",
-               *(["threads"] if totals["threads"].nunique() > 1 else []), "layer_dirs",
+               *_varying(totals, ["threads", "op"]), "layer_dirs",
                "best_ms"]
     for name in names:
         shown[f"{name}_ms"] = totals.apply(lambda r, n=name: _total(r, n), axis=1)

@@ -88,6 +88,7 @@ class RowResult:
     workspace_limit: int | None = None  # bytes; -1 = unlimited (store.UNLIMITED_BYTES)
     timing_mode: str | None = None
     threads: int | None = None          # CPU points: 0 = all cores (harness.threads)
+    op: str | None = None               # what followed the convolution (harness.epilogue)
     base_median_ms: float | None = None
     new_median_ms: float | None = None
     ratio: float | None = None          # new / base medians

@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness.analysis import (LAYER_KEYS, POINT_KEYS, best_per_point as _best, layer_labels,
                               ranked, verified)
+from harness import epilogue
 from harness.analysis import policies
 from harness.measurement import RANKABLE
 from harness.store import UNLIMITED_BYTES, limit_from_column
@@ -24,7 +25,8 @@ from harness.threads import ALL as ALL_THREADS
 # The point key with each layer told by its readable label (one label per LAYER_KEYS value).
 LABELLED_KEYS = ["layer_label", *[k for k in POINT_KEYS if k not in LAYER_KEYS]]
 
-_ORDER = {"direction": DIRECTIONS, "effective_precision": PRECISIONS, "layout": LAYOUTS,
+_ORDER = {"direction": DIRECTIONS, "op": epilogue.OPS, "effective_precision": PRECISIONS,
+          "layout": LAYOUTS,
           "timing_mode": ("warm", "cold")}
 
 
@@ -40,6 +42,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         out[name] = out[name].astype("string").fillna("?")
     out["timing_mode"] = out["timing_mode"].astype("string").fillna("warm")
     out["threads"] = out["threads"].fillna(ALL_THREADS).astype("int64")
+    out["op"] = out["op"].astype("string").fillna(epilogue.CONV)
     out["workspace_limit"] = out["workspace_limit"].fillna(UNLIMITED_BYTES).astype("int64")
     out["multiplicity"] = out["multiplicity"].fillna(1).astype("int64")
     for flag in ("heuristic_pick", "find_pick", "throttled"):
@@ -76,7 +79,7 @@ def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 def sort_points(df: pd.DataFrame) -> pd.DataFrame:
     """Rows in reading order: network order of layers, then the sweep's own axis orders."""
-    keys = [k for k in ["layer_order", "direction", "effective_precision", "layout",
+    keys = [k for k in ["layer_order", "direction", "op", "effective_precision", "layout",
                         "workspace_limit", "timing_mode", "threads"] if k in df.columns]
     return df.sort_values(keys, key=_rank, kind="stable").reset_index(drop=True)
 

@@ -11,6 +11,7 @@ from typing import Callable
 from harness import stats
 from harness.compare import (CHANGED, MATCHED, Comparison, RowResult, SuiteVerdict, Verdict,
                              interval_text, pct)
+from harness.epilogue import CONV
 from harness.store import limit_from_column
 
 # Fields are RowResult's; values are shell-quoted when the template is filled.
@@ -33,6 +34,8 @@ def reproduce_command(row: RowResult) -> str:
         command += " --gpu-timer stream"
     if row.threads:
         command += f" --threads {row.threads}"
+    if row.op and row.op != CONV:
+        command += f" --op {row.op}"
     return command
 
 

@@ -17,7 +17,7 @@ FOLD_ROWS = 25          # longer tables are folded so the page stays scannable
 DASH = "—"
 KEY_HEADERS = {"layer_label": "Layer", "direction": "Direction", "effective_precision": "Precision",
                "layout": "Layout", "workspace_limit": "Workspace limit", "timing_mode": "Timing",
-               "threads": "Threads"}
+               "threads": "Threads", "op": "Op"}
 
 
 # ---- formatters ---------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def _key_cells(row: pd.Series, keys: Iterable[str]) -> list[str]:
 # ---- 1. best algorithm per point ------------------------------------------------------------------
 def best_tables(best: pd.DataFrame, baseline: str | None) -> list[Block]:
     """One table per direction x precision, rows sorted in network order, long ones folded."""
-    shown = analysis.varying(best, ["layout", "workspace_limit", "timing_mode", "threads"])
+    shown = analysis.varying(best, ["layout", "workspace_limit", "timing_mode", "threads", "op"])
     with_workspace = best["best_workspace_bytes"].notna().any()
     blocks: list[Block] = []
     for (direction, precision), part in best.groupby(["direction", "effective_precision"], sort=False):
@@ -138,7 +138,7 @@ def _baseline_pick(r: pd.Series) -> str:
 # ---- 3. workspace ---------------------------------------------------------------------------------
 def workspace_totals_table(totals: pd.DataFrame) -> Table:
     """Oracle network total (all layers and directions) under each workspace limit."""
-    keys = ["effective_precision", "layout", *analysis.varying(totals, ["timing_mode", "threads"])]
+    keys = ["effective_precision", "layout", *analysis.varying(totals, ["timing_mode", "threads", "op"])]
     headers = [KEY_HEADERS[k] for k in keys] + ["Workspace limit", "Network total ms"]
     rows = [(*_key_cells(r, keys), fmt_limit(r["workspace_limit"]),
              fmt_total(r["total_oracle"], r["missing_oracle"], r["points"]))
@@ -149,7 +149,7 @@ def workspace_totals_table(totals: pd.DataFrame) -> Table:
 def pareto_table(fronts: pd.DataFrame) -> Table:
     """Per point, the workspace/time trade-offs worth taking, by rising workspace."""
     keys = ["layer_label", "direction", "effective_precision",
-            *analysis.varying(fronts, ["layout", "timing_mode", "threads"])]
+            *analysis.varying(fronts, ["layout", "timing_mode", "threads", "op"])]
     rows = []
     for values, part in fronts.groupby(keys, sort=False):
         steps = "; ".join(f"{fmt_bytes(w)} → {fmt_ms(t)} ms ({c})" for w, t, c in
