@@ -21,6 +21,7 @@ import pandas as pd
 
 from harness.analysis import POINT_KEYS, best_per_point, ranked, verified
 from harness.backends.base import fits
+from harness.epilogue import CONV
 from harness.problem import DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
 from harness.schema import limit_to_column
@@ -43,6 +44,9 @@ def build(df: pd.DataFrame, sweep: Sweep, limit: int | None, precision: str | No
     layout = _only(rows, "layout", layout)
     rows = rows[(rows["precision"] == precision) & (rows["layout"] == layout)]
     rows = rows[rows["threads"] == _thread_count(rows)]
+    # a plan names the algorithm for each layer's convolution: fused rows (--op) time another call
+    if "op" in rows.columns:
+        rows = rows[rows["op"].fillna(CONV) == CONV]
     best = _fastest_within(rows, limit)
     layers = [_layer(problem, best) for problem in sweep.problems]
     return {"schema": SCHEMA, "suite": sweep.name, "precision": precision, "layout": layout,

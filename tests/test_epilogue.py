@@ -115,3 +115,23 @@ def test_an_unknown_op_on_the_command_line_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "conv_bias_gelu" in lines[0], done.stderr
+
+
+def test_a_plan_answers_for_the_convolution_not_for_fused_rows(tmp_path, capsys):
+    import json
+
+    from harness.cli import main
+    path = tmp_path / "ops.parquet"
+    assert main(["run", "quick", "--backend", "fake", "--algorithm", "exact", "--direction", "fwd",
+                 "--op", "conv,conv_bias_relu", "--budget-ms", "1", "--out", str(path)]) == 0
+    df = store.load(path)
+    fused = df["op"] == "conv_bias_relu"
+    assert fused.any() and (df.loc[fused, "status"] == "ok").all()
+    # planted: the fused rows fastest, under a name no plain row has
+    df.loc[fused, ["algorithm", "median_ms"]] = ["fused_only", 1e-9]
+    store.write(df, tmp_path / "planted.parquet")
+    capsys.readouterr()
+    assert main(["plan", str(tmp_path / "planted.parquet"), "--suite", "quick"]) == 0
+    chosen = {c["algorithm"] for layer in json.loads(capsys.readouterr().out)["layers"]
+              for c in layer["directions"].values() if c}
+    assert chosen == {"exact"}
