@@ -42,6 +42,9 @@ def cmd_table(args: argparse.Namespace) -> int:
             _say(text.render(answers.determinism_blocks(part)))
         elif args.stability:
             _say(text.render(answers.stability_blocks(part)))
+        elif args.fusion:
+            from harness.report import fusion
+            _say(text.render(fusion.fusion_blocks(part)))
         else:
             _print_best(part)
     return EXIT_OK

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis import policies
 from harness.analysis.policies import meaning
-from harness.report import analysis, answers, figures, tables
+from harness.report import analysis, answers, figures, fusion, tables
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 
 SHOWN_FIGURES = 2      # figures of one kind shown open; the rest are folded
@@ -29,6 +29,8 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
         *selection_section(df),
         Section("Cost of determinism", "determinism", tuple(answers.determinism_blocks(df))),
         Section("Pick stability and near-ties", "stability", tuple(answers.stability_blocks(df))),
+        *([Section("Fused epilogues", "fusion", tuple(fusion.fusion_blocks(df)))]
+          if fusion.has_epilogues(df) else []),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel, renderer),
         workspace_section(df, totals, fig_dir, rel, renderer),
