@@ -10,6 +10,9 @@
 #   gpu_evidence.sh scaleout OUT NAME [local]
 #                                        issue 14's sweep (cudnn + cudnn_graph, fp16/fp32 NHWC) on
 #                                        GPU 0 alone, or with `local` over every GPU (--cluster local)
+#   gpu_evidence.sh fused OUT NAME [SUITE]  forward ops conv, conv_bias_relu, conv_bias_add_relu on
+#                                        cudnn_graph (fused plans + unfused) and torch_gpu, fp16
+#                                        NHWC (SUITE default resnet50; video3d for 3-D)
 #   gpu_evidence.sh model OUT NAME SOURCE  `run --model SOURCE` (cudnn + cudnn_graph + torch_gpu,
 #                                        fp16/bf16 NHWC, batch 32), then its table, fp16 plan, report
 # Results go to OUT/NAME.parquet (a killed sweep leaves its gzipped journal); logs beside them.
@@ -38,7 +41,7 @@ sweep() {  # NAME ARGS...
   local name=$1; shift
   local start=$SECONDS resume=""
   [ -n "${RESUME_FROM:-}" ] && resume_from "$name"
-  timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run resnet50 "$@" ${EXTRA_FLAGS:-} $resume \
+  timeout "${SECONDS_LEFT:-540}" python3 -m harness.cli run "${SUITE:-resnet50}" "$@" ${EXTRA_FLAGS:-} $resume \
     --out "/tmp/$name.parquet" > "$out/$name.log" 2>&1
   echo "exit $? sweep wall time: $((SECONDS - start)) s" | tee -a "$out/$name.log"
   grep -a -E "^note|^wrote" "$out/$name.log"
@@ -58,6 +61,9 @@ case "$part" in
   selection)
     sweep "$3" --backend cudnn,cudnn_graph,torch_gpu --precision "$4" --layout "${5:-NCHW,NHWC}" \
       --workspace-limit unlimited --budget-ms 10 ;;
+  fused)
+    SUITE=${4:-resnet50} sweep "$3" --backend cudnn_graph,torch_gpu --precision fp16 --layout NHWC \
+      --direction fwd --op conv,conv_bias_relu,conv_bias_add_relu --budget-ms 10 ;;
   scaleout)
     if [ "${4:-}" = local ]; then
       sweep "$3" --backend cudnn,cudnn_graph --precision fp16,fp32 --layout NHWC --cluster local
