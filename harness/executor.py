@@ -234,16 +234,25 @@ def algorithm_for(point: Point) -> Algorithm:
 def _time_gpu(prepared: Prepared, options, flush) -> Timing:
     """Warm points replay a CUDA graph of the calls unless the stream timer is asked for; cold
     points (an L2 flush between calls) and libraries whose calls cannot be captured use the held
-    stream. The Timing says which, and why capture failed."""
-    from harness.timer import CaptureFailed, time_cuda, time_cuda_graph
+    stream. The Timing says which, and why capture failed. A library that captures its own
+    calls (PyTorch) is timed both ways: where the replay is slower, capture changed its kernels
+    and the stream-ordered timing, what eager users get, is kept (timer.capture_changed_kernels)."""
+    from harness.timer import CaptureFailed, capture_changed_kernels, time_cuda, time_cuda_graph
     capture_error = None
     if flush is None and options.gpu_timer == "graph":
         try:
             timing = time_cuda_graph(prepared.launch, prepared.stream, options,
                                      capture=prepared.capture)
-            return replace(timing, gpu_timer="cuda_graph")
         except CaptureFailed as err:
             capture_error = str(err)[:300]
+        else:
+            if prepared.capture is None:
+                return replace(timing, gpu_timer="cuda_graph")
+            streamed = time_cuda(prepared.launch, prepared.stream, options)
+            capture_error = capture_changed_kernels(timing, streamed)
+            if capture_error is None:
+                return replace(timing, gpu_timer="cuda_graph")
+            return replace(streamed, gpu_timer="held_stream", capture_error=capture_error)
     timing = time_cuda(prepared.launch, prepared.stream, options, flush)
     return replace(timing, gpu_timer="held_stream", capture_error=capture_error)
 

@@ -44,7 +44,9 @@ def test_every_direction_precision_layout_is_ok_and_verified():
     for m in results:
         assert m.rel_error <= m.tolerance and m.median_ms > 0 and m.host_ms > 0
         assert m.family == "library" and m.workspace_bytes >= 0
-        assert m.extras["gpu_timer"] == "cuda_graph", m.extras.get("capture_error")
+        # replayed, unless capture changed PyTorch's kernels (then eager order, and why)
+        assert m.extras["gpu_timer"] == "cuda_graph" or "capture changed" in m.extras.get(
+            "capture_error", ""), (m.extras["gpu_timer"], m.extras.get("capture_error"))
         # TF32 is allowed only when asked for, so fp32 stays fp32.
         assert m.effective_precision == m.point.precision, (m.point.point_id, m.rel_error)
 
