@@ -91,6 +91,10 @@ EXTRA_COLUMNS: dict[str, str] = {
     # mode A's list (0 = the frontend's own pick; empty when only mode B or FALLBACK offered it)
     "behavior_notes": "string",
     "graph_heuristic_rank": "Int64",
+    # cudnn_graph "unfused": the plan that ran the convolution before the separate epilogue
+    # kernels (its engine_id and notes fill those columns; its rank is left out, so the graph
+    # heuristic policy never takes this row for one of the fused graph's plans)
+    "conv_plan": "string",
     "first_call_ms": "float64",          # host wall time of the first launch (cold start)
     # samples per worker process, in samples_ms order ("10 10"): harness/process_split.py
     "process_samples": "string",

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from harness import backends, runner
+from harness import backends, epilogue, runner
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
 
@@ -29,8 +29,10 @@ def _needs_frontend():
 
 
 def _sweep(problem, backends_=("cudnn_graph",), **axes) -> list:
-    sweep = Sweep("graph-test", (problem,), backends=tuple(map(AlgorithmChoice, backends_)),
-                  timing=FAST, **axes)
+    # cudnn_graph means its engines here; the unfused algorithm has tests of its own (test_ops_*)
+    choices = tuple(AlgorithmChoice(b, ("engines",) if b == "cudnn_graph" else ())
+                    for b in backends_)
+    sweep = Sweep("graph-test", (problem,), backends=choices, timing=FAST, **axes)
     results = []
     runner.run_points(runner.plan(sweep).points, results.append)
     return results
@@ -152,3 +154,33 @@ def test_selection_over_measured_rows(rows):
 def test_3d_every_setting_has_a_verified_plan(problem):
     """5-D tensors and three-entry geometry: every direction, fp32 / fp16, NCDHW / NDHWC."""
     check_3d(run_3d("cudnn_graph", problem))
+
+
+@pytest.mark.parametrize("precision, layout", [("fp16", "NHWC"), ("fp32", "NCHW")])
+def test_ops_fused_plans_and_the_unfused_sequence_are_verified(precision, layout):
+    """Issue 17: each epilogue op has a verified fused plan (one graph: conv, bias, residual add,
+    ReLU) and a verified unfused row (the plain conv's mode-A plan, then separate kernels,
+    captured into a CUDA graph like the plans); no row is wrong or crashed."""
+    sweep = Sweep("graph-ops-test", (SMALL,), backends=(AlgorithmChoice("cudnn_graph"),),
+                  timing=FAST, precisions=(precision,), layouts=(layout,), ops=epilogue.OPS[1:])
+    results = []
+    runner.run_points(runner.plan(sweep).points, results.append)
+    for op in epilogue.OPS[1:]:
+        fused = [m for m in results if m.point.op == op and m.point.algorithm != "unfused"]
+        unfused = [m for m in results if m.point.op == op and m.point.algorithm == "unfused"]
+        print(f"{op} {precision} {layout}: fused {dict(Counter(m.status for m in fused))}, "
+              f"fastest ok {min((m.median_ms for m in fused if m.ok), default=None)}; "
+              f"unfused {[(m.status, m.median_ms, m.extras.get('conv_plan'), m.reason) for m in unfused]}")
+        assert any(m.ok for m in fused), (op, [(m.point.algorithm, m.status, m.reason)
+                                               for m in fused][:8])
+        assert len(unfused) == 1 and unfused[0].ok, (op, unfused[0].status, unfused[0].reason)
+        u = unfused[0]
+        assert re.match(r"eng\d+", u.extras["conv_plan"]), u.extras
+        assert u.extras.get("graph_heuristic_rank") is None
+        assert u.extras["gpu_timer"] == "cuda_graph", u.extras.get("capture_error")
+        for m in fused + unfused:
+            if m.ok:
+                assert m.rel_error <= m.tolerance or m.effective_precision == "tf32" != precision
+    bad = [(m.point.point_id, m.status, m.reason) for m in results
+           if m.status in ("wrong", "crashed")]
+    assert not bad, bad

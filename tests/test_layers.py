@@ -24,6 +24,7 @@ LAYERS = [
     {"schema"},
     {"timer", "backends.base", "store"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.cudnn_graph",
+     "backends.cudnn_graph_epilogue",
      "backends.torch_cpu", "backends.torch_gpu", "backends.fake"},
     {"executor", "process_split"},
     {"worker"},

@@ -27,6 +27,9 @@ library offers engines for it.
 
 A 3-D problem is the same one-node graph with 5-D tensors (NCDHW or NDHWC strides) and
 three-entry padding, stride and dilation lists (`conv_geometry`).
+
+Ops (issue 17): "engines" offers the plans of one fused forward graph (conv, bias, residual add,
+ReLU); "unfused" runs the plain conv's own plan, then separate kernels (cudnn_graph_epilogue).
 """
 from __future__ import annotations
 
@@ -40,8 +43,10 @@ from typing import Any
 from harness.backends.cudnn import CudnnFailed, DeviceOutput, cuda_unavailable_reason
 from harness.backends.device_buffers import (DeviceTensors, element_strides, logical_view,
                                              poison_value)
+from harness import epilogue
 from harness.backends import cudnn_lib
 from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
+from harness.backends.cudnn_graph_epilogue import UnfusedAlgorithm, epilogue_pack, fused_tail
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -57,7 +62,7 @@ NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "F
 DESELECTED = "Deselecting execution plan"   # the frontend's refusal of a note-filtered plan
 # Tensor uids by role; the output of bwd_data is dx (uid of x), of bwd_filter dw (uid of w).
 UID_X, UID_W, UID_Y = 1, 2, 3
-GRAPH_CACHE_SIZE = 12      # 3 directions x 2 layouts x 2 storage types of one problem
+GRAPH_CACHE_SIZE = 24      # (3 directions + 3 fused ops) x 2 layouts x 2 storage types
 
 
 @dataclass(frozen=True)
@@ -91,9 +96,11 @@ class PlanInfo:
 
 @dataclass
 class PlanSet:
-    """One built operation graph and its candidate plans, by unique name in heuristic order."""
+    """One built operation graph and its candidate plans, by unique name in heuristic order;
+    `op` is what the graph computes (its epilogue's operands join the variant pack)."""
     graph: Any
     plans: dict[str, PlanInfo]
+    op: str = epilogue.CONV
 
 
 class EnginesAlgorithm(Algorithm):
@@ -102,6 +109,7 @@ class EnginesAlgorithm(Algorithm):
     expands = True
     family = "engine"      # each prepared plan says its own family and error factor
     runs_3d = True         # 5-D tensors and three-entry geometry lists (conv_geometry)
+    ops = epilogue.OPS     # an epilogue is fused into the forward graph (cudnn_graph_epilogue)
     description = ("every execution plan the graph-API heuristics (modes A, B, FALLBACK) "
                    "offer, one row each")
 
@@ -165,7 +173,7 @@ class CudnnGraphBackend(Backend):
     description = "cuDNN graph-API engine configurations (cudnn-frontend execution plans)"
 
     def __init__(self) -> None:
-        self._algorithms = [EnginesAlgorithm(self)]
+        self._algorithms = [EnginesAlgorithm(self), UnfusedAlgorithm(self)]
         self._session: _Session | None = None
 
     def unavailable_reason(self) -> str | None:
@@ -208,7 +216,9 @@ class _Session:
 
     # ---- graphs and plans ---------------------------------------------------------------------
     def plan_set(self, point: Point) -> PlanSet:
-        key = (point.problem, point.direction, PRECISION_TYPES[point.precision], point.layout)
+        # by op too: a fused point must never be given the plain convolution's plans
+        key = (point.problem, point.direction, point.op, PRECISION_TYPES[point.precision],
+               point.layout)
         if key not in self._plan_sets:
             self._plan_sets[key] = self._enumerate(point)
             while len(self._plan_sets) > GRAPH_CACHE_SIZE:
@@ -227,7 +237,7 @@ class _Session:
         plans = {name: PlanInfo(index, _engine_id(name), tuple(sorted(notes[name])),
                                 self._behavior(graph, index), ranks.get(name))
                  for name, index in names.items()}
-        return PlanSet(graph, plans)
+        return PlanSet(graph, plans, point.op)
 
     def _candidates(self, point: Point, modes: tuple[str, ...]) -> Any:
         """A validated operation graph with its heuristic candidates, nothing built yet."""
@@ -294,7 +304,7 @@ class _Session:
         require_fits(needed, point.workspace_limit)
         tensors = self.tensors.get(point, data)
         workspace = self.cupy.empty(max(needed, 1), dtype=self.cupy.uint8)
-        pack, out_buffer = _variant_pack(point.direction, tensors)
+        pack, out_buffer = _variant_pack(point.direction, tensors, plan_set.op)
         return GraphPrepared(
             execute=graph._execute_plan_at_index, variant_pack=pack, workspace=workspace,
             index=info.index, handle=self.handle, errors=self.errors, output_buffer=out_buffer,
@@ -331,6 +341,7 @@ def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
     geometry = dict(**conv_geometry(p), compute_data_type=compute)
     if point.direction == "fwd":
         out = graph.conv_fprop(image=tensor(UID_X, "x"), weight=tensor(UID_W, "w"), **geometry)
+        out = fused_tail(graph, out, point, io, compute)     # the op's epilogue, if any
         out_uid = UID_Y
     elif point.direction == "bwd_data":
         out = graph.conv_dgrad(loss=tensor(UID_Y, "dy"), filter=tensor(UID_W, "w"), **geometry)
@@ -353,13 +364,15 @@ def conv_geometry(p: ConvProblem) -> dict[str, list[int]]:
             "stride": [a.stride for a in spatial], "dilation": [a.dilation for a in spatial]}
 
 
-def _variant_pack(direction: str, tensors: dict[str, Any]) -> tuple[dict[int, int], Any]:
-    """uid -> device pointer (plain ints are what the frontend takes), and the output buffer."""
+def _variant_pack(direction: str, tensors: dict[str, Any],
+                  op: str = epilogue.CONV) -> tuple[dict[int, int], Any]:
+    """uid -> device pointer (plain ints are what the frontend takes), and the output buffer;
+    `op` is the graph's (the unfused algorithm binds a plain graph to a fused point's tensors)."""
     roles = {"fwd": ("x", "w", "y"), "bwd_data": ("dx", "w", "dy"),
              "bwd_filter": ("x", "dw", "dy")}[direction]
     out = {"fwd": "y", "bwd_data": "dx", "bwd_filter": "dw"}[direction]
     pack = {uid: tensors[name].data.ptr for uid, name in zip((UID_X, UID_W, UID_Y), roles)}
-    return pack, tensors[out]
+    return {**pack, **epilogue_pack(op, tensors)}, tensors[out]
 
 
 def _engine_name(plan_name: str) -> str | None:

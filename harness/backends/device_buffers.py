@@ -14,9 +14,11 @@ from harness.sweep import Point
 
 
 class DeviceTensors:
-    """Device copies of one problem's x, w, dy and its output buffers, in the point's precision
-    and layout, shared by every algorithm of that problem (uploading per algorithm would
-    dominate a sweep); replaced when the problem, precision or layout changes."""
+    """Device copies of one problem's x, w, dy (and the op's bias and residual) and its output
+    buffers, in the point's precision and layout, shared by every algorithm of that problem
+    (uploading per algorithm would dominate a sweep); replaced when the problem, op, precision
+    or layout changes. The bias is the plain (K,) vector: its values are contiguous in either
+    layout, which is all a [1, K, 1, 1] tensor of channel stride 1 reads."""
 
     def __init__(self, cupy: Any):
         self.cupy = cupy
@@ -24,11 +26,15 @@ class DeviceTensors:
         self._tensors: dict[str, Any] = {}
 
     def get(self, point: Point, data: ProblemData) -> dict[str, Any]:
-        key = (point.problem, point.precision, point.layout, id(data))
+        # The op is in the key, not only in `data`: an id can be reused once data is freed.
+        key = (point.problem, point.op, point.precision, point.layout, id(data))
         if key != self._key:
             self._tensors = {}                     # free the previous problem's memory first
             self._tensors = {name: upload(self.cupy, getattr(data, name), point)
-                             for name in ("x", "w", "dy")}
+                             for name in ("x", "w", "dy", "residual")
+                             if getattr(data, name) is not None}
+            if data.bias is not None:
+                self._tensors["bias"] = self.cupy.asarray(to_storage(data.bias, point.precision))
             shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
                       "dw": point.problem.weight_shape}
             for name, shape in shapes.items():
