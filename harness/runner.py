@@ -103,7 +103,7 @@ def _algorithm_names(backend: str) -> list[str]:
 
 
 def _exists(point: Point) -> bool:
-    return point.direction in backends.get(point.backend).algorithm(point.algorithm).directions
+    return backends.get(point.backend).algorithm(point.algorithm).exists_for(point)
 
 
 # ---- sweeps -------------------------------------------------------------------------------------

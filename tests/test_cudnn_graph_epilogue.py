@@ -191,3 +191,15 @@ def test_engines_take_every_op_and_the_backend_lists_both_without_cupy():
     for op in epilogue.OPS:
         assert engines.refusal(_point(P2, op)) is None
     assert schema.EXTRA_COLUMNS["conv_plan"] == "string"
+
+
+def test_a_plain_convolution_sweep_plans_no_unfused_rows():
+    """`unfused` means nothing for plain convolution or the backward directions: no row at all
+    there (a refusal per forward point would bloat every cudnn_graph sweep), a row for ops."""
+    from harness import runner
+    p = ConvProblem(1, 8, 8, 8, 8, 3, 3)
+    planned = {(d, op): runner._exists(Point(p, d, "fp16", "NHWC", "cudnn_graph", "unfused", op=op))
+               for d in ("fwd", "bwd_data") for op in ("conv", "conv_bias_relu")}
+    assert planned == {("fwd", "conv"): False, ("bwd_data", "conv"): False,
+                       ("fwd", "conv_bias_relu"): True, ("bwd_data", "conv_bias_relu"): False}
+    assert runner._exists(Point(p, "bwd_data", "fp16", "NHWC", "cudnn_graph", "engines"))

@@ -174,6 +174,11 @@ class Algorithm:
     # followed by bias, ReLU and a residual add. Others get a row saying so from `refusal`.
     ops: ClassVar[tuple[str, ...]] = (epilogue.CONV,)
 
+    def exists_for(self, point: Point) -> bool:
+        """Whether a sweep makes a row for this point at all (no row, rather than a refusal,
+        where the algorithm has no meaning: a direction it does not exist for)."""
+        return point.direction in self.directions
+
     def variants(self, point: Point, data: ProblemData) -> list[str]:
         """Names of the concrete variants for this point (expanding algorithms only)."""
         raise NotImplementedError

@@ -114,6 +114,11 @@ class UnfusedAlgorithm(Algorithm):
     def __init__(self, owner: Any):
         self._owner = owner        # the CudnnGraphBackend (its session builds and caches plans)
 
+    def exists_for(self, point: Point) -> bool:
+        # plain convolution has nothing to leave unfused: no row (every cudnn_graph sweep of
+        # plain convolutions would otherwise carry one refusal per forward point)
+        return super().exists_for(point) and point.op != epilogue.CONV
+
     def supports(self, point: Point) -> str | None:
         if point.op == epilogue.CONV:
             return "plain convolution: the engines rows are this convolution, unfused or not"
