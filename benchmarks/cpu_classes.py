@@ -1,7 +1,7 @@
 """Own CPU algorithms against oneDNN (torch_cpu) by layer class, from a results file.
 
     .venv/bin/python benchmarks/cpu_classes.py results/cpu_compare-cpu-DATE.parquet \
-        [--standalone results/onednn-alone.parquet]
+        [--standalone results/onednn-alone.parquet [more alone runs ...]]
 
 Class A: 3x3 stride-1 layers with >= 64 input and output channels (where Winograd and im2col
 should match oneDNN); class B: every other layer. Each cell is the geometric mean over the class's
@@ -56,20 +56,48 @@ def class_table(rows: pd.DataFrame) -> pd.DataFrame:
     return table["geomean"].unstack("algorithm").round(2)
 
 
-def standalone_check(sweep: pd.DataFrame, alone: pd.DataFrame) -> str:
-    a = verified(sweep[sweep.backend == PEER]).set_index(KEYS)["median_ms"]
-    b = verified(alone[alone.backend == PEER]).set_index(KEYS)["median_ms"]
-    both = (a / b).dropna()
-    within = (both.sub(1).abs() <= 0.05).mean()
-    return (f"torch_cpu in the sweep / alone over {len(both)} points: median "
-            f"{both.median():.3f}, range {both.min():.3f}-{both.max():.3f}, "
-            f"{within:.0%} within 5%")
+# A row's own relative noise (schema `noise`: the median's standard error / median) at or below
+# this is a timing tight enough to be compared at 5%.
+TIGHT_NOISE = 0.05
+
+
+def _peer(df: pd.DataFrame) -> pd.DataFrame:
+    return verified(df[df.backend == PEER]).set_index(KEYS)[["median_ms", "noise"]]
+
+
+def agreement(a: pd.DataFrame, b: pd.DataFrame, label: str) -> str:
+    """How torch_cpu's medians in two files agree: over every common point, and over those
+    where both timings are tight (a point that scatters by itself cannot agree within 5%)."""
+    both = a.add_suffix("_a").join(b.add_suffix("_b"), how="inner")
+    ratio = both.median_ms_a / both.median_ms_b
+    tight = (both.noise_a <= TIGHT_NOISE) & (both.noise_b <= TIGHT_NOISE)
+
+    def text(r: pd.Series) -> str:
+        if r.empty:
+            return "no points"
+        within = int((r.sub(1).abs() <= 0.05).sum())
+        return (f"median {r.median():.3f}, range {r.min():.3f}-{r.max():.3f}, "
+                f"{within} of {len(r)} within 5%")
+    return (f"{label}: all points {text(ratio)}; tight points (noise <= {TIGHT_NOISE:.0%} in "
+            f"both) {text(ratio[tight])}")
+
+
+def standalone_check(sweep: pd.DataFrame, alone: list[pd.DataFrame]) -> list[str]:
+    """The sweep's torch_cpu rows against each run of torch_cpu alone, and, with two or more
+    alone runs, the alone runs against the first: the agreement two runs without any other
+    library reach, against which the sweep's is to be read."""
+    lines = [agreement(_peer(sweep), _peer(run), f"torch_cpu in the sweep / alone run {i + 1}")
+             for i, run in enumerate(alone)]
+    lines += [agreement(_peer(run), _peer(alone[0]), f"alone run {i + 2} / alone run 1")
+              for i, run in enumerate(alone[1:])]
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results")
-    parser.add_argument("--standalone")
+    parser.add_argument("--standalone", nargs="+", default=[],
+                        help="results of torch_cpu alone (several: their own agreement too)")
     args = parser.parse_args()
     df = store.load(args.results)
     env = df.iloc[0]
@@ -80,7 +108,7 @@ def main() -> None:
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(class_table(ratios(df)).to_string())
     if args.standalone:
-        print(standalone_check(df, store.load(args.standalone)))
+        print("\n".join(standalone_check(df, [store.load(f) for f in args.standalone])))
 
 
 if __name__ == "__main__":
