@@ -100,6 +100,8 @@ _TABLE_VIEWS = {
                 "backend's best, and what the best saves",
     "determinism": "what deterministic mode costs per training step and per layer, and where "
                    "cuDNN's heuristic or PyTorch picks a nondeterministic algorithm",
+    "conv3d": "3-D layers: per point the fastest verified algorithm and each backend's best "
+              "time, or why it has none",
     "fusion": "what fusing bias, ReLU and the residual add into the convolution (--op) saves "
               "over separate pointwise kernels and over eager PyTorch, per network and point",
     "stability": "per point, how likely a rerun picks another algorithm (bootstrap of the raw "

@@ -42,6 +42,9 @@ def cmd_table(args: argparse.Namespace) -> int:
             _say(text.render(answers.determinism_blocks(part)))
         elif args.stability:
             _say(text.render(answers.stability_blocks(part)))
+        elif args.conv3d:
+            from harness.report import depth
+            _say(text.render(depth.conv3d_blocks(part)))
         elif args.fusion:
             from harness.report import fusion
             _say(text.render(fusion.fusion_blocks(part)))
