@@ -51,9 +51,3 @@ def apply(op: str, y: Any, bias: Any, residual: Any, xp: Any) -> Any:
         y = xp.maximum(y, 0.0)
     return y
 
-
-def checked(op: str) -> str:
-    """The op, or ValueError naming it and the known ones."""
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
-    return op

@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.analysis import POINT_KEYS, ranked
 from harness.env import ENV_FIELDS
+from harness.epilogue import CONV
 from harness.measurement import Status
 from harness.stats import interquartile_range
 
@@ -83,11 +84,11 @@ def _pytest_benchmark_entry(r: dict[str, Any]) -> dict[str, Any]:
     params = {name: _plain(r.get(name)) for name in (
         "layer", "descriptor", "batch", "direction", "precision", "layout", "backend", "algorithm",
         "workspace_limit", "timing_mode", "threads", "op")}
-    param = "-".join(str(params[k]) for k in ("backend", "algorithm", "direction", "precision",
-                                              "layout"))
+    param = "-".join([str(params["backend"]), str(params["algorithm"]), _direction(r),
+                      str(params["precision"]), str(params["layout"])])
     label = _label(r)
     return {
-        "group": f"{label} {r.get('direction')} {r.get('precision')} {r.get('layout')}",
+        "group": f"{label} {_direction(r)} {r.get('precision')} {r.get('layout')}",
         "name": f"{label}[{param}]",
         "fullname": f"convbench::{r['point_id']}",
         "params": params,
@@ -166,7 +167,7 @@ def to_github_action_benchmark(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _chart_name(r: dict[str, Any]) -> str:
-    name = (f"{_label(r)} n{r.get('batch')} {r.get('direction')} {r.get('precision')} "
+    name = (f"{_label(r)} n{r.get('batch')} {_direction(r)} {r.get('precision')} "
             f"{r.get('layout')} {r.get('backend')}:{r.get('algorithm')}")
     limit = _plain(r.get("workspace_limit"))
     if limit is not None and limit >= 0:
@@ -285,4 +286,11 @@ def _int_or_none(value: Any) -> int | None:
 def _seconds(ms: Any) -> float | None:
     value = _plain(ms)
     return None if value is None else float(value) / 1e3
+
+
+def _direction(r: dict[str, Any]) -> str:
+    """The direction, with the op where one follows the convolution (as in the point id), so a
+    fused row never takes a plain row's name."""
+    op = r.get("op")
+    return str(r.get("direction")) + ("" if op in (None, CONV) else f"+{op}")
 

@@ -38,7 +38,8 @@ def footprint(point: Point, device: str) -> Footprint:
     # x, w, dy (reference.make_data), and the residual of an op that adds one
     data = FLOAT64 * (_operand_elements(p) + _residual_elements(point))
     checking = FLOAT64 * (_reference_elements(p) + 3 * _result_elements(p, point.direction))
-    backend = element_bytes(point.precision) * (_operand_elements(p) + _padded_elements(p))
+    backend = element_bytes(point.precision) * (_operand_elements(p) + _padded_elements(p)
+                                                + _residual_elements(point))   # its device copy
     if device == "cuda":  # the reference and the comparison run on the GPU (cupy)
         return Footprint(host=data, device=data + checking + backend)
     return Footprint(host=data + checking + backend, device=0)

@@ -125,8 +125,8 @@ def run_point(point: Point, seed: int = 0) -> Measurement:
 
 
 def shards(points: Iterable[Point]) -> list[list[Point]]:
-    """The cluster's units of work: consecutive points (in plan order) that share test data and
-    references (one problem at one precision), so each worker builds them once. Largest first,
+    """The cluster's units of work: consecutive points (in plan order) of one problem at one
+    precision, which share test data (and, op by op, references), so each worker builds them once. Largest first,
     so the last shard to start is a small one and the workers finish together; estimated work is
     the point count times the problem's FLOPs."""
     runs = [list(members) for _, members in groupby(points, key=_test_data)]

@@ -74,7 +74,8 @@ EXTRA_COLUMNS: dict[str, str] = {
     "sm_clock_max_mhz": "float64",
     "throttled": "boolean",              # sm clock under 90% of max while timing
     "gpu_timer": "string",               # cuda_graph (warm replay) or held_stream
-    "capture_error": "string",           # why the calls could not be captured into a graph
+    "capture_error": "string",           # why the calls were not timed by graph replay: capture
+                                         # failed, or it changed a library's kernels
     "achieved_tflops": "float64",
     "achieved_gbps": "float64",
     "roofline_pct": "float64",           # achieved rate as % of min(peak, intensity x bandwidth)

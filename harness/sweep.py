@@ -116,9 +116,14 @@ class Sweep:
             names = choice.algorithms or tuple(algorithms_of(choice.backend))
             # limits innermost: points that differ only in their limit are adjacent and
             # measured as one group (runner.groups)
-            for problem, direction, op, precision, layout, algorithm, threads, limit in product(
-                    self.problems, self.directions, self.ops, self.precisions, self.layouts,
-                    names, self.threads, self.workspace_limits):
-                if epilogue.applies_to(op, direction):   # epilogues are forward-only
+            for problem, direction, precision, layout, algorithm, threads, limit in product(
+                    self.problems, self.directions, self.precisions, self.layouts, names,
+                    self.threads, self.workspace_limits):
+                for op in self.ops_of(direction):
                     yield Point(problem, direction, precision, layout, choice.backend, algorithm,
                                 limit, self.timing, threads, op)
+
+    def ops_of(self, direction: str) -> tuple[str, ...]:
+        """The ops swept in a direction: all asked for forward; backward directions have no
+        epilogue, so they run plain convolution whatever the ops (never dropped)."""
+        return self.ops if direction == "fwd" else (epilogue.CONV,)

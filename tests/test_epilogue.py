@@ -135,3 +135,23 @@ def test_a_plan_answers_for_the_convolution_not_for_fused_rows(tmp_path, capsys)
     chosen = {c["algorithm"] for layer in json.loads(capsys.readouterr().out)["layers"]
               for c in layer["directions"].values() if c}
     assert chosen == {"exact"}
+
+
+def test_backward_directions_run_conv_whatever_the_ops():
+    """--op conv_bias without conv must not drop the backward points: they have no epilogue."""
+    sweep = Sweep("ops", (PROBLEM,), directions=("fwd", "bwd_data", "bwd_filter"),
+                  backends=(AlgorithmChoice("torch_cpu"),), ops=("conv_bias",))
+    found = sorted((p.direction, p.op) for p in sweep.points(lambda b: ["conv2d"]))
+    assert found == [("bwd_data", "conv"), ("bwd_filter", "conv"), ("fwd", "conv_bias")]
+
+
+def test_exported_names_tell_a_fused_row_from_a_plain_one():
+    from harness import export
+    rows = [schema.to_row(runner.run_point(_point(op, backend="fake", algorithm="exact")), "r",
+                          "s", {}, schema.finished_now()) for op in ("conv", "conv_bias")]
+    df = schema.frame(rows)
+    charts = export.to_github_action_benchmark(df)
+    assert len({c["name"] for c in charts}) == 2
+    assert not any("[" in c["name"] for c in charts)        # no point-id suffix needed
+    bench = export.to_pytest_benchmark_json(df)["benchmarks"]
+    assert len({b["name"] for b in bench}) == 2 and "fwd+conv_bias" in bench[1]["param"]

@@ -66,3 +66,13 @@ def test_the_blocks_show_the_totals_and_every_point():
     assert f"{saved:.4g} ms" in out or f"{saved:.3g} ms" in out, out
     assert section.has_epilogues(FRAME)
     assert not section.has_epilogues(FRAME[FRAME["op"] == "conv"])
+
+
+def test_eager_is_pytorch_on_the_gpu_and_networks_stay_apart():
+    cpu_peer = pd.DataFrame([_row("a", "conv_bias_relu", "torch_cpu", "conv2d", 0.01)])
+    points = fusion.point_savings(pd.concat([FRAME, cpu_peer], ignore_index=True))
+    assert points.set_index("layer").loc["a", "eager_ms"] == 1.4     # not oneDNN's 0.01
+    two = pd.concat([FRAME.assign(suite="net1"), FRAME.assign(suite="net2")], ignore_index=True)
+    totals = fusion.network_savings(fusion.point_savings(two))
+    assert sorted(totals["suite"]) == ["net1", "net2"]
+    assert list(totals["points_compared"]) == [2, 2]

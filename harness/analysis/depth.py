@@ -6,8 +6,6 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.analysis.points import POINT_KEYS, ranked, verified, with_candidate
-
-__all__ = ["POINT_KEYS", "is_3d", "point_backends"]
 from harness.problem import DEPTH_DEFAULTS
 
 

@@ -18,9 +18,13 @@ from harness.epilogue import CONV
 
 FUSING_BACKEND = "cudnn_graph"
 UNFUSED = "unfused"              # cudnn_graph's algorithm: conv plan + separate pointwise kernels
-EAGER_BACKENDS = ("torch_gpu", "torch_cpu")
+# PyTorch on the device the fused graph runs on (torch_cpu rows share the point key but would
+# compare a GPU graph with oneDNN on the CPU)
+EAGER_BACKENDS = ("torch_gpu",)
 WAYS = ("fused", "unfused", "eager")
-POINT_COLUMNS = [*POINT_KEYS, "multiplicity", "conv_ms",
+# What keeps networks apart (a suite; a results file when several are read: networks.SOURCE)
+NETWORK_SPLIT = ("source", "suite")
+POINT_COLUMNS = ["multiplicity", "conv_ms",
                  *[f"{w}_{c}" for w in WAYS for c in ("candidate", "ms")],
                  "epilogue_ms", *[f"saves_vs_{w}_{u}" for w in WAYS[1:] for u in ("ms", "pct")]]
 
@@ -42,17 +46,23 @@ def _way(df: pd.DataFrame) -> pd.Series:
     return way
 
 
+def _split(df: pd.DataFrame) -> list[str]:
+    return [k for k in NETWORK_SPLIT if k in df.columns]
+
+
 def point_savings(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per point with an epilogue (op other than conv) and a verified row: POINT_COLUMNS
-    (NaN where a way or the plain convolution was not measured or not verified)."""
+    """One row per point with an epilogue (op other than conv) and a verified row: the network
+    split columns present, POINT_KEYS and POINT_COLUMNS (NaN where a way or the plain
+    convolution was not measured or not verified)."""
     df = with_candidate(ranked(df))
+    keys = [*_split(df), *POINT_KEYS]
     fused_points = df[df["op"] != CONV]
-    points = fused_points.drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)[["multiplicity"]]
+    points = fused_points.drop_duplicates(keys).set_index(keys)[["multiplicity"]]
     way = _way(fused_points)
     for name in WAYS:
-        best = _fastest(fused_points[way == name], POINT_KEYS)
+        best = _fastest(fused_points[way == name], keys)
         points = points.join(best.set_axis([f"{name}_candidate", f"{name}_ms"], axis=1))
-    plain_keys = [k for k in POINT_KEYS if k != "op"]
+    plain_keys = [k for k in keys if k != "op"]
     conv = _fastest(df[df["op"] == CONV], plain_keys)["median_ms"].rename("conv_ms")
     points = points.reset_index().join(conv, on=plain_keys)
     points["epilogue_ms"] = points["fused_ms"] - points["conv_ms"]
@@ -61,13 +71,15 @@ def point_savings(df: pd.DataFrame) -> pd.DataFrame:
         points[f"saves_vs_{name}_ms"] = saved
         points[f"saves_vs_{name}_pct"] = 100.0 * saved / points[f"{name}_ms"]
     has_any = points[[f"{w}_ms" for w in WAYS]].notna().any(axis=1)
-    return points[has_any][POINT_COLUMNS].reset_index(drop=True)
+    return points[has_any][[*keys, *POINT_COLUMNS]].reset_index(drop=True)
 
 
-def network_savings(points: pd.DataFrame, keys: list[str] = STEP_KEYS) -> pd.DataFrame:
-    """Per group of `keys` (by default one network's forward pass at one op): each way's total
+def network_savings(points: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
+    """Per group of `keys` (by default one network's forward pass at one op: the network split
+    and STEP_KEYS): each way's total
     (ms x multiplicity) over the points where all three ways were verified (`points_compared`,
     of `points`), and what fusion saves over the other two there."""
+    keys = [*_split(points), *STEP_KEYS] if keys is None else keys
     complete = points[[f"{w}_ms" for w in WAYS]].notna().all(axis=1)
     weighted = points[complete].assign(**{
         f"{w}_total": points[f"{w}_ms"] * points["multiplicity"] for w in WAYS})

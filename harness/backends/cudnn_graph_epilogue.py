@@ -11,8 +11,8 @@ test, test/python/conv/graph/test_conv_bias.py): `graph.bias(input=, bias=)` and
 default lower clip of 0, each taking `compute_data_type=` and `name=`.
 
 Unfused ("unfused"): what an eager framework does. The frontend's own plan for the plain
-convolution (heuristic mode A's first, the plan the fused graph's engines rows rank 0 for the
-plain op) writes y, then the epilogue runs as separate CuPy kernels on the same stream, in place
+convolution (the plain graph's heuristic mode A first plan: what the frontend would run for it
+alone; only that plan, so under a tight workspace limit the row may exceed it) writes y, then the epilogue runs as separate CuPy kernels on the same stream, in place
 on y: y += b, y += z, y = max(y, 0). Each step reads and writes y once more, which is the memory
 traffic fusion saves. The steps allocate nothing and never wait on the host, so the timer can
 capture the whole launch() into a CUDA graph like a fused plan's.

@@ -337,7 +337,8 @@ def _print_best(df) -> None:
 
 def _varying(frame, names: list[str]) -> list[str]:
     """The columns among `names` whose value differs between rows: shown only then."""
-    return [n for n in names if n in frame.columns and frame[n].nunique() > 1]
+    from harness.report.analysis import varying
+    return varying(frame, [n for n in names if n in frame.columns])
 
 
 def _print_step_totals(df) -> None:

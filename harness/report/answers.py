@@ -17,7 +17,7 @@ from harness.report.tables import (DASH, KEY_HEADERS, _missing, fmt_candidate, f
 
 HEADERS = {**KEY_HEADERS, "batch": "Batch", networks.SOURCE: "Source", "suite": "Network",
            networks.MACHINE: "Machine"}
-_SHOWN_WHEN_VARYING = ["batch", "workspace_limit", "timing_mode", "threads", "op"]
+SHOWN_WHEN_VARYING = ["batch", "workspace_limit", "timing_mode", "threads", "op"]
 NOT_MEASURED = "n/a"
 
 DETERMINISM_TEXT = (
@@ -56,8 +56,11 @@ def _label(policy: str) -> str:
     return "best verified" if policy == policies.ORACLE else policy
 
 
-def _keys(frame: pd.DataFrame, always: list[str]) -> list[str]:
-    return [*always, *analysis.varying(frame, [k for k in _SHOWN_WHEN_VARYING if k in frame])]
+def shown_keys(frame: pd.DataFrame, always: list[str],
+               optional: list[str] = SHOWN_WHEN_VARYING) -> list[str]:
+    """A table's key columns: `always`, then those of `optional` whose value varies here."""
+    return [*always, *analysis.varying(frame, [k for k in optional
+                                               if k in frame and k not in always])]
 
 
 def _pct(value: Any) -> str:
@@ -68,7 +71,7 @@ def _pct(value: Any) -> str:
 def networks_table(long: pd.DataFrame) -> Table:
     """The long frame of analysis.networks.network_table as one row per network setting."""
     split = [k for k in (networks.SOURCE, "suite", networks.MACHINE) if k in long.columns]
-    keys = _keys(long, [*split, "effective_precision", "layout"])
+    keys = shown_keys(long, [*split, "effective_precision", "layout"])
     names = list(dict.fromkeys(long["policy"]))
     headers = [HEADERS[k] for k in keys] + ["Layer-dirs"]
     headers += [f"{_label(p)} fwd / bwd / total ms" for p in names]
@@ -117,7 +120,7 @@ def determinism_blocks(df: pd.DataFrame) -> list[Block]:
     points = determinism.point_cost(df)
     cost = determinism.network_cost(df, points=points)
     marked = _marked_policies(df)
-    keys = _keys(cost, ["effective_precision", "layout"])
+    keys = shown_keys(cost, ["effective_precision", "layout"])
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["points"]),
                   fmt_total(r["total_oracle"], r["missing_oracle"], r["points"]),
                   fmt_total(r["total_deterministic"], r["missing_deterministic"], r["points"]),
@@ -148,7 +151,7 @@ def _determinism_points(points: pd.DataFrame, marked: list[str]) -> list[Block]:
         return [Text(f"At all {len(points)} points the fastest verified algorithm is "
                      "deterministic" + (" and no policy above picks a nondeterministic one."
                                         if marked else "."))]
-    keys = ["layer_label", "direction", *_keys(shown, ["effective_precision", "layout"])]
+    keys = ["layer_label", "direction", *shown_keys(shown, ["effective_precision", "layout"])]
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["multiplicity"]),
                   _candidate(r["best_candidate"], r["best_deterministic"]),
                   fmt_ms(r["best_ms"]), fmt_candidate(r["det_candidate"]), fmt_ms(r["det_ms"]),
@@ -182,7 +185,7 @@ def stability_blocks(df: pd.DataFrame) -> list[Block]:
     if points.empty:
         return [Text("No verified rows: nothing to judge.")]
     summary = stability.stability_summary(points)
-    keys = _keys(summary, ["effective_precision", "layout"])
+    keys = shown_keys(summary, ["effective_precision", "layout"])
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["points"]), str(r["near_ties"]),
                   _pct(r["near_tie_pct"]), f"{r['median_p_change']:.2f}", str(r["likely_change"]))
                  for _, r in summary.iterrows())
@@ -196,7 +199,7 @@ def stability_blocks(df: pd.DataFrame) -> list[Block]:
              f"({everything['near_tie_pct']:.1f}%).")]
     ties = points[points["near_tie"]].assign(layer_label=layer_labels(points[points["near_tie"]]))
     if len(ties):
-        tkeys = ["layer_label", "direction", *_keys(ties, ["effective_precision", "layout"])]
+        tkeys = ["layer_label", "direction", *shown_keys(ties, ["effective_precision", "layout"])]
         trows = tuple((*[fmt_key(k, r[k]) for k in tkeys], str(r["best_candidate"]),
                        fmt_ms(r["best_ms"]), str(r["runner_candidate"]), fmt_ms(r["runner_ms"]),
                        f"{r['p_change']:.2f}", str(r["tie_candidates"]))

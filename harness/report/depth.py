@@ -6,18 +6,16 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import depth, layer_labels
-from harness.report import analysis
+from harness.analysis import POINT_KEYS, depth, layer_labels
+from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Table, Text
-from harness.report.tables import DASH, KEY_HEADERS, _missing, fmt_candidate, fmt_key, fmt_ms
+from harness.report.tables import DASH, _missing, fmt_candidate, fmt_key, fmt_ms
 
 TEXT = ("3-D convolutions (a depth axis: video frames, volume slices). Per point: the fastest "
         "verified algorithm with its rate, then each backend's fastest verified time, or the "
         "most frequent reason its rows give where none verified (a backend that does not run "
         "3-D says so there). Shapes are depth x height x width.")
 _ALWAYS = ["layer_label", "direction", "effective_precision", "layout"]
-_SHOWN_WHEN_VARYING = ["op", "batch", "workspace_limit", "timing_mode", "threads"]
-HEADERS = {**KEY_HEADERS, "batch": "Batch", "layer_label": "Layer"}
 REASON_CHARS = 60
 
 
@@ -32,9 +30,9 @@ def conv3d_blocks(df: pd.DataFrame) -> list[Block]:
     if points.empty:
         return [Text("No 3-D layer in these results.")]
     points = points.assign(layer_label=layer_labels(points))
-    keys = [*_ALWAYS, *analysis.varying(points, [k for k in _SHOWN_WHEN_VARYING if k in points])]
+    keys = shown_keys(points, _ALWAYS)
     backends = [c for c in points.columns if c not in
-                {*keys, *depth.POINT_KEYS, "shape", "best_candidate", "best_ms", "best_gflops"}]
+                {*keys, *POINT_KEYS, "shape", "best_candidate", "best_ms", "best_gflops"}]
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], r["shape"], fmt_candidate(r["best_candidate"]),
                   _cell(r["best_ms"]),
                   DASH if _missing(r["best_gflops"]) else f"{r['best_gflops']:.1f}",

@@ -8,28 +8,23 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis import fusion, layer_labels
-from harness.analysis.points import STEP_KEYS
+from harness.analysis.networks import SOURCE
 from harness.epilogue import CONV
-from harness.report import analysis
+from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Fold, Table, Text
-from harness.report.tables import DASH, KEY_HEADERS, _missing, fmt_candidate, fmt_key, fmt_ms
+from harness.report.tables import DASH, _missing, fmt_candidate, fmt_key, fmt_ms
 
 TEXT = (
     "At each point whose op adds an epilogue to the convolution (bias, ReLU, residual add), the "
     "fastest verified row of three ways to run it: fused (one cuDNN graph: a cudnn_graph plan), "
     f"unfused (cudnn_graph's `{fusion.UNFUSED}`: the graph heuristic's own convolution plan, "
     "then each pointwise op as its own kernel) and eager PyTorch (bias in the conv call, then "
-    "the add and an in-place ReLU). Saves = the other way's time - the fused time (negative: "
-    "fusion is slower there), per point x multiplicity; totals count only points where all "
-    "three ways were verified. Epilogue = fused time - the fastest plain convolution of the "
+    "the add and an in-place ReLU, on the same GPU). Saves = the other way's time - the fused "
+    "time (negative: fusion is slower there); network totals weigh each point by its "
+    "multiplicity and count only points where all three ways were verified. Epilogue = fused time - the fastest plain convolution of the "
     "layer. FLOP counts are the convolution's.")
-HEADERS = {**KEY_HEADERS, "batch": "Batch"}
 _ALWAYS = ["op", "effective_precision", "layout"]
-_SHOWN_WHEN_VARYING = ["batch", "workspace_limit", "timing_mode", "threads"]
-
-
-def _keys(frame: pd.DataFrame, always: list[str]) -> list[str]:
-    return [*always, *analysis.varying(frame, [k for k in _SHOWN_WHEN_VARYING if k in frame])]
+_OPTIONAL = [SOURCE, "suite", *SHOWN_WHEN_VARYING]     # a network's name where several are read
 
 
 def _saves(ms: Any, pct: Any) -> str:
@@ -41,8 +36,8 @@ def fusion_blocks(df: pd.DataFrame) -> list[Block]:
     if points.empty:
         return [Text("No point with an epilogue (--op conv_bias, conv_bias_relu, "
                      "conv_bias_add_relu) has a verified row.")]
-    totals = fusion.network_savings(points, STEP_KEYS)
-    keys = _keys(totals, _ALWAYS)
+    totals = fusion.network_savings(points)
+    keys = shown_keys(totals, _ALWAYS, _OPTIONAL)
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], f"{r['points_compared']} of {r['points']}",
                   *[DASH if _missing(r[f"{w}_total"]) else fmt_ms(r[f"{w}_total"])
                     for w in fusion.WAYS],
@@ -59,7 +54,7 @@ def fusion_blocks(df: pd.DataFrame) -> list[Block]:
 
 def _point_table(points: pd.DataFrame) -> Block:
     shown = points.assign(layer_label=layer_labels(points))
-    keys = ["layer_label", *_keys(shown, _ALWAYS)]
+    keys = ["layer_label", *shown_keys(shown, _ALWAYS, _OPTIONAL)]
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["multiplicity"]),
                   fmt_ms(r["conv_ms"]),
                   *[part for w in fusion.WAYS for part in
