@@ -40,6 +40,13 @@ def applies_to(op: str, direction: str) -> bool:
     return op == CONV or direction == "fwd"
 
 
+def labelled(direction: str, op: str | None) -> str:
+    """The direction with the op where one follows the convolution ("fwd+conv_bias_relu"): how
+    point ids, exported names and the hung-engine memory tell a fused point from a plain one
+    (plain convolution keeps the bare direction, so ids from before the op axis still match)."""
+    return direction if op in (None, CONV) else f"{direction}+{op}"
+
+
 def apply(op: str, y: Any, bias: Any, residual: Any, xp: Any) -> Any:
     """The epilogue on the exact convolution output `y` (N, K, *spatial), in float64: what the
     oracle checks an op's rows against."""

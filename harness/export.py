@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.analysis import POINT_KEYS, ranked
 from harness.env import ENV_FIELDS
-from harness.epilogue import CONV
+from harness.epilogue import labelled
 from harness.measurement import Status
 from harness.stats import interquartile_range
 
@@ -291,6 +291,5 @@ def _seconds(ms: Any) -> float | None:
 def _direction(r: dict[str, Any]) -> str:
     """The direction, with the op where one follows the convolution (as in the point id), so a
     fused row never takes a plain row's name."""
-    op = r.get("op")
-    return str(r.get("direction")) + ("" if op in (None, CONV) else f"+{op}")
+    return labelled(str(r.get("direction")), r.get("op"))
 

@@ -20,6 +20,7 @@ from typing import IO, Any, Callable
 
 import pandas as pd
 
+from harness.epilogue import labelled
 from harness.locks import OutputLock
 # The schema's names: defined once in schema.py, offered here too (callers read and write through
 # store, which is also where they find the columns and the row format).
@@ -150,7 +151,7 @@ class ResumeState:
     """What --resume needs of an earlier run's rows (ResultWriter.resume_state)."""
     finished: set[str]                          # planned points whose rows are all written
     measured_variants: dict[str, set[str]]      # part-measured planned point -> plans it has
-    hung_engines: set[tuple[str, str, str]]     # (backend, direction, engine) seen hanging
+    hung_engines: set[tuple[str, str, str]]     # (backend, direction[+op], engine) seen hanging
     run_id: str | None = None                   # the last row's, which a resumed run carries on
 
 
@@ -172,7 +173,8 @@ def _hung_engines(rows: pd.DataFrame) -> set[tuple[str, str, str]]:
     if "hung_engine" not in rows:
         return set()
     hung = rows[rows["hung_engine"].notna()]
-    return set(zip(hung["backend"], hung["direction"], hung["hung_engine"]))
+    ops = hung["op"] if "op" in hung else [None] * len(hung)
+    return set(zip(hung["backend"], map(labelled, hung["direction"], ops), hung["hung_engine"]))
 
 
 def _planned_ids(rows: pd.DataFrame) -> pd.Series:

@@ -78,9 +78,7 @@ class Point:
             timing += f"+{self.timing.gpu_timer}"
         if self.threads != ALL_THREADS:
             timing += f"+t{self.threads}"
-        direction = self.direction
-        if self.op != epilogue.CONV:              # plain convolution ids stay as they always were
-            direction += f"+{self.op}"
+        direction = epilogue.labelled(self.direction, self.op)
         return "|".join((p.name, shape, direction, self.precision, self.layout, self.backend,
                          self.algorithm, limit, timing))
 
@@ -116,10 +114,10 @@ class Sweep:
             names = choice.algorithms or tuple(algorithms_of(choice.backend))
             # limits innermost: points that differ only in their limit are adjacent and
             # measured as one group (runner.groups)
-            for problem, direction, precision, layout, algorithm, threads, limit in product(
-                    self.problems, self.directions, self.precisions, self.layouts, names,
-                    self.threads, self.workspace_limits):
-                for op in self.ops_of(direction):
+            for problem, direction in product(self.problems, self.directions):
+                for op, precision, layout, algorithm, threads, limit in product(
+                        self.ops_of(direction), self.precisions, self.layouts, names,
+                        self.threads, self.workspace_limits):
                     yield Point(problem, direction, precision, layout, choice.backend, algorithm,
                                 limit, self.timing, threads, op)
 

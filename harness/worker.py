@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from harness import backends
+from harness.epilogue import labelled
 from harness.measurement import Measurement, Status
 from harness.sweep import Point
 
@@ -103,12 +104,13 @@ class _Stopped:
     hung: bool = False
 
 
-# Which engines hung: an engine's index names different kernels per backend and direction.
+# Which engines hung: an engine's index names different kernels per backend and direction, and
+# per op (a fused graph's engine is not the plain convolution's).
 HungKey = tuple[str, str, str]
 
 
 def _hung_key(group: list[Point], engine: str) -> HungKey:
-    return group[0].backend, group[0].direction, engine
+    return group[0].backend, labelled(group[0].direction, group[0].op), engine
 
 
 class WorkerPool:

@@ -299,3 +299,16 @@ def test_one_process_streams_each_plans_rows_then_marks_the_group_done():
                       on_group_done=lambda ids: events.append(("done", ids)))
     assert events == [("plan_ok", Status.OK), ("plan_faulty", Status.CRASHED),
                       ("plan_after", Status.OK), ("done", [point.point_id])]
+
+
+def test_a_hung_engine_is_remembered_per_op():
+    """A fused graph's engine is another kernel than the plain convolution's of the same number:
+    its hang must not cap the plain plans (nor the reverse)."""
+    from harness import worker
+    from harness.problem import ConvProblem
+    from harness.sweep import Point
+    p = ConvProblem(1, 8, 8, 8, 8, 3, 3)
+    plain = [Point(p, "fwd", "fp16", "NHWC", "cudnn_graph", "eng1")]
+    fused = [Point(p, "fwd", "fp16", "NHWC", "cudnn_graph", "eng1", op="conv_bias_relu")]
+    assert worker._hung_key(plain, "eng1") != worker._hung_key(fused, "eng1")
+    assert worker._hung_key(plain, "eng1") == ("cudnn_graph", "fwd", "eng1")   # as before ops
