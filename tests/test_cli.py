@@ -173,6 +173,9 @@ def test_list_shows_real_algorithms_with_descriptions_and_not_the_test_backend()
             line = next(l for l in out.splitlines() if l.split()[:1] == [algo.name]
                         and algo.description in l)
             assert len(line) < 160, line
+    # which algorithms of each backend run 3-D and the epilogue ops, a line after them
+    assert "    (3-D: direct; epilogue ops: none)" in out.splitlines()       # cpu
+    assert out.count("    (3-D: all; epilogue ops: all)") >= 2              # torch_cpu, torch_gpu
 
 
 def test_cudnn_descriptions_say_what_the_numbered_algorithms_are():

@@ -72,7 +72,20 @@ def cmd_list(args: argparse.Namespace) -> int:
         _say(f"{name} ({backend.device}) - {backend.description} [{state}]")
         for algo in backend.algorithms():
             _say(f"    {algo.name:<22} {algo.family:<14} {algo.description}")
+        _say(f"    {_beyond_plain_2d(backend.algorithms())}")
     return EXIT_OK
+
+
+def _beyond_plain_2d(algorithms) -> str:
+    """Which of a backend's algorithms run 3-D problems and the epilogue ops (--op)."""
+    from harness.epilogue import CONV
+
+    def names(which) -> str:
+        chosen = [a.name for a in algorithms if which(a)]
+        return ("all" if len(chosen) == len(algorithms) and chosen else
+                ", ".join(chosen) or "none")
+    return (f"(3-D: {names(lambda a: a.runs_3d)}; epilogue ops: "
+            f"{names(lambda a: any(op != CONV for op in a.ops))})")
 
 
 def cmd_shapes(args: argparse.Namespace) -> int:
