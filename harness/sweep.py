@@ -122,6 +122,7 @@ class Sweep:
                                 limit, self.timing, threads, op)
 
     def ops_of(self, direction: str) -> tuple[str, ...]:
-        """The ops swept in a direction: all asked for forward; backward directions have no
-        epilogue, so they run plain convolution whatever the ops (never dropped)."""
-        return self.ops if direction == "fwd" else (epilogue.CONV,)
+        """The ops swept in a direction: each asked op where it exists (epilogue.applies_to),
+        plain convolution in its place where not, so a direction is never dropped."""
+        return tuple(dict.fromkeys(op if epilogue.applies_to(op, direction) else epilogue.CONV
+                                   for op in self.ops))
