@@ -159,8 +159,9 @@ def test_3d_every_setting_has_a_verified_plan(problem):
 @pytest.mark.parametrize("precision, layout", [("fp16", "NHWC"), ("fp32", "NCHW")])
 def test_ops_fused_plans_and_the_unfused_sequence_are_verified(precision, layout):
     """Issue 17: each epilogue op has a verified fused plan (one graph: conv, bias, residual add,
-    ReLU) and a verified unfused row (the plain conv's mode-A plan, then separate kernels,
-    captured into a CUDA graph like the plans); no row is wrong or crashed."""
+    ReLU), unless cuDNN offers no engine for it outside fp16 NHWC, and a verified unfused row
+    (the plain conv's mode-A plan, then separate kernels, captured into a CUDA graph like the
+    plans); no row is wrong or crashed."""
     sweep = Sweep("graph-ops-test", (SMALL,), backends=(AlgorithmChoice("cudnn_graph"),),
                   timing=FAST, precisions=(precision,), layouts=(layout,), ops=epilogue.OPS[1:])
     results = []
@@ -171,8 +172,12 @@ def test_ops_fused_plans_and_the_unfused_sequence_are_verified(precision, layout
         print(f"{op} {precision} {layout}: fused {dict(Counter(m.status for m in fused))}, "
               f"fastest ok {min((m.median_ms for m in fused if m.ok), default=None)}; "
               f"unfused {[(m.status, m.median_ms, m.extras.get('conv_plan'), m.reason) for m in unfused]}")
-        assert any(m.ok for m in fused), (op, [(m.point.algorithm, m.status, m.reason)
-                                               for m in fused][:8])
+        # fp16 NHWC is what cuDNN's runtime-fusion engines are built for: every op must fuse.
+        # Elsewhere cuDNN may offer no engine (9.19 on an H100: fp32 NCHW conv_bias_add_relu has
+        # one, limited to compute capability 10.x-11.x); then the row says so, never wrong/crashed.
+        no_engine = all(m.status == "unsupported" and "offers no engine" in m.reason for m in fused)
+        assert any(m.ok for m in fused) or (no_engine and (precision, layout) != ("fp16", "NHWC")), (
+            op, [(m.point.algorithm, m.status, m.reason) for m in fused][:8])
         assert len(unfused) == 1 and unfused[0].ok, (op, unfused[0].status, unfused[0].reason)
         u = unfused[0]
         assert re.match(r"eng\d+", u.extras["conv_plan"]), u.extras
