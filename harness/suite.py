@@ -304,20 +304,28 @@ def checked_threads(value: Any, where: str, indexed: bool = True) -> tuple[int, 
     return tuple(counts)
 
 
+# Results store the limit as int64; a larger limit than 8 EiB means unlimited anyway.
+_LARGEST_LIMIT = 2**63 - 1
+
+
 def _size(item: Any, where: str) -> int | None:
     if item is None:
         return None
     if _is_int(item):
         if item < 0:
             raise _Invalid(where, f"{item!r} is negative; a workspace limit is a byte count")
-        return item
-    if isinstance(item, str):
+        size = item
+    elif isinstance(item, str):
         try:
-            return parse_size(item)
+            size = parse_size(item)
         except SuiteError as error:
             raise _Invalid(where, str(error)) from None
-    raise _Invalid(where, f"expected a byte count or a size such as '64MiB', got "
-                          f"{_kind(item)} {item!r}")
+    else:
+        raise _Invalid(where, f"expected a byte count or a size such as '64MiB', got "
+                              f"{_kind(item)} {item!r}")
+    if size is not None and size > _LARGEST_LIMIT:
+        raise _Invalid(where, f"{item!r} is more than 8 EiB; say 'unlimited'")
+    return size
 
 
 def _backends(value: Any, where: str) -> tuple[AlgorithmChoice, ...]:

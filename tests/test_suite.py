@@ -250,8 +250,9 @@ MALFORMED = [
     ("sweep = 3\n" + GOOD_LAYER, "sweep", ["expected a table", "3"]),
     (GOOD_LAYER + "[sweep]\nprecision = ['fp32']\n", "sweep.precision",
      ["unknown key 'precision'", "did you mean 'precisions'"]),
-    (GOOD_LAYER + "[sweep]\nprecisions = ['fp32', 'fp8']\n", "sweep.precisions[1]",
-     ["unknown precision 'fp8'; expected one of fp32, tf32, fp16, bf16, fp64"]),
+    (GOOD_LAYER + "[sweep]\nprecisions = ['fp32', 'int4']\n", "sweep.precisions[1]",
+     ["unknown precision 'int4' (did you mean 'int8'?); expected one of fp32, tf32, fp16, "
+      "bf16, fp64, fp8_e4m3, fp8_e5m2, int8"]),
     (GOOD_LAYER + "[sweep]\ndirections = ['fwd', 'bwd']\n", "sweep.directions[1]",
      ["unknown direction 'bwd'", "fwd, bwd_data, bwd_filter"]),
     (GOOD_LAYER + "[sweep]\ndirections = ['fwd', 'fwd']\n", "sweep.directions[1]",
@@ -331,11 +332,12 @@ def test_relative_paths_are_shown_as_typed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "suites").mkdir()
     (tmp_path / "suites" / "x.toml").write_text("layers = ['ic3ih8oc4kh3']\n[sweep]\nprecisions"
-                                                " = ['fp32', 'fp8']\n")
+                                                " = ['fp32', 'int4']\n")
     with pytest.raises(SuiteError) as info:
         load_suite("x")
-    assert str(info.value) == ("suites/x.toml: sweep.precisions[1]: unknown precision 'fp8'; "
-                               "expected one of fp32, tf32, fp16, bf16, fp64")
+    assert str(info.value) == ("suites/x.toml: sweep.precisions[1]: unknown precision 'int4' "
+                               "(did you mean 'int8'?); expected one of fp32, tf32, fp16, bf16, fp64, fp8_e4m3, "
+                               "fp8_e5m2, int8")
 
 
 def test_parse_suite_from_text():
@@ -400,8 +402,9 @@ def test_algorithm_override_plain_and_qualified(quick):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(precisions=["fp8"]),
-     "--precision: unknown precision 'fp8'; expected one of fp32, tf32, fp16, bf16, fp64"),
+    (dict(precisions=["int4"]),
+     "--precision: unknown precision 'int4' (did you mean 'int8'?); expected one of fp32, "
+     "tf32, fp16, bf16, fp64, fp8_e4m3, fp8_e5m2, int8"),
     (dict(directions=["fwd", "fwd"]), "--direction: 'fwd' is listed twice"),
     (dict(directions=[]), "--direction: is empty"),
     (dict(layouts=["nhwc"]), "--layout: unknown layout 'nhwc' (did you mean 'NHWC'?)"),
@@ -413,6 +416,9 @@ def test_algorithm_override_plain_and_qualified(quick):
     (dict(budget_ms=0), "--budget-ms: 0 must be a positive number"),
     (dict(budget_ms=float("nan")), "--budget-ms: nan must be a positive number"),
     (dict(workspace_limits=["64XB"]), "--workspace-limit: invalid size '64XB'"),
+    # found by tests/test_fuzz.py: 2^70 bytes overflowed the int64 column (a traceback)
+    (dict(workspace_limits=[str(2**70)]),
+     f"--workspace-limit: '{2**70}' is more than 8 EiB; say 'unlimited'"),
     (dict(workspace_limits=["1KiB", "1024"]), "--workspace-limit: '1024' repeats"),
     (dict(timing_mode="hot"), "--timing-mode: unknown timing mode 'hot'"),
 ])
