@@ -18,7 +18,22 @@ class Precision:
     operand_roundoff: float     # unit roundoff of the operands multiplied
     accumulator_roundoff: float  # unit roundoff of the accumulator
     tensor_float: bool = False  # tf32: fp32 data, products on tensor cores at 10 mantissa bits
+    # Quantized formats (fp8, int8): the operands are exact in the format and the products exact
+    # in the accumulator, so the only roundings are the accumulation and the result's, which is
+    # written in a wider precision per direction (`outputs`; a direction not there does not exist).
+    quantized: bool = False
+    outputs: tuple[tuple[str, str], ...] = ()
+    # Data is drawn N(0, data_scale^2) before rounding: int8's integers need a spread to hold
+    # information (the relative error the check reads does not depend on the scale).
+    data_scale: float = 1.0
 
+
+# Hopper's FP8 tensor-core MMA keeps about 14 mantissa bits of its running sum before the fp32
+# accumulator takes it (DeepSeek-V3 technical report, section 3.3.2, measured on H800).
+_FP8_ACCUMULATION = 2.0**-14
+# fp8 results: fp16 for y and dx, fp32 for dw: the combinations cuDNN 9.19 builds plans for
+# (shared/reference and issue 17's feasibility table); int8 is forward-only, int32 sums, fp32 y.
+_FP8_OUTPUTS = (("fwd", "fp16"), ("bwd_data", "fp16"), ("bwd_filter", "fp32"))
 
 # Sweep order. tf32 keeps 10 mantissa bits, bf16 7; every precision but fp64 accumulates in float.
 TABLE: dict[str, Precision] = {p.name: p for p in (
@@ -27,8 +42,20 @@ TABLE: dict[str, Precision] = {p.name: p for p in (
     Precision("fp16", "float16", 2, 2.0**-11, 2.0**-24),
     Precision("bf16", "float32", 2, 2.0**-8, 2.0**-24),
     Precision("fp64", "float64", 8, 2.0**-53, 2.0**-53),
+    # e4m3: 3 mantissa bits, normal exponents -6..8, max 448; e5m2: 2 bits, -14..15, max 57344
+    Precision("fp8_e4m3", "float64", 1, 2.0**-4, _FP8_ACCUMULATION, quantized=True,
+              outputs=_FP8_OUTPUTS),
+    Precision("fp8_e5m2", "float64", 1, 2.0**-3, _FP8_ACCUMULATION, quantized=True,
+              outputs=_FP8_OUTPUTS),
+    # integer sums are exact in int32 (127 * 127 * L stays below 2^31 for L < 133,000)
+    Precision("int8", "float64", 1, 0.0, 0.0, quantized=True, outputs=(("fwd", "fp32"),),
+              data_scale=16.0),
 )}
 NAMES = tuple(TABLE)
+QUANTIZED = tuple(p.name for p in TABLE.values() if p.quantized)
+FLOATING = tuple(p.name for p in TABLE.values() if not p.quantized)
+# (mantissa bits, smallest normal exponent, largest finite value) of the 8-bit float formats
+_MINIFLOAT = {"fp8_e4m3": (3, -6, 448.0), "fp8_e5m2": (2, -14, 57344.0)}
 
 # Rounding the operands and the result costs about one unit each; a few units of slack keep honest
 # algorithms in, while any indexing bug (errors of order 1e-1) stays far out.
@@ -41,22 +68,45 @@ def element_bytes(name: str) -> int:
     return TABLE[name].element_bytes
 
 
-def tolerance(name: str, reduction_length: int, error_factor: float = 1.0) -> float:
-    """Largest relative L2 error accepted for an algorithm run at precision `name`."""
+def output_precision(name: str, direction: str) -> str | None:
+    """The precision the result of `direction` is written in at precision `name` (the same one
+    but for the quantized formats), or None where that direction does not exist (int8 bwd)."""
     p = TABLE[name]
-    bound = (_OPERAND_UNITS * p.operand_roundoff
+    if not p.quantized:
+        return name
+    return dict(p.outputs).get(direction)
+
+
+def refusal(name: str, direction: str) -> str | None:
+    """Why `direction` cannot run at precision `name` on any backend, or None."""
+    if output_precision(name, direction) is None:
+        return (f"{name} is forward-only (cuDNN's integer convolutions have no "
+                f"{direction}); measure {direction} at fp16 or fp8")
+    return None
+
+
+def tolerance(name: str, reduction_length: int, error_factor: float = 1.0,
+              direction: str = "fwd") -> float:
+    """Largest relative L2 error accepted for an algorithm run at precision `name`. The first
+    term is the rounding of the data on its way through (tf32's operands) and of the result: the
+    result's precision for the quantized formats, whose operands are exact."""
+    p = TABLE[name]
+    rounding = p.operand_roundoff
+    if p.quantized:
+        rounding = TABLE[output_precision(name, direction) or "fp32"].operand_roundoff
+    bound = (_OPERAND_UNITS * rounding
              + _ACCUMULATION_UNITS * p.accumulator_roundoff * reduction_length**0.5)
     return bound * error_factor
 
 
 def delivered(asked: str, rel_error: float, reduction_length: int,
-              error_factor: float) -> str | None:
+              error_factor: float, direction: str = "fwd") -> str | None:
     """What the accuracy shows was computed: the asked precision, tf32 for fp32 data computed on
     tensor cores, or None when the result is wrong even for that."""
-    if rel_error <= tolerance(asked, reduction_length, error_factor):
+    if rel_error <= tolerance(asked, reduction_length, error_factor, direction):
         return asked
     lowered = _tensor_float_of(asked)
-    if lowered and rel_error <= tolerance(lowered, reduction_length, error_factor):
+    if lowered and rel_error <= tolerance(lowered, reduction_length, error_factor, direction):
         return lowered
     return None
 
@@ -65,7 +115,7 @@ def _tensor_float_of(name: str) -> str | None:
     """The tensor-core format that data of precision `name` may be computed at unasked (fp32:
     tf32), i.e. a tensor-float precision with the same storage and element size."""
     asked = TABLE[name]
-    if asked.tensor_float:
+    if asked.tensor_float or asked.quantized:
         return None
     return next((p.name for p in TABLE.values() if p.tensor_float and p.storage == asked.storage
                  and p.element_bytes == asked.element_bytes), None)
@@ -79,7 +129,23 @@ def round_to(array: np.ndarray, name: str) -> np.ndarray:
         return array
     if name == "bf16":
         return _round_to_bfloat16(array.astype(np.float32)).astype(np.float64)
+    if name == "int8":
+        # symmetric: -128 is left out so that negating a value never overflows
+        return np.clip(np.round(array), -127, 127).astype(np.float64)
+    if name in _MINIFLOAT:
+        return _round_to_minifloat(np.asarray(array, dtype=np.float64), *_MINIFLOAT[name])
     return array.astype(TABLE[name].storage).astype(np.float64)
+
+
+def _round_to_minifloat(values: np.ndarray, mantissa_bits: int, min_exponent: int,
+                        largest: float) -> np.ndarray:
+    """Round-to-nearest-even to a small float format (subnormals below 2^min_exponent), with
+    saturation at the largest finite value, as float64. The spacing of the values around x is
+    2^(e - mantissa_bits) with e = x's binade exponent, no smaller than min_exponent; dividing by
+    a power of two is exact, so np.round (half to even) does the rounding itself."""
+    _, exponent = np.frexp(values)               # values = m * 2^exponent, 0.5 <= |m| < 1
+    spacing = np.ldexp(1.0, np.maximum(exponent - 1, min_exponent) - mantissa_bits)
+    return np.clip(np.round(values / spacing) * spacing, -largest, largest)
 
 
 def _round_to_bfloat16(values: np.ndarray) -> np.ndarray:

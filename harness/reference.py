@@ -34,14 +34,20 @@ class ProblemData:
 def make_data(problem: ConvProblem, precision: str, seed: int = 0,
               op: str = epilogue.CONV) -> ProblemData:
     """Random normal data (never zeros: they hide unwritten outputs), rounded to the precision.
-    The epilogue's operands are drawn after x, w, dy, so those are the same for every op."""
+    The epilogue's operands are drawn after x, w, dy, so those are the same for every op; they
+    are added to the result, so they take its precision (fp16 for an fp8 forward pass) and the
+    scale of a product of two operands."""
     rng = np.random.default_rng(seed)
+    scale = precision_table.TABLE[precision].data_scale
 
-    def draw(shape: tuple[int, ...]) -> Any:
-        return precision_table.round_to(rng.standard_normal(shape), precision)
+    def draw(shape: tuple[int, ...], to: str = precision, times: float = scale) -> Any:
+        return precision_table.round_to(rng.standard_normal(shape) * times, to)
     x, w, dy = draw(problem.input_shape), draw(problem.weight_shape), draw(problem.output_shape)
-    bias = draw((problem.out_channels,)) if epilogue.needs_bias(op) else None
-    residual = draw(problem.output_shape) if epilogue.needs_residual(op) else None
+    result = precision_table.output_precision(precision, "fwd")
+    bias = (draw((problem.out_channels,), result, scale**2) if epilogue.needs_bias(op)
+            else None)
+    residual = (draw(problem.output_shape, result, scale**2) if epilogue.needs_residual(op)
+                else None)
     return ProblemData(x=x, w=w, dy=dy, bias=bias, residual=residual)
 
 

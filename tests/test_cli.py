@@ -31,7 +31,7 @@ def _results(tmp_path, name: str = "r.parquet", **env) -> str:
 BAD_SUITES = {
     "unknown top-level key": (GOOD_LAYER + "colour = 'red'\n", "colour"),
     "precisions not a list": (GOOD_LAYER + "[sweep]\nprecisions = 'fp32'\n", "precisions"),
-    "unknown precision": (GOOD_LAYER + "[sweep]\nprecisions = ['fp8']\n", "fp8"),
+    "unknown precision": (GOOD_LAYER + "[sweep]\nprecisions = ['int4']\n", "int4"),
     "unknown direction": (GOOD_LAYER + "[sweep]\ndirections = ['sideways']\n", "sideways"),
     "kernel larger than input": ("layers = [{batch=2, in_channels=4, in_h=4, in_w=4, "
                                  "out_channels=4, kernel_h=7, kernel_w=7}]\n", "kernel"),
@@ -58,7 +58,7 @@ def test_malformed_suite_exits_2_with_one_message(case, tmp_path, capsys):
 
 
 BAD_ARGUMENTS = {
-    "--precision": (["--precision", "fp8"], "fp8"),
+    "--precision": (["--precision", "int4"], "int4"),
     "--direction": (["--direction", "up"], "up"),
     "--layout": (["--layout", "NCWH"], "NCWH"),
     "--backend": (["--backend", "cudaa"], "cudaa"),

@@ -129,7 +129,7 @@ RUN_FLAGS = {
     "--backend": ["fake", "cpu", "cudaa", "fake,fake", "fake,"],
     "--algorithm": ["exact", "fake:exact", "bogus", "cpu:", "exact,crash"],
     "--direction": ["fwd", "bwd_data,bwd_filter", "up"],
-    "--precision": ["fp32", "fp64", "fp16", "fp8"],
+    "--precision": ["fp32", "fp64", "fp16", "int4"],
     "--layout": ["NCHW", "NHWC", "nchw"],
     "--batch": ["1", "2", "0", "-1", str(2**70), "100000", "abc"],
     "--layer": ["l", "huge", "nosuch", "l,l"],

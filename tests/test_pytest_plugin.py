@@ -128,11 +128,11 @@ def test_bad_arguments_name_the_value(pytester):
     pytester.makepyfile("""
         def test_bad(convbench):
             convbench('mb2ic8ih8oc8oh8kh3ph1', backend="fake", algorithm="exact",
-                      precision="fp8")
+                      precision="int4")
     """)
     result = _run(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*precision='fp8' must be one of fp32, tf32, fp16, bf16, fp64*"])
+    result.stdout.fnmatch_lines(["*precision='int4' must be one of fp32, tf32, fp16, bf16, fp64*"])
 
 
 def test_unavailable_backend_skips(pytester, monkeypatch):

@@ -169,7 +169,7 @@ def test_round_to_other_precisions() -> None:
     assert precision.round_to(values, "tf32")[1] == float(np.float32(1 / 3))
     assert precision.round_to(values, "fp16")[0] == 3.140625
     with pytest.raises(ValueError, match="unknown precision"):
-        precision.round_to(values, "fp8")
+        precision.round_to(values, "int4")
 
 
 def test_make_data_is_rounded_seeded_and_never_zero() -> None:

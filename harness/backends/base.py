@@ -17,7 +17,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar
 
-from harness import epilogue
+from harness import epilogue, precision
 from harness.backends.cudnn_lib import CudnnError
 from harness.reference import ProblemData
 from harness.sweep import DIRECTIONS, Point, TimingOptions
@@ -201,7 +201,7 @@ class Algorithm:
         if point.op not in self.ops:
             return (f"op {point.op}: not supported by {self.backend} ({self.name}), which runs "
                     f"{', '.join(self.ops)}")
-        return self.supports(point)
+        return precision.refusal(point.precision, point.direction) or self.supports(point)
 
     def prepare(self, point: Point, data: ProblemData) -> Prepared:
         """Allocate and convert; may raise Unsupported, WorkspaceExceeded or AlgorithmFailed."""

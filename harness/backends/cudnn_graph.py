@@ -10,20 +10,18 @@ does in a loop, so that a plan's build cost (run-time compilation for some engin
 own row's setup_ms, and a plan that fails to build is an `unsupported` row with the frontend's
 reason rather than a silent omission.
 
-Numerical notes: the Python API of 1.16 has no per-plan numerical-notes getter (C++ keeps
-`plans.numeric_notes[i]`). A note is read by building the candidate list again with
-`select_numeric_notes([note])` and asking each plan's support: the frontend refuses a plan the
-filter removed with "Deselecting execution plan" before any other check, so with the workspace
-cap set to -1 every other plan fails the cheaper workspace check instead, and nothing is built.
-Plans are matched across the lists by name. Checked on an H100 with cuDNN 9.19: select and
-deselect give complementary sets for every note tried, and on fp32 data exactly the plans noted
-TENSOR_CORE deliver TF32-level error. (`get_workspace_size_plan_at_index` raises for a plan that
-is not built, so it is asked only after `build_plan_at_index`.)
+Numerical notes: 1.16's Python API has no per-plan notes getter. A note is read by building the
+candidate list again with `select_numeric_notes([note])`: the frontend refuses a plan the filter
+removed ("Deselecting execution plan") before any other check, so with the workspace cap at -1
+every other plan fails the cheaper workspace check and nothing is built; plans match by name.
+Checked on an H100 (cuDNN 9.19): select and deselect give complementary sets, and on fp32 data
+exactly the TENSOR_CORE plans deliver TF32-level error. (`get_workspace_size_plan_at_index`
+raises for a plan not yet built, so it is asked only after `build_plan_at_index`.)
 
-Precisions: fp32 and tf32 build the same graph (io and compute FLOAT; the graph API has no switch
-that forbids TF32 tensor cores); the runner labels a plan asked for fp32 that delivers tf32
-accuracy as effective tf32. fp16/bf16 use FLOAT compute; fp64 uses DOUBLE throughout where the
-library offers engines for it.
+Precisions: fp32 and tf32 build the same graph (io and compute FLOAT; no switch forbids TF32
+tensor cores): a plan asked for fp32 that delivers tf32 accuracy is labelled tf32. fp16/bf16 and
+fp8 compute in FLOAT, int8 in INT32, fp64 in DOUBLE; fp8 and int8 results are written wider
+(precision.output_precision).
 
 A 3-D problem is the same one-node graph with 5-D tensors (NCDHW or NDHWC strides) and
 three-entry padding, stride and dilation lists (`conv_geometry`).
@@ -47,6 +45,7 @@ from harness import epilogue
 from harness.backends import cudnn_lib
 from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
 from harness.backends.cudnn_graph_epilogue import UnfusedAlgorithm, epilogue_pack, fused_tail
+from harness.precision import output_precision
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -54,7 +53,8 @@ from harness.sweep import Point
 # precision -> (io data type, compute data type), as cudnn.data_type member names
 PRECISION_TYPES = {"fp32": ("FLOAT", "FLOAT"), "tf32": ("FLOAT", "FLOAT"),
                    "fp16": ("HALF", "FLOAT"), "bf16": ("BFLOAT16", "FLOAT"),
-                   "fp64": ("DOUBLE", "DOUBLE")}
+                   "fp64": ("DOUBLE", "DOUBLE"), "fp8_e4m3": ("FP8_E4M3", "FLOAT"),
+                   "fp8_e5m2": ("FP8_E5M2", "FLOAT"), "int8": ("INT8", "INT32")}
 HEURISTIC_MODES = ("A", "B", "FALLBACK")
 # Notes that say how a plan computes; the Winograd tile notes only refine WINOGRAD.
 NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT", "WINOGRAD",
@@ -125,7 +125,8 @@ class EnginesAlgorithm(Algorithm):
         return list(self._owner.session().plan_set(point).plans)
 
     def engine_of(self, variant: str) -> str | None:
-        return _engine_name(variant)
+        match = re.match(r"eng\d+", variant)
+        return match.group(0) if match else None
 
     def prepare(self, point: Point, data: ProblemData) -> "GraphPrepared":
         session = self._owner.session()
@@ -328,8 +329,12 @@ def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
     """The point's convolution as a one-node graph; every tensor has explicit dims and strides
     (cuDNN cannot infer the outputs of dgrad and wgrad)."""
     p = point.problem
-    io, compute = (getattr(cudnn.data_type, t) for t in PRECISION_TYPES[point.precision])
-    graph = cudnn.pygraph(io_data_type=io, intermediate_data_type=compute,
+    io_name, compute_name = PRECISION_TYPES[point.precision]
+    io, compute = getattr(cudnn.data_type, io_name), getattr(cudnn.data_type, compute_name)
+    result = getattr(cudnn.data_type, PRECISION_TYPES[output_precision(point.precision,
+                                                                       point.direction)][0])
+    between = cudnn.data_type.FLOAT if compute_name == "INT32" else compute
+    graph = cudnn.pygraph(io_data_type=io, intermediate_data_type=between,
                           compute_data_type=compute, handle=handle)
     shapes = {UID_X: p.input_shape, UID_W: p.weight_shape, UID_Y: p.output_shape}
 
@@ -341,7 +346,7 @@ def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
     geometry = dict(**conv_geometry(p), compute_data_type=compute)
     if point.direction == "fwd":
         out = graph.conv_fprop(image=tensor(UID_X, "x"), weight=tensor(UID_W, "w"), **geometry)
-        out = fused_tail(graph, out, point, io, compute)     # the op's epilogue, if any
+        out = fused_tail(graph, out, point, result, between)  # the op's epilogue, if any
         out_uid = UID_Y
     elif point.direction == "bwd_data":
         out = graph.conv_dgrad(loss=tensor(UID_Y, "dy"), filter=tensor(UID_W, "w"), **geometry)
@@ -349,8 +354,8 @@ def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
     else:
         out = graph.conv_wgrad(image=tensor(UID_X, "x"), loss=tensor(UID_Y, "dy"), **geometry)
         out_uid = UID_W
-    out.set_output(True).set_dim(list(shapes[out_uid])).set_stride(
-        list(element_strides(shapes[out_uid], point.layout))).set_data_type(io).set_uid(out_uid)
+    out.set_output(True).set_dim(list(shapes[out_uid])).set_data_type(result).set_uid(out_uid)
+    out.set_stride(list(element_strides(shapes[out_uid], point.layout)))
     return graph
 
 
@@ -373,11 +378,6 @@ def _variant_pack(direction: str, tensors: dict[str, Any],
     out = {"fwd": "y", "bwd_data": "dx", "bwd_filter": "dw"}[direction]
     pack = {uid: tensors[name].data.ptr for uid, name in zip((UID_X, UID_W, UID_Y), roles)}
     return {**pack, **epilogue_pack(op, tensors)}, tensors[out]
-
-
-def _engine_name(plan_name: str) -> str | None:
-    engine = _engine_id(plan_name)
-    return None if engine is None else f"eng{engine}"
 
 
 def _engine_id(plan_name: str) -> int | None:

@@ -47,7 +47,8 @@ def bias_strides(p: ConvProblem, layout: str) -> tuple[int, ...]:
 
 def fused_tail(graph: Any, conv_out: Any, point: Point, io: Any, compute: Any) -> Any:
     """The epilogue of `point.op` appended to the conv node's output; returns the graph's last
-    tensor (conv_out itself for plain conv). The caller makes it the output (y's uid)."""
+    tensor (conv_out itself for plain conv). The caller makes it the output (y's uid). `io` is
+    the result's type (the bias and residual are stored like it), `compute` the epilogue's."""
     op, p = point.op, point.problem
     if not epilogue.needs_bias(op):
         return conv_out

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.precision import output_precision
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -30,16 +31,22 @@ class DeviceTensors:
         key = (point.problem, point.op, point.precision, point.layout, id(data))
         if key != self._key:
             self._tensors = {}                     # free the previous problem's memory first
-            self._tensors = {name: upload(self.cupy, getattr(data, name), point)
-                             for name in ("x", "w", "dy", "residual")
+            # the epilogue's operands are added to y, so they are stored like it
+            result = output_precision(point.precision, "fwd")
+            self._tensors = {name: upload(self.cupy, getattr(data, name), point.layout, stored)
+                             for name, stored in (("x", point.precision), ("w", point.precision),
+                                                  ("dy", point.precision), ("residual", result))
                              if getattr(data, name) is not None}
             if data.bias is not None:
-                self._tensors["bias"] = self.cupy.asarray(to_storage(data.bias, point.precision))
-            shapes = {"y": point.problem.output_shape, "dx": point.problem.input_shape,
-                      "dw": point.problem.weight_shape}
-            for name, shape in shapes.items():
-                self._tensors[name] = self.cupy.empty(physical_shape(shape, point.layout),
-                                                      dtype=storage_dtype(point.precision))
+                self._tensors["bias"] = self.cupy.asarray(to_storage(data.bias, result))
+            outputs = {"y": (point.problem.output_shape, "fwd"),
+                       "dx": (point.problem.input_shape, "bwd_data"),
+                       "dw": (point.problem.weight_shape, "bwd_filter")}
+            for name, (shape, direction) in outputs.items():
+                stored = output_precision(point.precision, direction)
+                if stored is not None:                # int8 has no backward buffers
+                    self._tensors[name] = self.cupy.empty(physical_shape(shape, point.layout),
+                                                          dtype=storage_dtype(stored))
             # The copies ran on the legacy default stream, which does not order work on the
             # backends' non-blocking streams, and a pageable upload may still be in flight
             # when asarray returns: without this wait the first algorithm of a problem could
@@ -62,9 +69,10 @@ def element_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
 
 
 def storage_dtype(precision: str) -> Any:
-    # bf16 travels as raw uint16 bits: CuPy has no bfloat16 dtype.
+    # bf16 travels as raw uint16 bits and fp8 as raw uint8 bits: CuPy has neither type.
     return {"fp32": np.float32, "tf32": np.float32, "fp16": np.float16, "bf16": np.uint16,
-            "fp64": np.float64}[precision]
+            "fp64": np.float64, "fp8_e4m3": np.uint8, "fp8_e5m2": np.uint8,
+            "int8": np.int8}[precision]
 
 
 def physical_axes(rank: int, layout: str) -> tuple[int, ...]:
@@ -81,15 +89,37 @@ def to_storage(values: np.ndarray, precision: str) -> np.ndarray:
     if precision == "bf16":
         # The data is already bf16-exact, so dropping the low 16 bits of float32 is lossless.
         return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if precision in FP8_BIASES:
+        return fp8_bits(values, precision)
     return values.astype(storage_dtype(precision))
 
 
-def upload(cupy, values: np.ndarray, point: Point) -> Any:
-    physical = values.transpose(physical_axes(values.ndim, point.layout))
-    return cupy.asarray(np.ascontiguousarray(to_storage(physical, point.precision)))
+# exponent bias and mantissa bits of the fp8 formats (OCP 8-bit floating point: E4M3, E5M2)
+FP8_BIASES = {"fp8_e4m3": (7, 3), "fp8_e5m2": (15, 2)}
+
+
+def fp8_bits(values: np.ndarray, precision: str) -> np.ndarray:
+    """The fp8 bit patterns of values already exact in the format (precision.round_to): sign,
+    biased exponent (0: subnormal), mantissa. Normal x = 2^e * (1 + f), subnormal x = 2^emin * f."""
+    bias, mantissa_bits = FP8_BIASES[precision]
+    values = np.asarray(values, dtype=np.float64)
+    magnitude = np.abs(values)
+    _, exponent = np.frexp(magnitude)             # magnitude = m * 2^exponent, 0.5 <= m < 1
+    biased = np.maximum(exponent - 1 + bias, 0)   # 0 for subnormals (and zero)
+    scale = np.ldexp(1.0, np.maximum(biased, 1) - bias)
+    fraction = np.where(biased > 0, magnitude / scale - 1.0, magnitude / scale)
+    mantissa = np.round(fraction * 2**mantissa_bits).astype(np.uint16)
+    sign = (np.signbit(values)).astype(np.uint16) << 7
+    return (sign | (biased.astype(np.uint16) << mantissa_bits) | mantissa).astype(np.uint8)
+
+
+def upload(cupy, values: np.ndarray, layout: str, precision: str) -> Any:
+    physical = values.transpose(physical_axes(values.ndim, layout))
+    return cupy.asarray(np.ascontiguousarray(to_storage(physical, precision)))
 
 
 def poison_value(precision: str) -> Any:
+    """NaN in the storage of `precision`'s result (only floats are written: int8's y is fp32)."""
     return 0x7FC0 if precision == "bf16" else float("nan")
 
 

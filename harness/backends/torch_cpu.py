@@ -35,6 +35,10 @@ _PRECISION_REASONS = {
     "fp16": "only fp32 and fp64 are measured on the CPU (torch's fp16 CPU convolution is not "
             "a path a user would pick)",
     "bf16": "only fp32 and fp64 are measured on the CPU here",
+    "fp8_e4m3": "PyTorch has no fp8 convolution",
+    "fp8_e5m2": "PyTorch has no fp8 convolution",
+    "int8": "PyTorch's int8 CPU convolution is a quantized-model operator (packed weights, "
+            "scales); convbench does not run it yet",
 }
 
 

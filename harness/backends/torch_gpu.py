@@ -31,6 +31,10 @@ from harness.sweep import Point
 
 _DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16",
            "fp64": "float64"}
+_NO_PEER = {"fp8_e4m3": "no PyTorch peer: PyTorch has no fp8 convolution (torch._scaled_mm is "
+                        "a matrix product, not a convolution)",
+            "int8": "no PyTorch GPU peer: PyTorch's int8 convolution is a quantized CPU operator"}
+_NO_PEER["fp8_e5m2"] = _NO_PEER["fp8_e4m3"]
 
 
 def _torch() -> Any:
@@ -119,7 +123,7 @@ class CudnnBenchmark(Algorithm):
 
     def supports(self, point: Point) -> str | None:
         if point.precision not in _DTYPES:
-            return f"precision {point.precision} has no torch dtype here"
+            return _NO_PEER.get(point.precision, f"precision {point.precision} has no torch dtype")
         if not point.problem.symmetric_padding:
             return ("PyTorch convolutions take one padding per axis; asymmetric padding "
                     f"({padding_pairs(point.problem)}) would need an extra padded copy")

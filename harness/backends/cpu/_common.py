@@ -21,6 +21,10 @@ _PRECISION_REASONS = {
     "fp16": "NumPy has no fp16 arithmetic (it would compute in float32)",
     "bf16": "NumPy has no bfloat16 type",
     "tf32": "NumPy has no TF32 arithmetic (its float32 GEMM rounds like fp32)",
+    "fp8_e4m3": "NumPy has no fp8 type (these are GPU tensor-core formats)",
+    "fp8_e5m2": "NumPy has no fp8 type (these are GPU tensor-core formats)",
+    "int8": "the NumPy algorithms compute in floating point; int8 with int32 sums is a GPU "
+            "path here (cudnn, cudnn_graph)",
 }
 
 
