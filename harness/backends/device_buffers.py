@@ -105,7 +105,7 @@ def fp8_bits(values: np.ndarray, precision: str) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     magnitude = np.abs(values)
     _, exponent = np.frexp(magnitude)             # magnitude = m * 2^exponent, 0.5 <= m < 1
-    biased = np.maximum(exponent - 1 + bias, 0)   # 0 for subnormals (and zero)
+    biased = np.where(magnitude > 0, np.maximum(exponent - 1 + bias, 0), 0)  # 0: subnormal, 0
     scale = np.ldexp(1.0, np.maximum(biased, 1) - bias)
     fraction = np.where(biased > 0, magnitude / scale - 1.0, magnitude / scale)
     mantissa = np.round(fraction * 2**mantissa_bits).astype(np.uint16)
