@@ -13,6 +13,8 @@
 #   gpu_evidence.sh fused OUT NAME [SUITE]  forward ops conv, conv_bias_relu, conv_bias_add_relu on
 #                                        cudnn_graph (fused plans + unfused) and torch_gpu, fp16
 #                                        NHWC (SUITE default resnet50; video3d for 3-D)
+#   gpu_evidence.sh quantized OUT NAME [SUITE]  fp16, fp8_e4m3 and int8 (NHWC, ops conv and
+#                                        conv_bias_relu) on cudnn, cudnn_graph and torch_gpu (or $BACKENDS)
 #   gpu_evidence.sh model OUT NAME SOURCE  `run --model SOURCE` (cudnn + cudnn_graph + torch_gpu,
 #                                        fp16/bf16 NHWC, batch 32), then its table, fp16 plan, report
 # Results go to OUT/NAME.parquet (a killed sweep leaves its gzipped journal); logs beside them.
@@ -64,6 +66,9 @@ case "$part" in
   fused)
     SUITE=${4:-resnet50} sweep "$3" --backend cudnn_graph,torch_gpu --precision fp16 --layout NHWC \
       --direction fwd --op conv,conv_bias_relu,conv_bias_add_relu --budget-ms 10 ;;
+  quantized)
+    SUITE=${4:-resnet50} sweep "$3" --backend "${BACKENDS:-cudnn,cudnn_graph,torch_gpu}" --precision fp16,fp8_e4m3,int8 \
+      --layout NHWC --op conv,conv_bias_relu --budget-ms 10 ;;
   scaleout)
     if [ "${4:-}" = local ]; then
       sweep "$3" --backend cudnn,cudnn_graph --precision fp16,fp32 --layout NHWC --cluster local
