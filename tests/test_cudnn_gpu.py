@@ -6,9 +6,9 @@ import time
 import pytest
 
 from harness import backends, runner
+from harness.precision import FLOATING
 from harness.problem import ConvProblem
-from harness.sweep import (DIRECTIONS, LAYOUTS, PRECISIONS, AlgorithmChoice, Point, Sweep,
-                           TimingOptions)
+from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Point, Sweep, TimingOptions
 
 from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d   # tests/ is on sys.path
 
@@ -29,12 +29,13 @@ def _sweep(problem, timing=FAST, **axes) -> list:
 
 
 def test_every_algorithm_precision_layout_gets_a_row():
-    results = _sweep(SMALL, directions=DIRECTIONS, precisions=PRECISIONS, layouts=LAYOUTS)
-    expected = 2 * 5 * (8 + 6 + 7)
+    # the floating precisions; the quantized ones have their own test below
+    results = _sweep(SMALL, directions=DIRECTIONS, precisions=FLOATING, layouts=LAYOUTS)
+    expected = 2 * len(FLOATING) * (8 + 6 + 7)
     assert len(results) == expected
     assert {m.status for m in results} <= STATUSES
     for direction in DIRECTIONS:
-        for precision in PRECISIONS:
+        for precision in FLOATING:
             for layout in LAYOUTS:
                 here = [m for m in results if (m.point.direction, m.point.precision,
                                                m.point.layout) == (direction, precision, layout)]
@@ -73,6 +74,32 @@ def test_workspace_limit_and_cudnn_choices():
     assert sum(bool(m.extras.get("heuristic_pick")) for m in zero if m.ok) == 1
     assert sum(bool(m.extras.get("find_pick")) for m in free) == 1
     assert any(m.status == "ok" and m.workspace_bytes > 0 for m in free)
+
+
+def test_int8_forward_runs_as_int8_ext_config_and_the_rest_is_refused():
+    """SMALL has 16 channels in and out (multiples of 4): NHWC implicit_precomp_gemm computes it
+    exactly (int32 sums, fp32 y); every other algorithm and NCHW give a reason; fp8 is refused
+    and no heuristic or Find answer for int8 breaks a row."""
+    results = _sweep(SMALL, directions=("fwd",), precisions=("int8", "fp8_e4m3"),
+                     layouts=LAYOUTS)
+    for m in results:
+        print(m.point.precision, m.point.layout, m.point.algorithm, m.status, m.rel_error,
+              m.tolerance, m.extras.get("heuristic_rank"), m.extras.get("find_ms"), m.reason)
+    by = {(m.point.precision, m.point.layout, m.point.algorithm): m for m in results}
+    ran = by[("int8", "NHWC", "implicit_precomp_gemm")]
+    assert ran.ok, ran.reason
+    assert ran.rel_error <= ran.tolerance and ran.effective_precision == "int8"
+    assert ran.extras["math_type"] == "tensor_op" and ran.median_ms > 0
+    for (name, layout, algorithm), m in by.items():
+        if (name, layout, algorithm) == ("int8", "NHWC", "implicit_precomp_gemm"):
+            continue
+        assert m.status == "unsupported", (name, layout, algorithm, m.status, m.reason)
+        if name != "int8":
+            assert "no fp8 convolution" in m.reason
+        elif layout == "NCHW":
+            assert m.reason == "int8 needs NHWC (INT8_EXT_CONFIG)"
+        else:
+            assert m.reason == "cuDNN runs int8 only with IMPLICIT_PRECOMP_GEMM"
 
 
 def test_asymmetric_padding_is_unsupported_with_reason():

@@ -1,6 +1,9 @@
 """Every legacy cuDNN convolution algorithm (forward 8, backward data 6, backward filter 7) in
-fp32 (FMA math: true fp32), tf32 (default math), fp16 and bf16 (float compute, tensor-op math) and
-fp64, NCHW and NHWC, through ctypes (cudnn_lib) with CuPy for memory and streams.
+fp32 (FMA math: true fp32), tf32 (default math), fp16 and bf16 (float compute, tensor-op math),
+fp64 and int8 (forward INT8_EXT_CONFIG: NHWC, int32 sums, fp32 y, IMPLICIT_PRECOMP_GEMM only),
+NCHW and NHWC, through ctypes (cudnn_lib) with CuPy for memory and streams. The types of each
+precision, and the refusals of fp8 (no legacy fp8 convolution) and of int8 problems outside
+INT8_EXT_CONFIG, are in cudnn_types.
 
 cuDNN statuses become data: NOT_SUPPORTED from the workspace query is `unsupported` with the
 status name and cuDNN's own last-error text; any failing call is `failed` with the same. For each
@@ -21,18 +24,11 @@ from harness.backends.device_buffers import (DeviceTensors, element_strides, log
                                              poison_value)
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
                                    padding_pairs, require_fits)
+from harness.backends.cudnn_types import quantized_refusal, scalar_type, type_config
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
 
-# precision -> (cuDNN data type, compute type, math type)
-PRECISION_CONFIG = {
-    "fp32": (lib.FLOAT, lib.FLOAT, lib.FMA_MATH),       # FMA math forbids TF32 tensor cores
-    "tf32": (lib.FLOAT, lib.FLOAT, lib.DEFAULT_MATH),   # default math allows them
-    "fp16": (lib.HALF, lib.FLOAT, lib.TENSOR_OP_MATH),  # PSEUDO_HALF_CONFIG
-    "bf16": (lib.BFLOAT16, lib.FLOAT, lib.TENSOR_OP_MATH),  # PSEUDO_BFLOAT16_CONFIG
-    "fp64": (lib.DOUBLE, lib.DOUBLE, lib.DEFAULT_MATH),
-}
 # Unlimited workspace for Find is capped so one huge FFT cannot take the whole card.
 FIND_WORKSPACE_CAP = 4 << 30
 
@@ -83,7 +79,7 @@ class CudnnAlgorithm(Algorithm):
         if not point.problem.symmetric_padding:
             return ("cuDNN's legacy API cannot express asymmetric padding "
                     f"({padding_pairs(point.problem)})")
-        return None
+        return quantized_refusal(self.name, point)
 
     def prepare(self, point: Point, data: ProblemData) -> "CudnnPrepared":
         return self._owner.prepare(self, point, data)
@@ -239,20 +235,20 @@ class _Session:
                 raise Unsupported(str(err)) from None
             raise CudnnFailed(str(err), err.code) from None
         require_fits(needed, point.workspace_limit)
-        choices = self._cached_choices(point, descs, tensors)
+        choices = self._cached_choices(point, descs, tensors, needed)
         return self._bind(point, algo_enum, descs, tensors, needed, choices)
 
     def _bind(self, point, algo_enum, descs, tensors, needed, choices) -> CudnnPrepared:
         cp = self.cupy
         workspace = cp.empty(max(needed, 1), dtype=cp.uint8)
-        dtype = PRECISION_CONFIG[point.precision][0]
-        alpha, beta = _scalars(dtype)
+        types = type_config(point.precision, point.direction)
+        alpha, beta = _scalars(types.output)
         a_ptr, b_ptr, out_buffer = _operands(point.direction, tensors)
         in_a, in_b, out = descs.in_order(point.direction)
         args = (self.handle.ptr, alpha, in_a.ptr, a_ptr, in_b.ptr, b_ptr, descs.conv.ptr,
                 algo_enum, lib.c_void_p(workspace.data.ptr), needed, beta, out.ptr,
                 lib.c_void_p(out_buffer.data.ptr))
-        extras = {"math_type": lib.MATH_NAMES[PRECISION_CONFIG[point.precision][2]],
+        extras = {"math_type": lib.MATH_NAMES[types.math],
                   "heuristic_rank": choices.heuristic_rank(algo_enum),
                   "find_ms": choices.find_ms(algo_enum)}
         return CudnnPrepared(
@@ -262,18 +258,30 @@ class _Session:
             workspace_bytes=needed, choices=choices, algo_enum=algo_enum,
             keepalive=[workspace, descs, alpha, beta], extras=extras)
 
-    def _cached_choices(self, point: Point, descs: "_Descriptors", tensors) -> CudnnChoices:
+    def _cached_choices(self, point: Point, descs: "_Descriptors", tensors,
+                        needed: int) -> CudnnChoices:
         key = (point.problem, point.direction, point.precision, point.layout)
         if key not in self._choices:
-            self._choices[key] = self._ask_cudnn(point, descs, tensors)
+            self._choices[key] = self._ask_cudnn(point, descs, tensors, needed)
         return self._choices[key]
 
-    def _ask_cudnn(self, point: Point, descs: "_Descriptors", tensors) -> CudnnChoices:
+    def _ask_cudnn(self, point: Point, descs: "_Descriptors", tensors,
+                   needed: int) -> CudnnChoices:
+        """`needed`: the workspace of the algorithm being prepared, which Find gets when the
+        heuristic names nothing that runs (int8's one algorithm, IMPLICIT_PRECOMP_GEMM, needs a
+        small workspace: with none, Find would report it failed and leave no Find pick)."""
         in_a, in_b, out = descs.in_order(point.direction)
-        heuristic = [(p.algo, p.status, p.memory)
-                     for p in lib.heuristic(point.direction, self.handle, in_a, in_b, descs.conv,
-                                            out)]
-        fitting = [m for _, status, m in heuristic if status == 0] or [0]
+        try:
+            heuristic = [(p.algo, p.status, p.memory)
+                         for p in lib.heuristic(point.direction, self.handle, in_a, in_b,
+                                                descs.conv, out)]
+        except lib.CudnnError as err:
+            if err.context_lost:
+                raise
+            # No heuristic for this configuration (int8 may have none) leaves "no heuristic
+            # pick", as a failing Find below does; the algorithm's own row still runs.
+            heuristic = []
+        fitting = [m for _, status, m in heuristic if status == 0] or [needed]
         size = min(max(fitting), FIND_WORKSPACE_CAP)
         workspace = self.cupy.empty(max(size, 1), dtype=self.cupy.uint8)
         a_ptr, b_ptr, out_buffer = _operands(point.direction, tensors)
@@ -323,18 +331,20 @@ class _Descriptors:
 
     def __init__(self, point: Point):
         p = point.problem
-        dtype, compute, math = PRECISION_CONFIG[point.precision]
+        types = type_config(point.precision, point.direction)
+        x_type, w_type, y_type = types.descriptor_types(point.direction)
+        compute, math = types.compute, types.math
         if p.is_3d:
             a = nd_arguments(p, point.layout)
-            self.x = lib.TensorNdDesc(dtype, a.x_dims, a.x_strides)
-            self.y = lib.TensorNdDesc(dtype, a.y_dims, a.y_strides)
-            self.w = lib.FilterNdDesc(dtype, a.w_format, a.w_dims)
+            self.x = lib.TensorNdDesc(x_type, a.x_dims, a.x_strides)
+            self.y = lib.TensorNdDesc(y_type, a.y_dims, a.y_strides)
+            self.w = lib.FilterNdDesc(w_type, a.w_format, a.w_dims)
             self.conv = lib.ConvNdDesc(a.pads, a.strides, a.dilations, compute, p.groups, math)
             return
         fmt = lib.NCHW if point.layout == "NCHW" else lib.NHWC
-        self.x = lib.TensorDesc(fmt, dtype, *p.input_shape)
-        self.y = lib.TensorDesc(fmt, dtype, *p.output_shape)
-        self.w = lib.FilterDesc(dtype, fmt, *p.weight_shape)
+        self.x = lib.TensorDesc(fmt, x_type, *p.input_shape)
+        self.y = lib.TensorDesc(fmt, y_type, *p.output_shape)
+        self.w = lib.FilterDesc(w_type, fmt, *p.weight_shape)
         self.conv = lib.ConvDesc((p.pad_top, p.pad_left), (p.stride_h, p.stride_w),
                                  (p.dilation_h, p.dilation_w), compute, p.groups, math)
 
@@ -359,10 +369,10 @@ def _operands(direction: str, tensors: dict[str, Any]) -> tuple[int, int, Any]:
     return tensors["x"].data.ptr, tensors["dy"].data.ptr, tensors["dw"]
 
 
-def _scalars(dtype: int) -> tuple[Any, Any]:
-    """alpha = 1, beta = 0 as host pointers: double for DOUBLE data, float otherwise."""
+def _scalars(output: int) -> tuple[Any, Any]:
+    """alpha = 1, beta = 0 as host pointers of scalar_type(output)."""
     import ctypes
-    kind = ctypes.c_double if dtype == lib.DOUBLE else ctypes.c_float
+    kind = scalar_type(output)
     alpha, beta = kind(1.0), kind(0.0)
     return ctypes.cast(ctypes.pointer(alpha), ctypes.c_void_p), ctypes.cast(
         ctypes.pointer(beta), ctypes.c_void_p)

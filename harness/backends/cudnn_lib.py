@@ -14,7 +14,7 @@ from ctypes import POINTER, byref, c_float, c_int, c_size_t, c_void_p
 from functools import lru_cache
 
 # ---- enums (cuDNN 9 headers; stable since 9.0) --------------------------------------------------
-FLOAT, DOUBLE, HALF, BFLOAT16 = 0, 1, 2, 9
+FLOAT, DOUBLE, HALF, INT8, INT32, BFLOAT16 = 0, 1, 2, 3, 4, 9
 NCHW, NHWC = 0, 1
 CROSS_CORRELATION = 1
 DEFAULT_MATH, TENSOR_OP_MATH, TENSOR_OP_MATH_ALLOW_CONVERSION, FMA_MATH = 0, 1, 2, 3
