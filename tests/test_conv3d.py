@@ -340,8 +340,7 @@ def test_uploaded_buffers_match_the_descriptor_strides(shape, layout):
     the offset the descriptors' strides give, and 2-D keeps its old physical shape and strides."""
     from harness.backends.device_buffers import element_strides, physical_shape, upload
     values = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
-    point = Point(ConvProblem(1, 1, 1, 1, 1, 1, 1), "fwd", "fp32", layout, "cudnn", "gemm")
-    physical = upload(np, values, point)        # numpy stands in for cupy.asarray
+    physical = upload(np, values, layout, "fp32")      # numpy stands in for cupy.asarray
     assert physical.shape == physical_shape(shape, layout)
     strides = element_strides(shape, layout)
     flat = physical.reshape(-1)
