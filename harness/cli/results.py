@@ -48,6 +48,9 @@ def cmd_table(args: argparse.Namespace) -> int:
         elif args.fusion:
             from harness.report import fusion
             _say(text.render(fusion.fusion_blocks(part)))
+        elif args.quantized:
+            from harness.report import quantized
+            _say(text.render(quantized.quantized_blocks(part)))
         else:
             _print_best(part)
     return EXIT_OK

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis import policies
 from harness.analysis.policies import meaning
-from harness.report import analysis, answers, depth, figures, fusion, tables
+from harness.report import analysis, answers, depth, figures, fusion, quantized, tables
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 
 SHOWN_FIGURES = 2      # figures of one kind shown open; the rest are folded
@@ -33,6 +33,9 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
           if fusion.has_epilogues(df) else []),
         *([Section("3-D layers", "conv3d", tuple(depth.conv3d_blocks(df)))]
           if depth.has_3d(df) else []),
+        *([Section("Quantized precisions", "quantized",
+                   tuple(quantized.quantized_blocks(df)))]
+          if quantized.has_quantized(df) else []),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel, renderer),
         workspace_section(df, totals, fig_dir, rel, renderer),
