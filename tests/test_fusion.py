@@ -76,3 +76,17 @@ def test_eager_is_pytorch_on_the_gpu_and_networks_stay_apart():
     totals = fusion.network_savings(fusion.point_savings(two))
     assert sorted(totals["suite"]) == ["net1", "net2"]
     assert list(totals["points_compared"]) == [2, 2]
+
+
+def test_a_precision_without_an_eager_peer_is_compared_fused_against_unfused():
+    """fp8 and int8 have no PyTorch convolution: their totals compare fused with unfused over
+    the points where both verified, with the eager columns empty (not 0, not 'not compared')."""
+    fp8 = FRAME[FRAME["backend"] != "torch_gpu"].assign(precision="fp8_e4m3",
+                                                         effective_precision="fp8_e4m3")
+    totals = fusion.network_savings(fusion.point_savings(pd.concat([FRAME, fp8])))
+    t = totals.set_index("effective_precision").loc["fp8_e4m3"]
+    assert (t["points"], t["points_compared"]) == (3, 2)
+    assert math.isclose(t["saves_vs_unfused_ms"], (1.3 + 3 * 2.5) - (1.05 + 3 * 2.1))
+    assert math.isnan(t["eager_total"]) and math.isnan(t["saves_vs_eager_ms"])
+    fp16 = totals.set_index("effective_precision").loc["fp16"]       # unchanged beside it
+    assert (fp16["points"], fp16["points_compared"]) == (3, 2)

@@ -78,13 +78,18 @@ def network_savings(points: pd.DataFrame, keys: list[str] | None = None) -> pd.D
     """Per group of `keys` (by default one network's forward pass at one op: the network split
     and STEP_KEYS): each way's total
     (ms x multiplicity) over the points where all three ways were verified (`points_compared`,
-    of `points`), and what fusion saves over the other two there."""
+    of `points`), and what fusion saves over the other two there. A group with no eager row
+    at all (fp8, int8: PyTorch has no such convolution) is compared fused against unfused, and
+    its eager columns stay empty."""
     keys = [*_split(points), *STEP_KEYS] if keys is None else keys
-    complete = points[[f"{w}_ms" for w in WAYS]].notna().all(axis=1)
+    has_peer = (points["eager_ms"].notna().groupby([points[k] for k in keys], dropna=False)
+                .transform("any"))
+    complete = (points[["fused_ms", "unfused_ms"]].notna().all(axis=1)
+                & (points["eager_ms"].notna() | ~has_peer))
     weighted = points[complete].assign(**{
         f"{w}_total": points[f"{w}_ms"] * points["multiplicity"] for w in WAYS})
     grouped = weighted.groupby(keys, dropna=False, sort=False)
-    out = grouped[[f"{w}_total" for w in WAYS]].sum()
+    out = grouped[[f"{w}_total" for w in WAYS]].sum(min_count=1)   # no eager rows: NaN, not 0
     out["points_compared"] = grouped.size()
     out = points.groupby(keys, dropna=False, sort=False).size().rename("points").to_frame().join(out)
     out["points_compared"] = out["points_compared"].fillna(0).astype(int)

@@ -21,8 +21,9 @@ TEXT = (
     "then each pointwise op as its own kernel) and eager PyTorch (bias in the conv call, then "
     "the add and an in-place ReLU, on the same GPU). Saves = the other way's time - the fused "
     "time (negative: fusion is slower there); network totals weigh each point by its "
-    "multiplicity and count only points where all three ways were verified. Epilogue = fused time - the fastest plain convolution of the "
-    "layer. FLOP counts are the convolution's.")
+    "multiplicity and count only points where all three ways were verified (fused and unfused "
+    "at a precision PyTorch has no convolution for: fp8, int8). Epilogue = fused time - the "
+    "fastest plain convolution of the layer. FLOP counts are the convolution's.")
 _ALWAYS = ["op", "effective_precision", "layout"]
 _OPTIONAL = [SOURCE, "suite", *SHOWN_WHEN_VARYING]     # a network's name where several are read
 
