@@ -43,7 +43,8 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", help="comma list of backends (default: the suite's)")
     p.add_argument("--algorithm", help="comma list of algorithms (default: all of each backend)")
     p.add_argument("--direction", help="comma list of fwd, bwd_data, bwd_filter")
-    p.add_argument("--precision", help="comma list of fp32, tf32, fp16, bf16, fp64")
+    p.add_argument("--precision",
+                   help="comma list of fp32, tf32, fp16, bf16, fp64, fp8_e4m3, fp8_e5m2, int8")
     p.add_argument("--layout", help="comma list of NCHW, NHWC")
     p.add_argument("--batch", type=int, help="override every layer's batch size")
     p.add_argument("--layer", help="comma list of layer names to run (default: all)")
