@@ -126,7 +126,9 @@ def annotate(df: pd.DataFrame, peaks: dict[str, float]) -> pd.DataFrame:
     out.loc[gpu, "achieved_gbps"] = out.loc[gpu, "bytes_moved"] / seconds / 1e9
     peak = out.loc[gpu, "precision"].map(peaks).astype(float)
     memory_bound = out.loc[gpu, "arithmetic_intensity"] * peaks["bandwidth_gbps"] / 1e3
-    bound = pd.concat([peak, memory_bound], axis=1).min(axis=1)
+    # a precision whose peak was not measured (fp8, int8) gets no percentage, rather than one
+    # against the bandwidth roof alone
+    bound = pd.concat([peak, memory_bound], axis=1).min(axis=1, skipna=False)
     out.loc[gpu, "roofline_pct"] = 100 * out.loc[gpu, "achieved_tflops"] / bound
     return out
 

@@ -192,13 +192,19 @@ class ConvProblem:
             return self.batch * _prod(tuple(a.out for a in self.spatial))
         raise ValueError(f"unknown direction {direction!r}")
 
-    def bytes_moved(self, element_bytes: int) -> int:
-        """Compulsory traffic: read two tensors and write the third, once each."""
-        elements = (_prod(self.input_shape) + _prod(self.weight_shape) + _prod(self.output_shape))
-        return elements * element_bytes
+    def bytes_moved(self, element_bytes: int, result_bytes: int | None = None,
+                    direction: str = "fwd") -> int:
+        """Compulsory traffic: read two tensors and write the third (the direction's result, at
+        `result_bytes` each where it is wider than the operands: fp8, int8), once each."""
+        sizes = {"bwd_data": _prod(self.input_shape), "bwd_filter": _prod(self.weight_shape),
+                 "fwd": _prod(self.output_shape)}
+        result = sizes[direction]
+        operands = sum(sizes.values()) - result
+        return operands * element_bytes + result * (result_bytes or element_bytes)
 
-    def arithmetic_intensity(self, element_bytes: int) -> float:
-        return self.flops / self.bytes_moved(element_bytes)
+    def arithmetic_intensity(self, element_bytes: int, result_bytes: int | None = None,
+                             direction: str = "fwd") -> float:
+        return self.flops / self.bytes_moved(element_bytes, result_bytes, direction)
 
     def with_batch(self, batch: int) -> "ConvProblem":
         return replace(self, batch=batch)

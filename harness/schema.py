@@ -11,7 +11,7 @@ import pandas as pd
 from harness import epilogue
 from harness.env import ENV_FIELDS
 from harness.measurement import Measurement
-from harness.precision import element_bytes
+from harness.precision import element_bytes, output_precision
 from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
 from harness.stats import relative_noise
@@ -126,6 +126,8 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
     samples = list(m.samples_ms)
     median = m.median_ms
     bytes_per_element = element_bytes(pt.precision)
+    result = output_precision(pt.precision, pt.direction)       # None: int8 backward
+    result_bytes = element_bytes(result) if result else None
     row: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "suite": suite,
         "point_id": pt.point_id, "planned_point_id": m.planned_point_id or pt.point_id,
@@ -138,8 +140,10 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "dilation_h": p.dilation_h, "dilation_w": p.dilation_w, "groups": p.groups,
         "out_h": p.out_h, "out_w": p.out_w,
         **{name: getattr(p, name) for name in DEPTH_FIELDS}, "out_d": p.out_d, "flops": p.flops,
-        "flops_no_padding": p.flops_no_padding, "bytes_moved": p.bytes_moved(bytes_per_element),
-        "arithmetic_intensity": p.arithmetic_intensity(bytes_per_element),
+        "flops_no_padding": p.flops_no_padding,
+        "bytes_moved": p.bytes_moved(bytes_per_element, result_bytes, pt.direction),
+        "arithmetic_intensity": p.arithmetic_intensity(bytes_per_element, result_bytes,
+                                                       pt.direction),
         "direction": pt.direction, "precision": pt.precision, "layout": pt.layout,
         "backend": pt.backend, "algorithm": pt.algorithm, "family": m.family,
         "workspace_limit": limit_to_column(pt.workspace_limit),

@@ -90,3 +90,11 @@ def test_a_precision_without_an_eager_peer_is_compared_fused_against_unfused():
     assert math.isnan(t["eager_total"]) and math.isnan(t["saves_vs_eager_ms"])
     fp16 = totals.set_index("effective_precision").loc["fp16"]       # unchanged beside it
     assert (fp16["points"], fp16["points_compared"]) == (3, 2)
+
+
+def test_an_fp16_network_without_eager_rows_is_not_compared():
+    """No eager peer is a property of the precision (fp8, int8), not of missing data: fp16
+    points whose PyTorch rows failed stay 'not compared' (review of 2026-11-24)."""
+    no_torch = FRAME[FRAME["backend"] != "torch_gpu"]
+    t = fusion.network_savings(fusion.point_savings(no_torch)).iloc[0]
+    assert (t["points"], t["points_compared"]) == (3, 0)

@@ -84,9 +84,15 @@ def test_result_precisions_and_tolerances():
     assert precision.output_precision("fp8_e4m3", "bwd_filter") == "fp32"
     assert precision.output_precision("int8", "bwd_data") is None
     assert precision.output_precision("bf16", "bwd_data") == "bf16"
-    assert precision.tolerance("fp8_e4m3", 100) == pytest.approx(8 * 2**-11 + 2 * 2**-14 * 10)
+    sums = 2 * (2**-14 + 2**-24) * 10                    # L = 100: under the promotion length
+    assert precision.tolerance("fp8_e4m3", 100) == pytest.approx(8 * 2**-11 + sums)
     assert precision.tolerance("fp8_e4m3", 100, direction="bwd_filter") == pytest.approx(
-        8 * 2**-24 + 2 * 2**-14 * 10)
+        8 * 2**-24 + sums)
+    # a batch-256 wgrad (L = 802,816): the 14-bit part stops at 4,096 terms, so the check
+    # still catches one sample of 256 left out (relative error ~ 1/16)
+    big = precision.tolerance("fp8_e4m3", 256 * 56 * 56, direction="bwd_filter")
+    assert big == pytest.approx(8 * 2**-24 + 2 * (2**-14 * 64 + 2**-24 * 896))
+    assert big < 0.01 < (1 / 256) ** 0.5
     assert precision.tolerance("int8", 10**6) == pytest.approx(8 * 2**-24)
     # an fp8 result off by one fp8 step (2^-4) in every element is not accepted as fp8
     assert precision.delivered("fp8_e4m3", 2**-4, 2304, 1.0) is None
@@ -105,3 +111,22 @@ def test_cpu_backends_give_rows_with_reasons_and_int8_backward_is_refused_everyw
     reasons = {(m.point.precision, m.point.direction): m.reason for m in rows}
     assert "forward-only" in reasons[("int8", "bwd_data")]
     assert "fp8" in reasons[("fp8_e5m2", "fwd")]
+
+
+def test_bytes_moved_count_the_result_at_its_own_width_and_no_peak_means_no_roofline():
+    """int8 y is fp32 and an fp8 dw is fp32: the review found bytes at 1 per element for all
+    three tensors (half of fp16's), and a roofline percentage against bandwidth alone."""
+    import pandas as pd
+    from harness.peaks import annotate
+    p = ConvProblem(32, 256, 14, 14, 256, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+    x, w, y = 32 * 256 * 14 * 14, 256 * 256 * 9, 32 * 256 * 14 * 14
+    assert p.bytes_moved(1, 4, "fwd") == x + w + 4 * y
+    assert p.bytes_moved(1, 4, "bwd_filter") == x + y + 4 * w
+    assert p.bytes_moved(2) == 2 * (x + w + y)                       # one width: unchanged
+    rows = pd.DataFrame({"env_gpu_name": ["H100", "H100"], "median_ms": [1.0, 1.0],
+                         "backend": ["cudnn_graph"] * 2, "precision": ["fp16", "int8"],
+                         "flops": [1e12, 1e12], "bytes_moved": [1e9, 1e9],
+                         "arithmetic_intensity": [1000.0, 1000.0]})
+    out = annotate(rows, {"fp16": 800.0, "bandwidth_gbps": 3000.0})
+    assert out["roofline_pct"].iloc[0] == pytest.approx(100 * 1000 / 800)
+    assert np.isnan(out["roofline_pct"].iloc[1])

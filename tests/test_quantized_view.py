@@ -83,11 +83,11 @@ def test_each_point_compares_its_fastest_verified_quantized_row_with_fp16():
 def test_a_point_without_a_verified_quantized_row_is_kept_with_its_most_common_reason():
     points = _points()
     c = points.loc[("c", "fp8_e4m3", "fwd")]
-    assert c["reason"] == f"no verified plan: {NOT_SUPPORTED}"      # 2 of its 3 rows
+    assert c["reason"] == f"no verified plan: cudnn_graph: {NOT_SUPPORTED}"   # 2 of its 3 rows
     assert math.isnan(c["quantized_ms"]) and c["fp16_ms"] == 0.05
     assert (c["rows"], c["ok_rows"], c["unsupported_rows"], c["wrong_rows"]) == (3, 0, 2, 1)
     backward = points.loc[("a", "int8", "bwd_data")]
-    assert backward["reason"] == "no verified plan: int8 is forward-only"
+    assert backward["reason"] == "no verified plan: cudnn_graph: int8 is forward-only"
     assert pd.isna(points.loc[("a", "fp8_e4m3", "fwd"), "reason"])
 
 
@@ -116,7 +116,7 @@ def test_keys_without_a_value_still_match():
     points = quantized.point_speedups(unnamed)
     a = points[points["descriptor"] == "d-a"].set_index(["effective_precision", "direction"])
     assert a.loc[("fp8_e4m3", "fwd"), "speedup"] == pytest.approx(2.0)
-    assert a.loc[("int8", "bwd_data"), "reason"] == "no verified plan: int8 is forward-only"
+    assert a.loc[("int8", "bwd_data"), "reason"] == "no verified plan: cudnn_graph: int8 is forward-only"
     assert len(points) == 6
     totals = quantized.summary(points).set_index(["effective_precision", "direction"])
     assert totals.loc[("fp8_e4m3", "fwd"), "speedup_geomean"] == pytest.approx(1.0)
@@ -165,3 +165,18 @@ def test_the_report_has_the_section_only_when_there_are_quantized_rows(tmp_path)
     plain = FRAME[FRAME["precision"] == "fp16"]
     assert "Quantized precisions" not in render_report(plain, tmp_path / "without"
                                                        ).markdown.read_text()
+
+
+def test_a_backends_many_refusals_do_not_hide_anothers_library_status():
+    """Legacy cuDNN refuses fp8 once per algorithm (8 rows); the graph API's one row says why
+    cuDNN itself has no plan: the reason names each backend's own (found in the H100 report)."""
+    legacy = [row(layer="e", backend="cudnn", algorithm=f"algo_{i}", ms=None,
+                  precision="fp8_e4m3", status="unsupported",
+                  reason="the legacy API has no fp8 convolution", descriptor="d-e", suite="net")
+              for i in range(8)]
+    graph = _q("e", "fp8_e4m3", "engines", None, status="unsupported",
+               reason="No valid engine configs for ConvBwdData")
+    points = quantized.point_speedups(frame(*legacy, graph, _fp16("e", 0.03)))
+    assert points["reason"].iloc[0] == ("no verified plan: cudnn: the legacy API has no fp8 "
+                                        "convolution; cudnn_graph: No valid engine configs for "
+                                        "ConvBwdData")

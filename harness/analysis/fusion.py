@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness.analysis.points import POINT_KEYS, STEP_KEYS, ranked, verified, with_candidate
 from harness.epilogue import CONV
+from harness.precision import QUANTIZED
 
 FUSING_BACKEND = "cudnn_graph"
 UNFUSED = "unfused"              # cudnn_graph's algorithm: conv plan + separate pointwise kernels
@@ -78,14 +79,13 @@ def network_savings(points: pd.DataFrame, keys: list[str] | None = None) -> pd.D
     """Per group of `keys` (by default one network's forward pass at one op: the network split
     and STEP_KEYS): each way's total
     (ms x multiplicity) over the points where all three ways were verified (`points_compared`,
-    of `points`), and what fusion saves over the other two there. A group with no eager row
-    at all (fp8, int8: PyTorch has no such convolution) is compared fused against unfused, and
-    its eager columns stay empty."""
+    of `points`), and what fusion saves over the other two there. At a precision PyTorch has
+    no convolution for (fp8, int8) fused is compared against unfused, and the eager columns
+    stay empty; elsewhere a point without a verified eager row is not compared."""
     keys = [*_split(points), *STEP_KEYS] if keys is None else keys
-    has_peer = (points["eager_ms"].notna().groupby([points[k] for k in keys], dropna=False)
-                .transform("any"))
+    no_peer = points["effective_precision"].isin(QUANTIZED)
     complete = (points[["fused_ms", "unfused_ms"]].notna().all(axis=1)
-                & (points["eager_ms"].notna() | ~has_peer))
+                & (points["eager_ms"].notna() | no_peer))
     weighted = points[complete].assign(**{
         f"{w}_total": points[f"{w}_ms"] * points["multiplicity"] for w in WAYS})
     grouped = weighted.groupby(keys, dropna=False, sort=False)

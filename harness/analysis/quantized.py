@@ -42,9 +42,15 @@ def _fastest(rows: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.Data
 
 
 def _most_common(texts: pd.Series) -> str:
-    """The most frequent text (ties: the first met), so a point's reason does not depend on
-    how pandas breaks ties."""
-    return Counter(texts).most_common(1)[0][0]
+    """Each backend's most frequent reason (ties: the first met), backends in the order met:
+    counted over all rows, one backend's many per-algorithm refusals (legacy cuDNN: "no fp8")
+    would hide another's one library status (the graph API: "no valid engine configs")."""
+    by_backend: dict[str, Counter] = {}
+    for text in texts:
+        backend, _, reason = text.partition(": ")
+        by_backend.setdefault(backend, Counter())[reason] += 1
+    return "; ".join(f"{backend}: {counts.most_common(1)[0][0]}"
+                     for backend, counts in by_backend.items())
 
 
 def point_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -65,7 +71,8 @@ def point_speedups(df: pd.DataFrame) -> pd.DataFrame:
     statuses = quantized["status"].astype(str)
     quantized = quantized.assign(
         point=quantized.groupby(keys, sort=False, dropna=False).ngroup(),
-        why=quantized["reason"].astype(object).where(given, statuses),
+        why=quantized["backend"].astype(str) + ": "
+        + quantized["reason"].astype(object).where(given, statuses).astype(str),
         **{column: statuses == status for column, status in COUNTED.items()})
     grouped = quantized.groupby("point", sort=False)
     points = quantized.drop_duplicates("point").set_index("point")[[*keys, "multiplicity"]]
