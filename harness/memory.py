@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from harness import epilogue
-from harness.precision import element_bytes
+from harness.precision import widest_bytes
 from harness.problem import ConvProblem, ProblemError
 from harness.sweep import Point
 
@@ -38,8 +38,9 @@ def footprint(point: Point, device: str) -> Footprint:
     # x, w, dy (reference.make_data), and the residual of an op that adds one
     data = FLOAT64 * (_operand_elements(p) + _residual_elements(point))
     checking = FLOAT64 * (_reference_elements(p) + 3 * _result_elements(p, point.direction))
-    backend = element_bytes(point.precision) * (_operand_elements(p) + _padded_elements(p)
-                                                + _residual_elements(point))   # its device copy
+    # its device copy, every element at the widest of its types (fp8/int8 results are wider)
+    backend = widest_bytes(point.precision) * (_operand_elements(p) + _padded_elements(p)
+                                               + _residual_elements(point))
     if device == "cuda":  # the reference and the comparison run on the GPU (cupy)
         return Footprint(host=data, device=data + checking + backend)
     return Footprint(host=data + checking + backend, device=0)

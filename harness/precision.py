@@ -76,6 +76,12 @@ def element_bytes(name: str) -> int:
     return TABLE[name].element_bytes
 
 
+def widest_bytes(name: str) -> int:
+    """Bytes per element of the widest buffer a point at `name` holds: its operands or one of
+    its results (an fp8 point's fp32 dw, an int8 point's fp32 y)."""
+    return max(element_bytes(n) for n in (name, *dict(TABLE[name].outputs).values()))
+
+
 def output_precision(name: str, direction: str) -> str | None:
     """The precision the result of `direction` is written in at precision `name` (the same one
     but for the quantized formats), or None where that direction does not exist (int8 bwd)."""

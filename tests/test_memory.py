@@ -27,6 +27,13 @@ def test_host_bytes_cover_the_float64_data_and_reference():
     assert memory.bytes_needed(_point(p, precision="fp64")) > needed   # backend buffers grow
 
 
+def test_quantized_device_buffers_are_counted_at_their_widest_type():
+    """An int8 or fp8 point holds fp32 results: its device copy is not 1 byte per element."""
+    fp16 = memory.footprint(_point(SMALL, precision="fp16"), "cuda").device
+    for name in ("int8", "fp8_e4m3"):
+        assert memory.footprint(_point(SMALL, precision=name), "cuda").device > fp16
+
+
 def test_gpu_points_keep_only_the_test_data_on_the_host():
     cpu = memory.footprint(_point(SMALL), "cpu")
     gpu = memory.footprint(_point(SMALL), "cuda")
