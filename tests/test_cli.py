@@ -173,9 +173,16 @@ def test_list_shows_real_algorithms_with_descriptions_and_not_the_test_backend()
             line = next(l for l in out.splitlines() if l.split()[:1] == [algo.name]
                         and algo.description in l)
             assert len(line) < 160, line
-    # which algorithms of each backend run 3-D and the epilogue ops, a line after them
-    assert "    (3-D: direct; epilogue ops: none)" in out.splitlines()       # cpu
-    assert out.count("    (3-D: all; epilogue ops: all)") >= 2              # torch_cpu, torch_gpu
+    # which algorithms of each backend run 3-D, the epilogue ops and the quantized precisions,
+    # a line after them (the GPU backends' rules need no GPU)
+    none = "fp8_e4m3: none; fp8_e5m2: none; int8: none"
+    lines = out.splitlines()
+    assert f"    (3-D: direct; epilogue ops: none; {none})" in lines           # cpu
+    assert out.count(f"    (3-D: all; epilogue ops: all; {none})") >= 2      # torch_cpu, torch_gpu
+    assert ("    (3-D: all; epilogue ops: none; fp8_e4m3: none; fp8_e5m2: none; "
+            "int8: implicit_precomp_gemm)") in lines                          # legacy cudnn
+    assert ("    (3-D: all; epilogue ops: all; fp8_e4m3: all; fp8_e5m2: all; int8: all)"
+            in lines)                                                         # cudnn_graph
 
 
 def test_cudnn_descriptions_say_what_the_numbered_algorithms_are():

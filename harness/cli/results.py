@@ -80,15 +80,26 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _beyond_plain_2d(algorithms) -> str:
-    """Which of a backend's algorithms run 3-D problems and the epilogue ops (--op)."""
+    """Which of a backend's algorithms run 3-D problems, the epilogue ops (--op) and each
+    quantized precision (asked of a forward NHWC 3x3 point with 16 channels, the shape those
+    formats want: a backend's own refusal rules, no library call)."""
     from harness.epilogue import CONV
+    from harness.precision import QUANTIZED
+    from harness.problem import ConvProblem
+    from harness.sweep import Point
+    probe = ConvProblem(1, 16, 8, 8, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
 
     def names(which) -> str:
         chosen = [a.name for a in algorithms if which(a)]
         return ("all" if len(chosen) == len(algorithms) and chosen else
                 ", ".join(chosen) or "none")
+
+    def runs(precision: str):   # asked with the last op an algorithm runs (unfused: not conv)
+        return lambda a: a.refusal(Point(probe, "fwd", precision, "NHWC", a.backend, a.name,
+                                         op=a.ops[-1])) is None
+    quantized = "; ".join(f"{q}: {names(runs(q))}" for q in QUANTIZED)
     return (f"(3-D: {names(lambda a: a.runs_3d)}; epilogue ops: "
-            f"{names(lambda a: any(op != CONV for op in a.ops))})")
+            f"{names(lambda a: any(op != CONV for op in a.ops))}; {quantized})")
 
 
 def cmd_shapes(args: argparse.Namespace) -> int:
