@@ -73,8 +73,7 @@ def _reference_elements(p: ConvProblem) -> int:
 
 def _result_elements(p: ConvProblem, direction: str) -> int:
     """The tensor a direction writes: the runner holds two outputs and their difference."""
-    shapes = {"fwd": p.output_shape, "bwd_data": p.input_shape, "bwd_filter": p.weight_shape}
-    return math.prod(shapes[direction])
+    return math.prod(p.result_shape(direction))
 
 
 # ---- what is free -------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ NAMES = tuple(TABLE)
 QUANTIZED = tuple(p.name for p in TABLE.values() if p.quantized)
 FLOATING = tuple(p.name for p in TABLE.values() if not p.quantized)
 # (mantissa bits, smallest normal exponent, largest finite value) of the 8-bit float formats
-_MINIFLOAT = {"fp8_e4m3": (3, -6, 448.0), "fp8_e5m2": (2, -14, 57344.0)}
+# (OCP 8-bit floating point; the exponent bias is 1 - the smallest normal exponent)
+MINIFLOAT = {"fp8_e4m3": (3, -6, 448.0), "fp8_e5m2": (2, -14, 57344.0)}
 
 # Rounding the operands and the result costs about one unit each; a few units of slack keep honest
 # algorithms in, while any indexing bug (errors of order 1e-1) stays far out.
@@ -148,8 +149,8 @@ def round_to(array: np.ndarray, name: str) -> np.ndarray:
     if name == "int8":
         # symmetric: -128 is left out so that negating a value never overflows
         return np.clip(np.round(array), -127, 127).astype(np.float64)
-    if name in _MINIFLOAT:
-        return _round_to_minifloat(np.asarray(array, dtype=np.float64), *_MINIFLOAT[name])
+    if name in MINIFLOAT:
+        return _round_to_minifloat(np.asarray(array, dtype=np.float64), *MINIFLOAT[name])
     return array.astype(TABLE[name].storage).astype(np.float64)
 
 

@@ -192,14 +192,21 @@ class ConvProblem:
             return self.batch * _prod(tuple(a.out for a in self.spatial))
         raise ValueError(f"unknown direction {direction!r}")
 
+    def result_shape(self, direction: str) -> tuple[int, ...]:
+        """The tensor `direction` writes: y (fwd), dx (bwd_data) or dw (bwd_filter)."""
+        shapes = {"fwd": self.output_shape, "bwd_data": self.input_shape,
+                  "bwd_filter": self.weight_shape}
+        if direction not in shapes:
+            raise ValueError(f"unknown direction {direction!r}")
+        return shapes[direction]
+
     def bytes_moved(self, element_bytes: int, result_bytes: int | None = None,
                     direction: str = "fwd") -> int:
         """Compulsory traffic: read two tensors and write the third (the direction's result, at
         `result_bytes` each where it is wider than the operands: fp8, int8), once each."""
-        sizes = {"bwd_data": _prod(self.input_shape), "bwd_filter": _prod(self.weight_shape),
-                 "fwd": _prod(self.output_shape)}
-        result = sizes[direction]
-        operands = sum(sizes.values()) - result
+        result = _prod(self.result_shape(direction))
+        operands = (_prod(self.input_shape) + _prod(self.weight_shape) + _prod(self.output_shape)
+                    - result)
         return operands * element_bytes + result * (result_bytes or element_bytes)
 
     def arithmetic_intensity(self, element_bytes: int, result_bytes: int | None = None,

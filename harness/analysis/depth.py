@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis.points import POINT_KEYS, ranked, verified, with_candidate
+from harness.analysis.points import POINT_KEYS, fastest, ranked, with_candidate
 from harness.problem import DEPTH_DEFAULTS
 
 
@@ -30,13 +30,11 @@ def point_backends(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=points.index)
     out["shape"] = [f"{r.in_d}x{r.in_h}x{r.in_w} → {r.out_d}x{r.out_h}x{r.out_w}, "
                     f"k{r.kernel_d}x{r.kernel_h}x{r.kernel_w}" for r in points.itertuples()]
-    ok = verified(rows).sort_values("median_ms", kind="stable")
-    best = ok.drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)
+    best = fastest(rows, POINT_KEYS).set_index(POINT_KEYS)
     out = out.join(best[["candidate", "median_ms", "gflops"]].set_axis(
         ["best_candidate", "best_ms", "best_gflops"], axis=1))
     for backend, part in rows.groupby("backend", sort=False):
-        fastest = verified(part).sort_values("median_ms").drop_duplicates(POINT_KEYS)
-        column = fastest.set_index(POINT_KEYS)["median_ms"].astype(object)
+        column = fastest(part, POINT_KEYS).set_index(POINT_KEYS)["median_ms"].astype(object)
         reasons = part.groupby(POINT_KEYS, dropna=False)["reason"].agg(
             lambda r: r.fillna("").astype(str).value_counts().index[0] or "no verified row")
         out[str(backend)] = column.reindex(out.index).where(

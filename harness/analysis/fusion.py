@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis.points import POINT_KEYS, STEP_KEYS, ranked, verified, with_candidate
+from harness.analysis.points import (POINT_KEYS, STEP_KEYS, fastest, network_split, ranked,
+                                     with_candidate)
 from harness.epilogue import CONV
 from harness.precision import QUANTIZED
 
@@ -23,8 +24,6 @@ UNFUSED = "unfused"              # cudnn_graph's algorithm: conv plan + separate
 # compare a GPU graph with oneDNN on the CPU)
 EAGER_BACKENDS = ("torch_gpu",)
 WAYS = ("fused", "unfused", "eager")
-# What keeps networks apart (a suite; a results file when several are read: networks.SOURCE)
-NETWORK_SPLIT = ("source", "suite")
 POINT_COLUMNS = ["multiplicity", "conv_ms",
                  *[f"{w}_{c}" for w in WAYS for c in ("candidate", "ms")],
                  "epilogue_ms", *[f"saves_vs_{w}_{u}" for w in WAYS[1:] for u in ("ms", "pct")]]
@@ -32,8 +31,7 @@ POINT_COLUMNS = ["multiplicity", "conv_ms",
 
 def _fastest(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The fastest verified row per `keys` (candidate, median_ms), indexed by them."""
-    fastest = verified(rows).sort_values("median_ms", kind="stable").drop_duplicates(keys)
-    return fastest.set_index(keys)[["candidate", "median_ms"]]
+    return fastest(rows, keys).set_index(keys)[["candidate", "median_ms"]]
 
 
 def _way(df: pd.DataFrame) -> pd.Series:
@@ -47,16 +45,12 @@ def _way(df: pd.DataFrame) -> pd.Series:
     return way
 
 
-def _split(df: pd.DataFrame) -> list[str]:
-    return [k for k in NETWORK_SPLIT if k in df.columns]
-
-
 def point_savings(df: pd.DataFrame) -> pd.DataFrame:
     """One row per point with an epilogue (op other than conv) and a verified row: the network
     split columns present, POINT_KEYS and POINT_COLUMNS (NaN where a way or the plain
     convolution was not measured or not verified)."""
     df = with_candidate(ranked(df))
-    keys = [*_split(df), *POINT_KEYS]
+    keys = [*network_split(df), *POINT_KEYS]
     fused_points = df[df["op"] != CONV]
     points = fused_points.drop_duplicates(keys).set_index(keys)[["multiplicity"]]
     way = _way(fused_points)
@@ -82,7 +76,7 @@ def network_savings(points: pd.DataFrame, keys: list[str] | None = None) -> pd.D
     of `points`), and what fusion saves over the other two there. At a precision PyTorch has
     no convolution for (fp8, int8) fused is compared against unfused, and the eager columns
     stay empty; elsewhere a point without a verified eager row is not compared."""
-    keys = [*_split(points), *STEP_KEYS] if keys is None else keys
+    keys = [*network_split(points), *STEP_KEYS] if keys is None else keys
     no_peer = points["effective_precision"].isin(QUANTIZED)
     complete = (points[["fused_ms", "unfused_ms"]].notna().all(axis=1)
                 & (points["eager_ms"].notna() | no_peer))

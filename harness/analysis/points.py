@@ -48,6 +48,21 @@ def verified(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == Status.OK) & df["median_ms"].notna()]
 
 
+def fastest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The fastest verified row per `keys` (a tie: the first met)."""
+    return verified(df).sort_values("median_ms", kind="stable").drop_duplicates(keys)
+
+
+# What keeps networks apart in a table of several: the suite, and the results file where several
+# are read (networks.SOURCE).
+NETWORK_SPLIT = ("source", "suite")
+
+
+def network_split(df: pd.DataFrame) -> list[str]:
+    """The NETWORK_SPLIT columns `df` has."""
+    return [k for k in NETWORK_SPLIT if k in df.columns]
+
+
 def ranked(df: pd.DataFrame) -> pd.DataFrame:
     """The frame with every row placed at a point: a row that delivered no precision (it failed,
     was refused or was wrong; files older than the column) belongs to the point it was asked at."""

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, NamedTuple
 
 import pandas as pd
 
-from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, ranked, verified,
+from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest, ranked, verified,
                                      with_candidate)
 from harness.measurement import Status
 
@@ -174,10 +174,10 @@ def point_precision(picks_frame: pd.DataFrame) -> pd.Series:
 
 def oracle(df: pd.DataFrame, backends: Iterable[str] | None = None) -> pd.DataFrame:
     """Per point, the fastest verified row, over every backend or only `backends`."""
-    ok = verified(with_candidate(ranked(df)))
+    rows = with_candidate(ranked(df))
     if backends is not None:
-        ok = ok[ok["backend"].isin(list(backends))]
-    return ok.sort_values("median_ms", kind="stable").drop_duplicates(POINT_KEYS)
+        rows = rows[rows["backend"].isin(list(backends))]
+    return fastest(rows, POINT_KEYS)
 
 
 def weighted_totals(frame: pd.DataFrame, ms: str, keys: list[str]) -> pd.DataFrame:

@@ -14,8 +14,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from harness.analysis.fusion import NETWORK_SPLIT
-from harness.analysis.points import NETWORK_KEYS, POINT_KEYS, ranked, verified, with_candidate
+from harness.analysis.points import (NETWORK_KEYS, POINT_KEYS, fastest, network_split, ranked,
+                                     verified, with_candidate)
 from harness.measurement import Status
 from harness.precision import QUANTIZED
 
@@ -31,14 +31,9 @@ POINT_COLUMNS = ["multiplicity", "rows", *COUNTED, "other_rows", "quantized_cand
                  "fp16_ms", "speedup", "reason"]
 
 
-def _split(df: pd.DataFrame) -> list[str]:
-    return [k for k in NETWORK_SPLIT if k in df.columns]
-
-
 def _fastest(rows: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFrame:
     """The fastest verified row per `keys` (its `keys` and `columns`)."""
-    fastest = verified(rows).sort_values("median_ms", kind="stable").drop_duplicates(keys)
-    return fastest[[*keys, *columns]]
+    return fastest(rows, keys)[[*keys, *columns]]
 
 
 def _most_common(texts: pd.Series) -> str:
@@ -62,7 +57,7 @@ def point_speedups(df: pd.DataFrame) -> pd.DataFrame:
     and `reason` is NO_PLAN with the most common reason of the quantized rows (their status
     where they give none) at a point where none verified, else missing."""
     df = with_candidate(ranked(df))
-    keys = [*_split(df), *POINT_KEYS]
+    keys = [*network_split(df), *POINT_KEYS]
     quantized = df[df[PRECISION].isin(QUANTIZED)]
     if quantized.empty:
         return pd.DataFrame(columns=[*keys, *POINT_COLUMNS])
@@ -102,7 +97,7 @@ def summary(points: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
     the largest error of the fastest quantized rows (`max_rel_error_fastest`, at every point
     with one) and of every verified quantized row (`max_rel_error`), and the quantized rows'
     counts by status (`rows`, COUNTED, `other_rows`)."""
-    keys = [*_split(points), *NETWORK_KEYS] if keys is None else keys
+    keys = [*network_split(points), *NETWORK_KEYS] if keys is None else keys
     points = points.assign(log_speedup=np.log(points["speedup"].astype(float)))
     grouped = points.groupby(keys, dropna=False, sort=False)
     out = grouped.size().rename("points").to_frame()

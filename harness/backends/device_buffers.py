@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.precision import output_precision
+from harness.precision import MINIFLOAT, output_precision
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -39,14 +39,11 @@ class DeviceTensors:
                              if getattr(data, name) is not None}
             if data.bias is not None:
                 self._tensors["bias"] = self.cupy.asarray(to_storage(data.bias, result))
-            outputs = {"y": (point.problem.output_shape, "fwd"),
-                       "dx": (point.problem.input_shape, "bwd_data"),
-                       "dw": (point.problem.weight_shape, "bwd_filter")}
-            for name, (shape, direction) in outputs.items():
+            for name, direction in (("y", "fwd"), ("dx", "bwd_data"), ("dw", "bwd_filter")):
                 stored = output_precision(point.precision, direction)
                 if stored is not None:                # int8 has no backward buffers
-                    self._tensors[name] = self.cupy.empty(physical_shape(shape, point.layout),
-                                                          dtype=storage_dtype(stored))
+                    shape = physical_shape(point.problem.result_shape(direction), point.layout)
+                    self._tensors[name] = self.cupy.empty(shape, dtype=storage_dtype(stored))
             # The copies ran on the legacy default stream, which does not order work on the
             # backends' non-blocking streams, and a pageable upload may still be in flight
             # when asarray returns: without this wait the first algorithm of a problem could
@@ -89,19 +86,16 @@ def to_storage(values: np.ndarray, precision: str) -> np.ndarray:
     if precision == "bf16":
         # The data is already bf16-exact, so dropping the low 16 bits of float32 is lossless.
         return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    if precision in FP8_BIASES:
+    if precision in MINIFLOAT:
         return fp8_bits(values, precision)
     return values.astype(storage_dtype(precision))
-
-
-# exponent bias and mantissa bits of the fp8 formats (OCP 8-bit floating point: E4M3, E5M2)
-FP8_BIASES = {"fp8_e4m3": (7, 3), "fp8_e5m2": (15, 2)}
 
 
 def fp8_bits(values: np.ndarray, precision: str) -> np.ndarray:
     """The fp8 bit patterns of values already exact in the format (precision.round_to): sign,
     biased exponent (0: subnormal), mantissa. Normal x = 2^e * (1 + f), subnormal x = 2^emin * f."""
-    bias, mantissa_bits = FP8_BIASES[precision]
+    mantissa_bits, min_exponent, _ = MINIFLOAT[precision]
+    bias = 1 - min_exponent
     values = np.asarray(values, dtype=np.float64)
     magnitude = np.abs(values)
     _, exponent = np.frexp(magnitude)             # magnitude = m * 2^exponent, 0.5 <= m < 1

@@ -104,9 +104,8 @@ class Conv2d(Algorithm):
         fmt = memory_format(torch, point)
         tensors = operands(data, lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dtype))
         call, workspace = build_call(torch, point, tensors, fmt)
-        shape = {"fwd": point.problem.output_shape, "bwd_data": point.problem.input_shape,
-                 "bwd_filter": point.problem.weight_shape}[point.direction]
-        placeholder = torch.empty(shape, dtype=dtype).contiguous(memory_format=fmt)
+        placeholder = torch.empty(point.problem.result_shape(point.direction),
+                                  dtype=dtype).contiguous(memory_format=fmt)
         return TorchPrepared(call, placeholder, workspace)
 
 
