@@ -265,6 +265,8 @@ def results_file(tmp_path) -> str:
 REPORT_ARGUMENTS = {
     "--jobs 0": (["--jobs", "0"], "'0'"),
     "--jobs -1": (["--jobs", "-1"], "'-1'"),
+    # found by tests/test_fuzz.py: 2^70 processes overflowed a C int in multiprocessing
+    "--jobs 2^70": (["--jobs", str(2**70)], "must be at most 1024"),
     "--peaks bad JSON": (["--peaks", "{bad"], "not a readable JSON file"),
     "--peaks not an object": (["--peaks", "[1, 2]"], "got list"),
     "--peaks wrong shape": (["--peaks", '{"fp32": {"x": 1}}'], "peaks['fp32']"),

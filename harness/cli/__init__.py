@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.cli.common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, UserError, _count,
-                                _one_line, _utf8_text, _warn)
+                                MOST_PROCESSES, _one_line, _utf8_text, _warn)
 from harness.cli.results import (cmd_table, cmd_list, cmd_shapes, cmd_env, cmd_peaks, cmd_compare,
                                  cmd_check, cmd_report)
 from harness.cli import models
@@ -76,7 +76,7 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
                    help="spread the sweep over Dask workers (pip install 'convbench[cluster]'): "
                         "local = one per visible GPU (or --workers CPU workers), tcp:// = an "
                         "existing scheduler, slurm = dask-jobqueue (--cluster-config)")
-    p.add_argument("--workers", type=_count(1),
+    p.add_argument("--workers", type=_count(1, MOST_PROCESSES),
                    help="--cluster local: how many workers (default: one per visible GPU; "
                         "2 for a CPU sweep)")
     p.add_argument("--cluster-config", metavar="TOML",
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--embed-images", action="store_true",
                         help="put the figures inside index.html (one self-contained file)")
     report.add_argument("--title", type=_utf8_text, help="page title (default: from the data)")
-    report.add_argument("--jobs", type=_count(1), default=os.cpu_count() or 1,
+    report.add_argument("--jobs", type=_count(1, MOST_PROCESSES), default=os.cpu_count() or 1,
                         help="processes drawing figures (default: all cores)")
     report.add_argument("--force", action="store_true",
                         help="replace a report already in the output folder")

@@ -44,8 +44,14 @@ def _utf8_text(text: str) -> str:
     return text
 
 
-def _count(lowest: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= lowest, named in the one-line error when not."""
+# The most processes one flag may ask for (--jobs, --workers): far above any machine's cores,
+# far below what the OS and multiprocessing take (2^70 jobs overflowed a C int: a traceback).
+MOST_PROCESSES = 1024
+
+
+def _count(lowest: int, highest: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= lowest (and <= highest), named in the one-line error when
+    not."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -53,6 +59,8 @@ def _count(lowest: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < lowest:
             raise argparse.ArgumentTypeError(f"{text!r} must be at least {lowest}")
+        if highest is not None and value > highest:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {highest}")
         return value
     return parse
 
