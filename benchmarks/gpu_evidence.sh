@@ -15,6 +15,9 @@
 #                                        NHWC (SUITE default resnet50; video3d for 3-D)
 #   gpu_evidence.sh quantized OUT NAME [SUITE]  fp16, fp8_e4m3 and int8 (NHWC, ops conv and
 #                                        conv_bias_relu) on cudnn, cudnn_graph and torch_gpu (or $BACKENDS)
+#   gpu_evidence.sh outputs OUT NAME [SUITE]  fp8_e4m3 and int8 forward into every result type
+#                                        they offer (--output-type), ops conv and conv_bias_relu,
+#                                        NHWC, on cudnn_graph and legacy cudnn (or $BACKENDS)
 #   gpu_evidence.sh model OUT NAME SOURCE  `run --model SOURCE` (cudnn + cudnn_graph + torch_gpu,
 #                                        fp16/bf16 NHWC, batch 32), then its table, fp16 plan, report
 # Results go to OUT/NAME.parquet (a killed sweep leaves its gzipped journal); logs beside them.
@@ -54,7 +57,7 @@ sweep() {  # NAME ARGS...
 case "$part" in
   tests)
     python3 -m pytest -q -p no:cacheprovider -s tests/test_cudnn_gpu.py tests/test_cudnn_graph_gpu.py \
-      tests/test_torch_gpu.py 2>&1 | tee "$out/gpu_tests.log" | grep -E "passed|failed|error|spin|Error" | tail -15
+      tests/test_torch_gpu.py tests/test_quantized_gpu.py 2>&1 | tee "$out/gpu_tests.log" | grep -E "passed|failed|error|spin|Error" | tail -15
     timeout 240 python3 benchmarks/gpu_fidelity.py --out "$out/fidelity.csv" 2>&1 \
       | grep -v Warning | tee "$out/fidelity.log" | tail -16 ;;
   legacy)
@@ -69,6 +72,10 @@ case "$part" in
   quantized)
     SUITE=${4:-resnet50} sweep "$3" --backend "${BACKENDS:-cudnn,cudnn_graph,torch_gpu}" --precision fp16,fp8_e4m3,int8 \
       --layout NHWC --op conv,conv_bias_relu --budget-ms 10 ;;
+  outputs)
+    SUITE=${4:-resnet50} sweep "$3" --backend "${BACKENDS:-cudnn,cudnn_graph}" --precision fp8_e4m3,int8 \
+      --output-type auto,bf16,fp32,fp8_e4m3,int8 --direction fwd --layout NHWC \
+      --op conv,conv_bias_relu --budget-ms 10 ;;
   scaleout)
     if [ "${4:-}" = local ]; then
       sweep "$3" --backend cudnn,cudnn_graph --precision fp16,fp32 --layout NHWC --cluster local

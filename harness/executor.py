@@ -145,8 +145,9 @@ class PointExecutor:
         rel, max_abs = reference.relative_errors(output, expected, _array_module(output))
         length = point.problem.reduction_length(point.direction)
         factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
-        tol = precision.tolerance(point.precision, length, factor, point.direction)
-        effective = precision.delivered(point.precision, rel, length, factor, point.direction)
+        tol = precision.tolerance(point.precision, length, factor, point.direction, point.output)
+        effective = precision.delivered(point.precision, rel, length, factor, point.direction,
+                                        point.output)
         family = algo.family if prepared.family is None else prepared.family
         common = dict(family=family, workspace_bytes=prepared.workspace_bytes, rel_error=rel,
                       max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,

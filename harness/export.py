@@ -35,7 +35,7 @@ DEEPBENCH_ALGOS = {"fwd": "fwd_algo", "bwd_data": "bwd_inputs_algo",
 DEEPBENCH_PRECISION = {"fp32": "float", "fp16": "half"}
 # Trailing columns DeepBench lacks but a reader needs to tell rows apart.
 # One DeepBench row: a layer at one point and backend, its three directions side by side.
-_DEEPBENCH_ROW = [k for k in POINT_KEYS if k != "direction"] + ["backend"]
+_DEEPBENCH_ROW = [k for k in POINT_KEYS if k not in ("direction", "output")] + ["backend"]
 DEEPBENCH_EXTRA = ("layer", "backend", "layout", "groups", "dilation_h", "dilation_w",
                    "workspace_limit", "timing_mode", "threads", "op")
 

@@ -5,6 +5,7 @@ name (cuDNN data types, torch dtypes, cuBLAS types).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,9 @@ class Precision:
     # Sums kept at accumulator_roundoff for at most this many terms, then added in fp32 (0: all
     # of them): fp8 MMA chains are promoted to fp32 (see _FP8_PROMOTION).
     promotion_length: int = 0
+    # Other precisions the forward result may be asked in (the `output` sweep axis), beside
+    # the default in `outputs`: cuDNN's fp8 and int8 graphs write any of them.
+    forward_outputs: tuple[str, ...] = ()
 
 
 # Hopper's FP8 tensor-core MMA keeps about 14 mantissa bits of its running sum before the fp32
@@ -52,12 +56,14 @@ TABLE: dict[str, Precision] = {p.name: p for p in (
     Precision("fp64", "float64", 8, 2.0**-53, 2.0**-53),
     # e4m3: 3 mantissa bits, normal exponents -6..8, max 448; e5m2: 2 bits, -14..15, max 57344
     Precision("fp8_e4m3", "float64", 1, 2.0**-4, _FP8_ACCUMULATION, quantized=True,
-              outputs=_FP8_OUTPUTS, promotion_length=_FP8_PROMOTION),
+              outputs=_FP8_OUTPUTS, promotion_length=_FP8_PROMOTION,
+              forward_outputs=("bf16", "fp32", "fp8_e4m3")),
     Precision("fp8_e5m2", "float64", 1, 2.0**-3, _FP8_ACCUMULATION, quantized=True,
-              outputs=_FP8_OUTPUTS, promotion_length=_FP8_PROMOTION),
+              outputs=_FP8_OUTPUTS, promotion_length=_FP8_PROMOTION,
+              forward_outputs=("bf16", "fp32", "fp8_e5m2")),
     # integer sums are exact in int32 (127 * 127 * L stays below 2^31 for L < 133,000)
     Precision("int8", "float64", 1, 0.0, 0.0, quantized=True, outputs=(("fwd", "fp32"),),
-              data_scale=16.0),
+              data_scale=16.0, forward_outputs=("int8",)),
 )}
 NAMES = tuple(TABLE)
 QUANTIZED = tuple(p.name for p in TABLE.values() if p.quantized)
@@ -65,12 +71,25 @@ FLOATING = tuple(p.name for p in TABLE.values() if not p.quantized)
 # (mantissa bits, smallest normal exponent, largest finite value) of the 8-bit float formats
 # (OCP 8-bit floating point; the exponent bias is 1 - the smallest normal exponent)
 MINIFLOAT = {"fp8_e4m3": (3, -6, 448.0), "fp8_e5m2": (2, -14, 57344.0)}
+# The `output` axis's value for "the precision's own result type" (output_precision's default).
+AUTO_OUTPUT = "auto"
+# Largest value of each 8-bit result type. A result written in one is first multiplied by a
+# power of two (output_scale) that puts its RMS 8 times below this (rounded to a power of two,
+# so between 5.7 and 11 standard deviations): nothing saturates, and int8's rounding step stays
+# a small part of the value.
+_NARROW_LARGEST = {**{name: largest for name, (_, _, largest) in MINIFLOAT.items()},
+                   "int8": 127.0}
+_NARROW_HEADROOM = 8.0
 
 # Rounding the operands and the result costs about one unit each; a few units of slack keep honest
 # algorithms in, while any indexing bug (errors of order 1e-1) stays far out.
 _OPERAND_UNITS = 8.0
 # Sequential float accumulation of L terms drifts like sqrt(L) units (random-sign data).
 _ACCUMULATION_UNITS = 2.0
+# An 8-bit result is rounded once, from exact operands: no element is off by more than one unit,
+# and over many elements the L2 error is about a third of one (measured in tests). 8 units of
+# fp8 would be 0.5, loose enough to pass a result off by a factor of 1.5; 1.5 units is not.
+_NARROW_OUTPUT_UNITS = 1.5
 
 
 def element_bytes(name: str) -> int:
@@ -83,13 +102,40 @@ def widest_bytes(name: str) -> int:
     return max(element_bytes(n) for n in (name, *dict(TABLE[name].outputs).values()))
 
 
-def output_precision(name: str, direction: str) -> str | None:
-    """The precision the result of `direction` is written in at precision `name` (the same one
-    but for the quantized formats), or None where that direction does not exist (int8 bwd)."""
+def output_precision(name: str, direction: str, asked: str | None = None) -> str | None:
+    """The precision the result of `direction` is written in at precision `name`: `asked` (a
+    point's output, one of offered_outputs), else the precision's own (the same one but for the
+    quantized formats); None where that direction does not exist (int8 bwd)."""
     p = TABLE[name]
     if not p.quantized:
         return name
-    return dict(p.outputs).get(direction)
+    default = dict(p.outputs).get(direction)
+    return asked if asked is not None and default is not None else default
+
+
+def offered_outputs(name: str, direction: str) -> tuple[str, ...]:
+    """The result precisions `direction` can be asked in at precision `name`, its own first."""
+    default = output_precision(name, direction)
+    if default is None:
+        return ()
+    return (default, *(TABLE[name].forward_outputs if direction == "fwd" else ()))
+
+
+def is_narrow(name: str) -> bool:
+    """Whether results written in `name` need a scale to fit (the 8-bit types)."""
+    return name in _NARROW_LARGEST
+
+
+def output_scale(name: str, output: str | None, reduction_length: int) -> float:
+    """The power of two a result written in `output` is multiplied by before it is rounded (1
+    for a result that is not 8-bit). The result's expected RMS is the product of the operands'
+    (data_scale each) times sqrt(reduction length); a power of two scales exactly, so the
+    scaled result's only error is its rounding, and dividing by the scale undoes the rest."""
+    if output is None or not is_narrow(output):
+        return 1.0
+    expected = TABLE[name].data_scale**2 * max(reduction_length, 1)**0.5
+    target = _NARROW_LARGEST[output] / _NARROW_HEADROOM
+    return 2.0 ** round(math.log2(target / expected))
 
 
 def refusal(name: str, direction: str) -> str | None:
@@ -101,26 +147,41 @@ def refusal(name: str, direction: str) -> str | None:
 
 
 def tolerance(name: str, reduction_length: int, error_factor: float = 1.0,
-              direction: str = "fwd") -> float:
-    """Largest relative L2 error accepted for an algorithm run at precision `name`. The first
-    term is the rounding of the data on its way through (tf32's operands) and of the result: the
-    result's precision for the quantized formats, whose operands are exact."""
+              direction: str = "fwd", output: str | None = None) -> float:
+    """Largest relative L2 error accepted for an algorithm run at precision `name` (result
+    asked in `output`, None: its own). The first term is the rounding of the data on its way
+    through (tf32's operands) and of the result: the result's precision for the quantized
+    formats, whose operands are exact."""
     p = TABLE[name]
-    rounding = p.operand_roundoff
+    rounding = _OPERAND_UNITS * p.operand_roundoff
     if p.quantized:
-        rounding = TABLE[output_precision(name, direction) or "fp32"].operand_roundoff
+        rounding = _result_rounding(output_precision(name, direction, output) or "fp32")
     accumulation = p.accumulator_roundoff * reduction_length**0.5
     if p.promotion_length:             # short chains at accumulator_roundoff, summed in fp32
         accumulation = (p.accumulator_roundoff * min(reduction_length, p.promotion_length)**0.5
                         + TABLE["fp32"].accumulator_roundoff * reduction_length**0.5)
-    return (_OPERAND_UNITS * rounding + _ACCUMULATION_UNITS * accumulation) * error_factor
+    return (rounding + _ACCUMULATION_UNITS * accumulation) * error_factor
+
+
+def _result_rounding(result: str) -> float:
+    """The tolerance's rounding term for a quantized point's result written in `result`: a few
+    units of a wide type; 1.5 units of an 8-bit one, whose unit is its unit roundoff (fp8) or,
+    for int8, the half step relative to the smallest RMS output_scale gives (a ReLU leaves the
+    RMS of the values it keeps as it was; zero padding lowers it a little at the borders)."""
+    if not is_narrow(result):
+        return _OPERAND_UNITS * TABLE[result].operand_roundoff
+    if result in MINIFLOAT:
+        return _NARROW_OUTPUT_UNITS * TABLE[result].operand_roundoff
+    smallest_rms = _NARROW_LARGEST[result] / _NARROW_HEADROOM / 2**0.5
+    return _NARROW_OUTPUT_UNITS * 0.5 / smallest_rms
 
 
 def delivered(asked: str, rel_error: float, reduction_length: int,
-              error_factor: float, direction: str = "fwd") -> str | None:
+              error_factor: float, direction: str = "fwd",
+              output: str | None = None) -> str | None:
     """What the accuracy shows was computed: the asked precision, tf32 for fp32 data computed on
     tensor cores, or None when the result is wrong even for that."""
-    if rel_error <= tolerance(asked, reduction_length, error_factor, direction):
+    if rel_error <= tolerance(asked, reduction_length, error_factor, direction, output):
         return asked
     lowered = _tensor_float_of(asked)
     if lowered and rel_error <= tolerance(lowered, reduction_length, error_factor, direction):

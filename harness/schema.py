@@ -11,7 +11,7 @@ import pandas as pd
 from harness import epilogue
 from harness.env import ENV_FIELDS
 from harness.measurement import Measurement
-from harness.precision import element_bytes, output_precision
+from harness.precision import AUTO_OUTPUT, element_bytes
 from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
 from harness.stats import relative_noise
@@ -58,6 +58,9 @@ _CORE_COLUMNS: dict[str, str] = {
     "timing_mode": "string", "budget_ms": "float64",
     "threads": "int64",   # CPU points: threads the libraries were given (0: all cores)
     "op": "string",       # what followed the convolution in the timed call (harness.epilogue)
+    # the result precision the point asked for (sweep.Point.output), "auto" where it asked for
+    # none and the precision's own was written (precision.output_precision)
+    "output": "string",
     # what happened
     "status": "string", "reason": "string", "stop_reason": "string",
     "samples_ms": "object", "n_samples": "int64", "median_ms": "float64", "min_ms": "float64",
@@ -114,7 +117,7 @@ ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}
 COLUMNS: dict[str, str] = {**_CORE_COLUMNS, **EXTRA_COLUMNS, **ENV_COLUMNS}
 # What a column that older files lack means there (it came later, with the default it names).
 COLUMN_DEFAULTS: dict[str, Any] = {"threads": ALL_THREADS, **DEPTH_DEFAULTS, "out_d": 1,
-                                   "op": epilogue.CONV}
+                                   "op": epilogue.CONV, "output": AUTO_OUTPUT}
 # Extras, env columns and the defaulted ones may be absent (older files).
 REQUIRED_COLUMNS = tuple(c for c in _CORE_COLUMNS if c not in COLUMN_DEFAULTS)
 
@@ -126,7 +129,7 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
     samples = list(m.samples_ms)
     median = m.median_ms
     bytes_per_element = element_bytes(pt.precision)
-    result = output_precision(pt.precision, pt.direction)       # None: int8 backward
+    result = pt.result_precision                                # None: int8 backward
     result_bytes = element_bytes(result) if result else None
     row: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "suite": suite,
@@ -148,7 +151,7 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "backend": pt.backend, "algorithm": pt.algorithm, "family": m.family,
         "workspace_limit": limit_to_column(pt.workspace_limit),
         "timing_mode": pt.timing.mode, "budget_ms": pt.timing.budget_ms,
-        "threads": pt.threads, "op": pt.op,
+        "threads": pt.threads, "op": pt.op, "output": pt.output or AUTO_OUTPUT,
         "status": m.status, "reason": m.reason, "stop_reason": m.stop_reason,
         "samples_ms": samples, "n_samples": len(samples), "median_ms": median,
         "min_ms": m.min_ms, "mean_ms": m.mean_ms, "iqr_ms": m.iqr_ms,

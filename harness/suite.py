@@ -58,8 +58,9 @@ from harness.problem_text import parse_benchdnn, parse_deepbench
 from harness.suite_checks import (SuiteError, _Invalid, _check_keys, _choice, _did_you_mean,
                                   _fraction, _gpu_processes, _int_at_least, _is_int, _kind, _list,
                                   _plain_from_file, _plain_name, _positive_int, _positive_number,
-                                  _show_size, _table, _text, _unique_list, parse_size)
-from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES,
+                                  _show_size, _table, _text, _unique_list, checked_outputs,
+                                  parse_size)
+from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
 from harness.threads import ALL as ALL_THREADS
 
@@ -71,7 +72,7 @@ REPO_SUITES = Path(__file__).resolve().parent.parent / "suites"
 
 _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
 _SWEEP_KEYS = ("directions", "precisions", "layouts", "workspace_limits", "batch", "threads",
-               "ops", "backends")
+               "ops", "outputs", "backends")
 _BACKEND_KEYS = ("name", "algorithms", "optional")
 _TIMING_KEYS = tuple(f.name for f in dataclasses.fields(TimingOptions))
 _COMPARE_KEYS = ("threshold",)
@@ -173,7 +174,7 @@ def _sweep_from_table(data: dict[str, Any], default_name: str) -> Sweep:
         "regression_threshold": _compare(_table(data.get("compare", {}), "compare")),
     }
     fields.update(_axes(axes))
-    return Sweep(**fields)
+    return checked_outputs(Sweep(**fields), "sweep.outputs")
 
 
 def _axes(axes: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +183,8 @@ def _axes(axes: dict[str, Any]) -> dict[str, Any]:
     for key, allowed, what in (("directions", DIRECTIONS, "direction"),
                                ("precisions", PRECISIONS, "precision"),
                                ("layouts", LAYOUTS, "layout"),
-                               ("ops", epilogue.OPS, "op")):
+                               ("ops", epilogue.OPS, "op"),
+                               ("outputs", OUTPUTS, "output")):
         if key in axes:
             fields[key] = checked_choices(axes[key], f"sweep.{key}", allowed, what)
     if "workspace_limits" in axes:

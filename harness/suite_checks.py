@@ -8,7 +8,7 @@ import re
 from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
-from harness.sweep import MAX_GPU_PROCESSES
+from harness.sweep import MAX_GPU_PROCESSES, Sweep
 
 _UNLIMITED_WORDS = ("unlimited", "none", "inf")
 _SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -165,3 +165,15 @@ def _did_you_mean(word: Any, options: Iterable[str]) -> str:
     same_letters = [option for option in options if option.lower() == word.lower()]
     close = same_letters or difflib.get_close_matches(word, options, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def checked_outputs(sweep: Sweep, where: str) -> Sweep:
+    """The sweep, if every output it asks for is written by one of its precisions: one that
+    none writes is a mistake (the axis would change nothing), not a no-op."""
+    unoffered = sweep.unoffered_outputs()
+    if unoffered:
+        raise _Invalid(where, f"no precision asked ({', '.join(sweep.precisions)}) writes "
+                              f"{unoffered[0]} results in the directions asked; outputs other "
+                              f"than auto are for fp8 (fwd: bf16, fp32, its own fp8) and int8 "
+                              f"(fwd: int8)")
+    return sweep

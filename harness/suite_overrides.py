@@ -9,8 +9,8 @@ from harness import epilogue
 from harness.problem import ConvProblem
 from harness.suite import checked_choices, checked_threads, checked_workspace_limits
 from harness.suite_checks import (SuiteError, _Invalid, _choice, _gpu_processes, _positive_int,
-                                  _positive_number, _text, _unique_list)
-from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, PRECISIONS, TIMING_MODES,
+                                  _positive_number, _text, _unique_list, checked_outputs)
+from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
 
 # The command-line flag behind each `sweep_with_overrides` argument, for error messages.
@@ -19,7 +19,7 @@ OVERRIDE_FLAGS = {
     "precisions": "--precision", "layouts": "--layout", "batch": "--batch",
     "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
-    "gpu_processes": "--gpu-processes", "threads": "--threads", "ops": "--op",
+    "gpu_processes": "--gpu-processes", "threads": "--threads", "ops": "--op", "outputs": "--output-type",
 }
 
 
@@ -34,7 +34,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          gpu_timer: str | None = None,
                          gpu_processes: int | None = None,
                          threads: Sequence[int | str] | None = None,
-                         ops: Sequence[str] | None = None) -> Sweep:
+                         ops: Sequence[str] | None = None,
+                         outputs: Sequence[str] | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -50,7 +51,8 @@ def _apply_overrides(sweep: Sweep, given: dict[str, Any]) -> Sweep:
     for key, allowed, what in (("directions", DIRECTIONS, "direction"),
                                ("precisions", PRECISIONS, "precision"),
                                ("layouts", LAYOUTS, "layout"),
-                               ("ops", epilogue.OPS, "op")):
+                               ("ops", epilogue.OPS, "op"),
+                               ("outputs", OUTPUTS, "output")):
         if given[key] is not None:
             changes[key] = checked_choices(given[key], flag[key], allowed, what, indexed=False)
     if given["workspace_limits"] is not None:
@@ -67,7 +69,7 @@ def _apply_overrides(sweep: Sweep, given: dict[str, Any]) -> Sweep:
     if given["batch"] is not None:
         changes["problems"] = _rebatch(sweep.problems, given["batch"], flag["batch"])
     changes["timing"] = _override_timing(sweep.timing, given)
-    return dataclasses.replace(sweep, **changes)
+    return checked_outputs(dataclasses.replace(sweep, **changes), flag["outputs"])
 
 
 def _override_backends(current: tuple[AlgorithmChoice, ...], names: Sequence[str],

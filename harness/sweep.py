@@ -1,8 +1,8 @@
 """What to run: the sweep axes of a suite and the single points they expand to.
 
 `Sweep` holds the axes as a suite file states them; `Sweep.points()` is their cartesian product.
-A `Point` is one (problem, direction, op, precision, layout, backend, algorithm, workspace limit,
-thread count) with the timing options that apply to it. Both are frozen: they describe work, never results.
+A `Point` is one (problem, direction, op, precision, result precision, layout, backend, algorithm,
+workspace limit, thread count) with the timing options that apply to it. Both are frozen: they describe work, never results.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from harness.threads import ALL as ALL_THREADS
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 PRECISIONS = precision_table.NAMES
+# A result precision, or "auto": each precision's own (precision.output_precision).
+OUTPUTS = (precision_table.AUTO_OUTPUT, *PRECISIONS)
 LAYOUTS = ("NCHW", "NHWC")
 TIMING_MODES = ("warm", "cold")
 # How warm GPU points are timed: "graph" replays a CUDA graph of the calls (kernel time, what
@@ -59,6 +61,9 @@ class Point:
     timing: TimingOptions = field(default_factory=TimingOptions)
     threads: int = ALL_THREADS    # CPU points: threads the libraries may use (harness.threads)
     op: str = epilogue.CONV       # what follows the convolution (harness.epilogue; fwd only)
+    # The precision the result is written in where it is not the precision's own (fp8 forward
+    # into fp32 or fp8, int8 into int8: precision.offered_outputs); None: its own.
+    output: str | None = None
 
     @property
     def point_id(self) -> str:
@@ -79,8 +84,15 @@ class Point:
         if self.threads != ALL_THREADS:
             timing += f"+t{self.threads}"
         direction = epilogue.labelled(self.direction, self.op)
-        return "|".join((p.name, shape, direction, self.precision, self.layout, self.backend,
+        precision = self.precision if self.output is None else f"{self.precision}>{self.output}"
+        return "|".join((p.name, shape, direction, precision, self.layout, self.backend,
                          self.algorithm, limit, timing))
+
+    @property
+    def result_precision(self) -> str | None:
+        """The precision the result is written in (None: the direction does not exist at this
+        precision, int8 backward)."""
+        return precision_table.output_precision(self.precision, self.direction, self.output)
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,7 @@ class Sweep:
     timing: TimingOptions = field(default_factory=TimingOptions)
     threads: tuple[int, ...] = (ALL_THREADS,)
     ops: tuple[str, ...] = (epilogue.CONV,)
+    outputs: tuple[str, ...] = (precision_table.AUTO_OUTPUT,)
     regression_threshold: float = 0.05   # fractional slowdown that `compare` calls practical
 
     def points(self, algorithms_of) -> Iterator[Point]:
@@ -115,14 +128,34 @@ class Sweep:
             # limits innermost: points that differ only in their limit are adjacent and
             # measured as one group (runner.groups)
             for problem, direction in product(self.problems, self.directions):
-                for op, precision, layout, algorithm, threads, limit in product(
-                        self.ops_of(direction), self.precisions, self.layouts, names,
-                        self.threads, self.workspace_limits):
+                for op, (precision, output), layout, algorithm, threads, limit in product(
+                        self.ops_of(direction), self.precisions_of(direction), self.layouts,
+                        names, self.threads, self.workspace_limits):
                     yield Point(problem, direction, precision, layout, choice.backend, algorithm,
-                                limit, self.timing, threads, op)
+                                limit, self.timing, threads, op, output)
 
     def ops_of(self, direction: str) -> tuple[str, ...]:
         """The ops swept in a direction: each asked op where it exists (epilogue.applies_to),
         plain convolution in its place where not, so a direction is never dropped."""
         return tuple(dict.fromkeys(op if epilogue.applies_to(op, direction) else epilogue.CONV
                                    for op in self.ops))
+
+    def unoffered_outputs(self) -> list[str]:
+        """Asked outputs that no asked precision offers in any asked direction (a mistake: the
+        axis would silently change nothing, e.g. fp32 asked of an fp16-only sweep)."""
+        offered = {o for p in self.precisions for d in self.directions
+                   for o in precision_table.offered_outputs(p, d)[1:]}
+        return [o for o in self.outputs if o != precision_table.AUTO_OUTPUT and o not in offered]
+
+    def precisions_of(self, direction: str) -> tuple[tuple[str, str | None], ...]:
+        """(precision, output) pairs swept in a direction: each asked output where the precision
+        offers it (precision.offered_outputs), its own result type (None) for "auto", for the
+        one it already is, and in place of outputs it does not offer, so a precision is never
+        dropped and one result type is never two points."""
+        pairs = []
+        for precision in self.precisions:
+            offered = precision_table.offered_outputs(precision, direction)
+            for output in self.outputs:
+                own = output == precision_table.AUTO_OUTPUT or output not in offered[1:]
+                pairs.append((precision, None if own else output))
+        return tuple(dict.fromkeys(pairs))

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis.points import (POINT_KEYS, STEP_KEYS, fastest, network_split, ranked,
-                                     with_candidate)
+from harness.analysis.points import (POINT_KEYS, STEP_KEYS, fastest, network_split, own_output,
+                                     ranked, with_candidate)
 from harness.epilogue import CONV
 from harness.precision import QUANTIZED
 
@@ -77,6 +77,8 @@ def network_savings(points: pd.DataFrame, keys: list[str] | None = None) -> pd.D
     no convolution for (fp8, int8) fused is compared against unfused, and the eager columns
     stay empty; elsewhere a point without a verified eager row is not compared."""
     keys = [*network_split(points), *STEP_KEYS] if keys is None else keys
+    if "output" not in keys:                  # a total over result types adds each point once
+        points = points[own_output(points)]
     no_peer = points["effective_precision"].isin(QUANTIZED)
     complete = (points[["fused_ms", "unfused_ms"]].notna().all(axis=1)
                 & (points["eager_ms"].notna() | no_peer))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.measurement import Status
+from harness.precision import AUTO_OUTPUT
 
 # Which layer a row measured: its name and its exact shape. The name alone is not enough: an
 # unnamed problem (`--problem` text) has none, and a model may reuse a name for two shapes.
@@ -16,15 +17,18 @@ LAYER_KEYS = ["layer", "descriptor", "batch"]
 # A point is what a user fixes before choosing an algorithm. Ranking happens inside it on the
 # precision the result actually delivered (a plan asked for fp32 that computes at tf32 accuracy is
 # ranked with tf32, never with fp32); `ranked()` fills it for rows that delivered nothing.
-POINT_KEYS = [*LAYER_KEYS, "direction", "op", "effective_precision", "layout", "workspace_limit",
-              "timing_mode", "threads"]
+# The result precision asked for (`output`, "auto": the precision's own) is a choice too: an fp8
+# forward pass written in fp16 and one written in fp8 are two answers.
+POINT_KEYS = [*LAYER_KEYS, "direction", "op", "effective_precision", "output", "layout",
+              "workspace_limit", "timing_mode", "threads"]
 # The point as the user states it: the precision asked for. A policy (cuDNN's heuristic, PyTorch)
 # answers for what it was asked, whatever precision its pick then delivers.
 ASKED_KEYS = ["precision" if k == "effective_precision" else k for k in POINT_KEYS]
 # What a network total keeps apart: everything but the layer.
 NETWORK_KEYS = [k for k in POINT_KEYS if k not in ("layer", "descriptor")]
-# What one training step's total keeps apart: it sums every layer and direction.
-STEP_KEYS = [k for k in NETWORK_KEYS if k != "direction"]
+# What one training step's total keeps apart: it sums every layer and direction, each written in
+# its precision's own result type (an fp8 step: fp16 y and dx, fp32 dw; own_output).
+STEP_KEYS = [k for k in NETWORK_KEYS if k not in ("direction", "output")]
 
 GPU = "env_gpu_name"    # what a mixed run is split by (rows carry their worker's fingerprint)
 
@@ -63,10 +67,19 @@ def network_split(df: pd.DataFrame) -> list[str]:
     return [k for k in NETWORK_SPLIT if k in df.columns]
 
 
+def own_output(df: pd.DataFrame) -> pd.Series:
+    """Rows (or points) whose result was written in their precision's own type, not in one a
+    sweep's `output` axis asked for: what a network or training-step total adds up, so that
+    one layer-direction is never counted twice."""
+    return df["output"] == AUTO_OUTPUT
+
+
 def ranked(df: pd.DataFrame) -> pd.DataFrame:
     """The frame with every row placed at a point: a row that delivered no precision (it failed,
-    was refused or was wrong; files older than the column) belongs to the point it was asked at."""
-    return df.assign(effective_precision=df["effective_precision"].fillna(df["precision"]))
+    was refused or was wrong; files older than the column) belongs to the point it was asked at,
+    and a row without an `output` (a frame built without schema.frame) asked for none."""
+    out = df.assign(effective_precision=df["effective_precision"].fillna(df["precision"]))
+    return out if "output" in out.columns else out.assign(output=AUTO_OUTPUT)
 
 
 def with_candidate(df: pd.DataFrame) -> pd.DataFrame:

@@ -14,8 +14,8 @@ from typing import Callable, Iterable, NamedTuple
 
 import pandas as pd
 
-from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest, ranked, verified,
-                                     with_candidate)
+from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest, own_output,
+                                     ranked, verified, with_candidate)
 from harness.measurement import Status
 
 ORACLE = "oracle"
@@ -203,6 +203,8 @@ def network_totals(df: pd.DataFrame, names: Iterable[str],
     policy's total pick time x multiplicity: `total_<policy>`, and `missing_<policy>` points where
     it had no comparable pick (that total is then a lower bound); `points` in the group."""
     df = ranked(df)
+    if "output" not in keys:                  # a total over result types adds each point once
+        df = df[own_output(df)]
     points = df.drop_duplicates(POINT_KEYS)[POINT_KEYS + ["multiplicity"]].set_index(POINT_KEYS)
     out = points.groupby(keys, dropna=False).size().rename("points").to_frame()
     for policy in names:

@@ -17,7 +17,7 @@ import pandas as pd
 from harness.analysis.points import (NETWORK_KEYS, POINT_KEYS, fastest, network_split, ranked,
                                      verified, with_candidate)
 from harness.measurement import Status
-from harness.precision import QUANTIZED
+from harness.precision import QUANTIZED, refusal
 
 BASELINE = "fp16"          # what a quantized precision is measured against
 PRECISION = "effective_precision"
@@ -58,7 +58,10 @@ def point_speedups(df: pd.DataFrame) -> pd.DataFrame:
     where they give none) at a point where none verified, else missing."""
     df = with_candidate(ranked(df))
     keys = [*network_split(df), *POINT_KEYS]
-    quantized = df[df[PRECISION].isin(QUANTIZED)]
+    # int8 backward is no point: the precision has no such direction (its rows say so)
+    exists = np.array([refusal(name, direction) is None
+                       for name, direction in zip(df[PRECISION], df["direction"])], dtype=bool)
+    quantized = df[df[PRECISION].isin(QUANTIZED) & exists]
     if quantized.empty:
         return pd.DataFrame(columns=[*keys, *POINT_COLUMNS])
     # points by number: index alignment on keys that hold NA (no suite, an unnamed layer) fails
@@ -80,8 +83,9 @@ def point_speedups(df: pd.DataFrame) -> pd.DataFrame:
     points["max_rel_error"] = verified(quantized).groupby("point")["rel_error"].max()
     points["reason"] = (NO_PLAN + ": " + grouped["why"].agg(_most_common)).where(
         points["quantized_ms"].isna(), None)
-    # the fp16 point is the quantized point at another precision: match by every other key
-    others = [k for k in keys if k != PRECISION]
+    # the fp16 point is the quantized point at another precision (and so another result type):
+    # match by every other key
+    others = [k for k in keys if k not in (PRECISION, "output")]
     fp16 = _fastest(df[df[PRECISION] == BASELINE], others, ["candidate", "median_ms"])
     points = points.merge(fp16.rename(columns={"candidate": "fp16_candidate",
                                                "median_ms": "fp16_ms"}), on=others, how="left")

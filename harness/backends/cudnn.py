@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from harness.backends import cudnn_lib as lib
 from harness.backends.device_buffers import (DeviceTensors, element_strides, logical_view,
-                                             poison_value)
+                                             poison_value, result_scale)
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
                                    padding_pairs, require_fits)
 from harness.backends.cudnn_types import quantized_refusal, scalar_type, type_config
@@ -241,8 +241,8 @@ class _Session:
     def _bind(self, point, algo_enum, descs, tensors, needed, choices) -> CudnnPrepared:
         cp = self.cupy
         workspace = cp.empty(max(needed, 1), dtype=cp.uint8)
-        types = type_config(point.precision, point.direction)
-        alpha, beta = _scalars(types.output)
+        types = type_config(point.precision, point.direction, point.output)
+        alpha, beta = _scalars(types.output, result_scale(point))
         a_ptr, b_ptr, out_buffer = _operands(point.direction, tensors)
         in_a, in_b, out = descs.in_order(point.direction)
         args = (self.handle.ptr, alpha, in_a.ptr, a_ptr, in_b.ptr, b_ptr, descs.conv.ptr,
@@ -254,13 +254,13 @@ class _Session:
         return CudnnPrepared(
             launch_args=args, function=lib.run_function(point.direction),
             output_buffer=out_buffer, output_view=logical_view(point, out_buffer),
-            poison_value=poison_value(point.precision), stream=self.stream,
+            poison_value=poison_value(point.result_precision), stream=self.stream,
             workspace_bytes=needed, choices=choices, algo_enum=algo_enum,
             keepalive=[workspace, descs, alpha, beta], extras=extras)
 
     def _cached_choices(self, point: Point, descs: "_Descriptors", tensors,
                         needed: int) -> CudnnChoices:
-        key = (point.problem, point.direction, point.precision, point.layout)
+        key = (point.problem, point.direction, point.precision, point.output, point.layout)
         if key not in self._choices:
             self._choices[key] = self._ask_cudnn(point, descs, tensors, needed)
         return self._choices[key]
@@ -331,7 +331,7 @@ class _Descriptors:
 
     def __init__(self, point: Point):
         p = point.problem
-        types = type_config(point.precision, point.direction)
+        types = type_config(point.precision, point.direction, point.output)
         x_type, w_type, y_type = types.descriptor_types(point.direction)
         compute, math = types.compute, types.math
         if p.is_3d:
@@ -369,10 +369,12 @@ def _operands(direction: str, tensors: dict[str, Any]) -> tuple[int, int, Any]:
     return tensors["x"].data.ptr, tensors["dy"].data.ptr, tensors["dw"]
 
 
-def _scalars(output: int) -> tuple[Any, Any]:
-    """alpha = 1, beta = 0 as host pointers of scalar_type(output)."""
+def _scalars(output: int, alpha_value: float = 1.0) -> tuple[Any, Any]:
+    """alpha, beta = 0 as host pointers of scalar_type(output). alpha is 1 but for an int8
+    result (INT8_CONFIG), where it is the scale the int32 sums are multiplied by before they
+    are rounded to int8 (device_buffers.result_scale)."""
     import ctypes
     kind = scalar_type(output)
-    alpha, beta = kind(1.0), kind(0.0)
+    alpha, beta = kind(alpha_value), kind(0.0)
     return ctypes.cast(ctypes.pointer(alpha), ctypes.c_void_p), ctypes.cast(
         ctypes.pointer(beta), ctypes.c_void_p)

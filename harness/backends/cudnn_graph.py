@@ -20,8 +20,8 @@ raises for a plan not yet built, so it is asked only after `build_plan_at_index`
 
 Precisions: fp32 and tf32 build the same graph (io and compute FLOAT; no switch forbids TF32
 tensor cores): a plan asked for fp32 that delivers tf32 accuracy is labelled tf32. fp16/bf16 and
-fp8 compute in FLOAT, int8 in INT32, fp64 in DOUBLE; fp8 and int8 results are written wider
-(precision.output_precision).
+fp8 compute in FLOAT, int8 in INT32, fp64 in DOUBLE; fp8 and int8 results are written wider,
+or as a point's output asks (precision.output_precision; 8-bit ones scaled: fused_tail).
 
 A 3-D problem is the same one-node graph with 5-D tensors (NCDHW or NDHWC strides) and
 three-entry padding, stride and dilation lists (`conv_geometry`).
@@ -219,7 +219,7 @@ class _Session:
     def plan_set(self, point: Point) -> PlanSet:
         # by op too: a fused point must never be given the plain convolution's plans
         key = (point.problem, point.direction, point.op, PRECISION_TYPES[point.precision],
-               point.layout)
+               point.result_precision, point.layout)
         if key not in self._plan_sets:
             self._plan_sets[key] = self._enumerate(point)
             while len(self._plan_sets) > GRAPH_CACHE_SIZE:
@@ -310,7 +310,7 @@ class _Session:
             execute=graph._execute_plan_at_index, variant_pack=pack, workspace=workspace,
             index=info.index, handle=self.handle, errors=self.errors, output_buffer=out_buffer,
             output_view=logical_view(point, out_buffer),
-            poison_value=poison_value(point.precision), stream=self.stream,
+            poison_value=poison_value(point.result_precision), stream=self.stream,
             workspace_bytes=needed, family=info.family, error_factor=info.error_factor,
             keepalive=[graph], extras=info.extras())
 
@@ -331,8 +331,8 @@ def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
     p = point.problem
     io_name, compute_name = PRECISION_TYPES[point.precision]
     io, compute = getattr(cudnn.data_type, io_name), getattr(cudnn.data_type, compute_name)
-    result = getattr(cudnn.data_type, PRECISION_TYPES[output_precision(point.precision,
-                                                                       point.direction)][0])
+    own, result = (getattr(cudnn.data_type, PRECISION_TYPES[name][0]) for name in
+                   (output_precision(point.precision, point.direction), point.result_precision))
     between = cudnn.data_type.FLOAT if compute_name == "INT32" else compute
     graph = cudnn.pygraph(io_data_type=io, intermediate_data_type=between,
                           compute_data_type=compute, handle=handle)
@@ -346,7 +346,7 @@ def _conv_graph(cudnn: Any, handle: int, point: Point) -> Any:
     geometry = dict(**conv_geometry(p), compute_data_type=compute)
     if point.direction == "fwd":
         out = graph.conv_fprop(image=tensor(UID_X, "x"), weight=tensor(UID_W, "w"), **geometry)
-        out = fused_tail(graph, out, point, result, between)  # the op's epilogue, if any
+        out = fused_tail(graph, out, point, own, between)  # epilogue and 8-bit scale, if any
         out_uid = UID_Y
     elif point.direction == "bwd_data":
         out = graph.conv_dgrad(loss=tensor(UID_Y, "dy"), filter=tensor(UID_W, "w"), **geometry)

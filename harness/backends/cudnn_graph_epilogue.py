@@ -25,12 +25,13 @@ from typing import Any, Callable
 from harness import epilogue
 from harness.backends.base import Algorithm, Prepared, Unsupported
 from harness.backends.device_buffers import element_strides, physical_shape
+from harness.precision import is_narrow
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
 
 # New tensor uids beside cudnn_graph's x, w, y (1, 2, 3).
-UID_BIAS, UID_RESIDUAL = 4, 5
+UID_BIAS, UID_RESIDUAL, UID_SCALE = 4, 5, 6
 
 
 def bias_dims(p: ConvProblem) -> tuple[int, ...]:
@@ -46,9 +47,25 @@ def bias_strides(p: ConvProblem, layout: str) -> tuple[int, ...]:
 
 
 def fused_tail(graph: Any, conv_out: Any, point: Point, io: Any, compute: Any) -> Any:
-    """The epilogue of `point.op` appended to the conv node's output; returns the graph's last
-    tensor (conv_out itself for plain conv). The caller makes it the output (y's uid). `io` is
-    the result's type (the bias and residual are stored like it), `compute` the epilogue's."""
+    """The epilogue of `point.op` appended to the conv node's output, then, for a result written
+    in an 8-bit type, the multiply by its scale (device_buffers.result_scale) that the type
+    conversion follows; returns the graph's last tensor (conv_out itself for plain conv into a
+    wide type). The caller makes it the output (y's uid). `io` is the type the bias and residual
+    are stored in (the precision's own result type), `compute` the epilogue's."""
+    op, p = point.op, point.problem
+    out = _epilogue(graph, conv_out, point, io, compute)
+    if not is_narrow(point.result_precision):
+        return out
+    rank = len(p.output_shape)
+    scale = graph.tensor(name="y_scale", dim=[1] * rank, stride=[1] * rank, data_type=compute,
+                         uid=UID_SCALE)
+    out = out.set_dim(list(p.output_shape)).set_data_type(compute)
+    out.set_stride(list(element_strides(p.output_shape, point.layout)))
+    return graph.scale(input=out, scale=scale, compute_data_type=compute, name="y_scale")
+
+
+def _epilogue(graph: Any, conv_out: Any, point: Point, io: Any, compute: Any) -> Any:
+    """fused_tail's bias, residual add and ReLU."""
     op, p = point.op, point.problem
     if not epilogue.needs_bias(op):
         return conv_out
@@ -81,6 +98,8 @@ def epilogue_pack(op: str, tensors: dict[str, Any]) -> dict[int, int]:
         pack[UID_BIAS] = tensors["bias"].data.ptr
     if epilogue.needs_residual(op):
         pack[UID_RESIDUAL] = tensors["residual"].data.ptr
+    if "y_scale" in tensors:                   # an 8-bit result (fused_tail's scale node)
+        pack[UID_SCALE] = tensors["y_scale"].data.ptr
     return pack
 
 
@@ -125,8 +144,11 @@ class UnfusedAlgorithm(Algorithm):
             return "plain convolution: the engines rows are this convolution, unfused or not"
         if point.direction != "fwd":
             return f"epilogues exist for the forward direction only, not {point.direction}"
-        if point.precision == "bf16":
+        if point.result_precision == "bf16":
             return "bf16: CuPy has no bfloat16 arithmetic for the separate epilogue kernels"
+        if is_narrow(point.result_precision):
+            return (f"an {point.result_precision} result: the separate epilogue kernels add in "
+                    f"the result's type, and CuPy has no kernel that scales and rounds to it")
         return None
 
     def prepare(self, point: Point, data: ProblemData) -> "UnfusedPrepared":

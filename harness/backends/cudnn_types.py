@@ -73,14 +73,17 @@ class TypeConfig:
         return tuple(self.output if i == result else self.operands for i in range(3))
 
 
-def type_config(name: str, direction: str) -> TypeConfig:
+def type_config(name: str, direction: str, output: str | None = None) -> TypeConfig:
+    """The types of precision `name` in `direction`, its result in `output` (None: the
+    precision's own): int8 into int8 is INT8_CONFIG, into fp32 INT8_EXT_CONFIG."""
     operands, compute, math = PRECISION_CONFIG[name]
-    return TypeConfig(operands, compute, PRECISION_CONFIG[output_precision(name, direction)][0],
-                      math)
+    result = output_precision(name, direction, output)
+    return TypeConfig(operands, compute, PRECISION_CONFIG[result][0], math)
 
 
 def scalar_type(output: int) -> type:
     """The C type of alpha and beta for a result of cuDNN data type `output`: double for a
-    DOUBLE result, float for every other (HALF, BFLOAT16, FLOAT, and INT8_EXT_CONFIG's FLOAT y)
+    DOUBLE result, float for every other (HALF, BFLOAT16, FLOAT, INT8_EXT_CONFIG's FLOAT y and
+    INT8_CONFIG's INT8 y)
     (cuDNN docs, "Scaling Parameters"). Not the operands' type: that is INT8 for int8."""
     return ctypes.c_double if output == lib.DOUBLE else ctypes.c_float

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.precision import MINIFLOAT, output_precision
+from harness.precision import MINIFLOAT, output_precision, output_scale
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -28,10 +28,11 @@ class DeviceTensors:
 
     def get(self, point: Point, data: ProblemData) -> dict[str, Any]:
         # The op is in the key, not only in `data`: an id can be reused once data is freed.
-        key = (point.problem, point.op, point.precision, point.layout, id(data))
+        key = (point.problem, point.op, point.precision, point.output, point.layout, id(data))
         if key != self._key:
             self._tensors = {}                     # free the previous problem's memory first
-            # the epilogue's operands are added to y, so they are stored like it
+            # the epilogue's operands are added to y, so they are stored like the precision's
+            # own y (an 8-bit y is the sum scaled and rounded: its operands stay wide)
             result = output_precision(point.precision, "fwd")
             self._tensors = {name: upload(self.cupy, getattr(data, name), point.layout, stored)
                              for name, stored in (("x", point.precision), ("w", point.precision),
@@ -40,10 +41,13 @@ class DeviceTensors:
             if data.bias is not None:
                 self._tensors["bias"] = self.cupy.asarray(to_storage(data.bias, result))
             for name, direction in (("y", "fwd"), ("dx", "bwd_data"), ("dw", "bwd_filter")):
-                stored = output_precision(point.precision, direction)
+                stored = output_precision(point.precision, direction, point.output)
                 if stored is not None:                # int8 has no backward buffers
                     shape = physical_shape(point.problem.result_shape(direction), point.layout)
                     self._tensors[name] = self.cupy.empty(shape, dtype=storage_dtype(stored))
+            scale = result_scale(point)
+            if scale != 1.0:                          # what the graph multiplies y by
+                self._tensors["y_scale"] = self.cupy.asarray([scale], dtype=np.float32)
             # The copies ran on the legacy default stream, which does not order work on the
             # backends' non-blocking streams, and a pageable upload may still be in flight
             # when asarray returns: without this wait the first algorithm of a problem could
@@ -112,20 +116,65 @@ def upload(cupy, values: np.ndarray, layout: str, precision: str) -> Any:
     return cupy.asarray(np.ascontiguousarray(to_storage(physical, precision)))
 
 
-def poison_value(precision: str) -> Any:
-    """NaN in the storage of `precision`'s result (only floats are written: int8's y is fp32)."""
-    return 0x7FC0 if precision == "bf16" else float("nan")
+# The poison of an 8-bit result: a NaN pattern of both fp8 formats (S.1111.111 in e4m3,
+# S.11111.11 in e5m2), and for int8 -128, which a scaled result never is (precision.round_to
+# keeps int8 symmetric, and output_scale leaves 5.7 standard deviations to 127).
+_FP8_NAN, _INT8_UNWRITTEN = 0x7F, -128
+
+
+def poison_value(result: str) -> Any:
+    """The poison an output written in precision `result` is filled with: NaN in its storage,
+    or a value no valid result takes (int8)."""
+    if result == "int8":
+        return _INT8_UNWRITTEN
+    return {"bf16": 0x7FC0, **dict.fromkeys(MINIFLOAT, _FP8_NAN)}.get(result, float("nan"))
+
+
+def result_scale(point: Point) -> float:
+    """The power of two the point's result is multiplied by before it is rounded (1 unless it
+    is written in an 8-bit type: precision.output_scale)."""
+    return output_scale(point.precision, point.result_precision,
+                        point.problem.reduction_length(point.direction))
+
+
+def fp8_values(precision: str) -> np.ndarray:
+    """float64 value of each of the 256 fp8 bit patterns (NaN for the NaN patterns, +-inf for
+    e5m2's infinities): the inverse of fp8_bits."""
+    mantissa_bits, min_exponent, _ = MINIFLOAT[precision]
+    codes = np.arange(256)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    top = (1 << (7 - mantissa_bits)) - 1                   # the all-ones exponent
+    biased, mantissa = (codes >> mantissa_bits) & top, codes & ((1 << mantissa_bits) - 1)
+    fraction = mantissa / 2.0**mantissa_bits
+    values = sign * np.where(biased == 0, np.ldexp(fraction, min_exponent),
+                             np.ldexp(1.0 + fraction, biased - (1 - min_exponent)))
+    if precision == "fp8_e4m3":                           # no infinities; one NaN per sign
+        values[(biased == top) & (mantissa == (1 << mantissa_bits) - 1)] = np.nan
+    else:
+        values[biased == top] = np.where(mantissa[biased == top] == 0,
+                                         sign[biased == top] * np.inf, np.nan)
+    return values
 
 
 def logical_view(point: Point, buffer: Any):
-    """A function turning the output buffer into float64 in logical NCHW / KCRS order."""
+    """A function turning the output buffer into float64 in logical NCHW / KCRS order, with an
+    8-bit result decoded and its scale divided out (unwritten int8 elements become NaN)."""
     import cupy
+    result = point.result_precision
+    scale = result_scale(point)
+    decode = cupy.asarray(fp8_values(result)) if result in MINIFLOAT else None
 
     def view(buf: Any) -> Any:
         values = buf
-        if point.precision == "bf16":
+        if result == "bf16":
             values = (buf.astype(cupy.uint32) << 16).view(cupy.float32)
+        if decode is not None:
+            values = decode[buf]
         values = values.astype(cupy.float64)
+        if result == "int8":
+            values[buf == _INT8_UNWRITTEN] = cupy.nan
+        if scale != 1.0:
+            values /= scale
         if point.layout == "NHWC":       # channels back from innermost: (0, 3, 1, 2) for 4-D
             values = values.transpose(0, values.ndim - 1, *range(1, values.ndim - 1))
         return cupy.ascontiguousarray(values)

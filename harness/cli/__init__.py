@@ -55,6 +55,10 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--op", help="comma list of conv (default), conv_bias, conv_bias_relu, "
                                 "conv_bias_add_relu: what follows the convolution in the timed "
                                 "call; epilogues are forward-only (other directions run conv)")
+    p.add_argument("--output-type", help="comma list of auto (default: each precision's own result "
+                                    "type) and result precisions for fp8 (fwd: bf16, fp32, "
+                                    "fp8_e4m3 / fp8_e5m2) and int8 (fwd: int8); 8-bit results "
+                                    "are written scaled by a power of two")
     p.add_argument("--timing-mode", help="warm (default) or cold (caches flushed per sample)")
     p.add_argument("--gpu-timer", help="graph (default: replay a CUDA graph of the calls, kernel "
                                        "time) or stream (stream order, as eager frameworks run)")

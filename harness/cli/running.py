@@ -23,7 +23,7 @@ def _load_sweep(args: argparse.Namespace):
         layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
         workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer,
         gpu_processes=args.gpu_processes, threads=_csv_list(args.threads),
-        ops=_csv_list(args.op))
+        ops=_csv_list(args.op), outputs=_csv_list(args.output_type))
     if args.layer:
         wanted = set(_csv_list(args.layer))
         kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)
@@ -328,7 +328,7 @@ def _print_best(df) -> None:
         gflops=best["best_gflops"].map(lambda v: f"{v:.1f}"),
         vs_next=best["speedup_runner"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
     columns = ["layer", "direction", "effective_precision", "layout", "limit",
-               *_varying(best, ["threads", "op"]), "best_candidate",
+               *_varying(best, ["threads", "op", "output"]), "best_candidate",
                "ms", "gflops", "runner_candidate", "vs_next"]
     _say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
                                         "runner_candidate": "runner_up"}).to_string(index=False))

@@ -17,7 +17,7 @@ from harness.report.tables import (DASH, KEY_HEADERS, _missing, fmt_candidate, f
 
 HEADERS = {**KEY_HEADERS, "batch": "Batch", networks.SOURCE: "Source", "suite": "Network",
            networks.MACHINE: "Machine"}
-SHOWN_WHEN_VARYING = ["batch", "workspace_limit", "timing_mode", "threads", "op"]
+SHOWN_WHEN_VARYING = ["batch", "workspace_limit", "timing_mode", "threads", "op", "output"]
 NOT_MEASURED = "n/a"
 
 DETERMINISM_TEXT = (

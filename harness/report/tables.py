@@ -17,7 +17,7 @@ FOLD_ROWS = 25          # longer tables are folded so the page stays scannable
 DASH = "—"
 KEY_HEADERS = {"layer_label": "Layer", "direction": "Direction", "effective_precision": "Precision",
                "layout": "Layout", "workspace_limit": "Workspace limit", "timing_mode": "Timing",
-               "threads": "Threads", "op": "Op"}
+               "threads": "Threads", "op": "Op", "output": "Output"}
 
 
 # ---- formatters ---------------------------------------------------------------------------------
@@ -86,7 +86,8 @@ def _key_cells(row: pd.Series, keys: Iterable[str]) -> list[str]:
 # ---- 1. best algorithm per point ------------------------------------------------------------------
 def best_tables(best: pd.DataFrame, baseline: str | None) -> list[Block]:
     """One table per direction x precision, rows sorted in network order, long ones folded."""
-    shown = analysis.varying(best, ["layout", "workspace_limit", "timing_mode", "threads", "op"])
+    shown = analysis.varying(best, ["layout", "workspace_limit", "timing_mode", "threads", "op",
+                                    "output"])
     with_workspace = best["best_workspace_bytes"].notna().any()
     blocks: list[Block] = []
     for (direction, precision), part in best.groupby(["direction", "effective_precision"], sort=False):
@@ -149,7 +150,7 @@ def workspace_totals_table(totals: pd.DataFrame) -> Table:
 def pareto_table(fronts: pd.DataFrame) -> Table:
     """Per point, the workspace/time trade-offs worth taking, by rising workspace."""
     keys = ["layer_label", "direction", "effective_precision",
-            *analysis.varying(fronts, ["layout", "timing_mode", "threads", "op"])]
+            *analysis.varying(fronts, ["layout", "timing_mode", "threads", "op", "output"])]
     rows = []
     for values, part in fronts.groupby(keys, sort=False):
         steps = "; ".join(f"{fmt_bytes(w)} → {fmt_ms(t)} ms ({c})" for w, t, c in
