@@ -37,7 +37,7 @@ def _summary(rows) -> dict:
     by = {}
     for m in rows:
         key = (m.point.precision, m.point.direction, m.point.op, m.point.algorithm == "unfused",
-               m.point.output)
+               m.point.output or precision.AUTO_OUTPUT)
         by.setdefault(key, []).append(m)
     for key, ms in sorted(by.items()):
         ok = [m for m in ms if m.ok]
@@ -54,7 +54,7 @@ def test_fp8_and_int8_plans_verify_against_the_oracle_and_nothing_is_wrong():
     int8 forward, the feasibility table's cases, must verify; no row is wrong or crashed."""
     by = _summary(_rows())
     for name in ("fp8_e4m3", "int8"):
-        assert any(m.ok for m in by[(name, "fwd", "conv", False, None)]), name
+        assert any(m.ok for m in by[(name, "fwd", "conv", False, "auto")]), name
     for (name, direction, _, _, _), ms in by.items():
         if precision.output_precision(name, direction) is None:
             assert all(m.status == "unsupported" and "forward-only" in m.reason for m in ms)
@@ -69,7 +69,7 @@ def test_fused_bias_relu_at_fp8_and_int8():
     for ms in by.values():
         for m in ms:
             assert m.status.value not in ("wrong", "crashed"), (m.point.point_id, m.reason)
-    assert any(m.ok for m in by[("fp8_e4m3", "fwd", "conv_bias_relu", False, None)])
+    assert any(m.ok for m in by[("fp8_e4m3", "fwd", "conv_bias_relu", False, "auto")])
 
 
 def test_pytorch_says_it_has_no_peer():
