@@ -176,3 +176,24 @@ def test_a_backends_many_refusals_do_not_hide_anothers_library_status():
     assert points["reason"].iloc[0] == ("no verified plan: cudnn: the legacy API has no fp8 "
                                         "convolution; cudnn_graph: No valid engine configs for "
                                         "ConvBwdData")
+
+
+def test_a_point_asked_in_another_result_type_is_compared_with_its_own_type_too():
+    # a at fp8 written as fp8 (0.005 ms) against a in fp8's own fp16 (0.01 ms): 2.0x; against
+    # fp16 data 0.02 ms: 4.0x. Only the asked point gets the own-type ratio.
+    df = frame(*ROWS, _q("a", "fp8_e4m3", "eng1", 0.005, 0.03, output="fp8_e4m3"),
+               _q("a", "fp8_e4m3", "eng2", 0.004, status="wrong", output="fp8_e4m3"))
+    points = quantized.point_speedups(df).set_index(
+        ["layer", "effective_precision", "direction", "output"])
+    asked = points.loc[("a", "fp8_e4m3", "fwd", "fp8_e4m3")]
+    assert (asked["own_output_ms"], asked["speedup_vs_own"]) == (0.01, pytest.approx(2.0))
+    assert asked["speedup"] == pytest.approx(4.0) and asked["quantized_rel_error"] == 0.03
+    own = points.loc[("a", "fp8_e4m3", "fwd", "auto")]
+    assert math.isnan(own["speedup_vs_own"]) and own["quantized_ms"] == 0.01
+    totals = quantized.summary(quantized.point_speedups(df)).set_index(
+        ["effective_precision", "direction", "output"])
+    assert totals.loc[("fp8_e4m3", "fwd", "fp8_e4m3"), "vs_own_geomean"] == pytest.approx(2.0)
+    out = text.render(section.quantized_blocks(df))
+    assert "Speed-up over own result type" in out and "2.00×" in out
+    assert "Speed-up over own result type (geomean)" not in text.render(
+        section.quantized_blocks(FRAME))

@@ -5,7 +5,9 @@ fastest verified fp16 row of the same point but for the precision (same layer, d
 layout, workspace limit, timing, threads and network): speed-up = fp16 ms / quantized ms. The
 error shown is that quantized row's relative L2 error. A point whose quantized rows were all
 refused, wrong or failed stays, as "no verified plan" with its most common reason: how much of
-the library lacks plans is part of the answer, not a gap in it.
+the library lacks plans is part of the answer, not a gap in it. A point whose result was asked
+in another type (the `output` axis: fp8 into fp8, int8 into int8) is also compared with the same
+point written in the precision's own type: speedup_vs_own = own ms / this ms.
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from harness.analysis.points import (NETWORK_KEYS, POINT_KEYS, fastest, network_split, ranked,
-                                     verified, with_candidate)
+from harness.analysis.points import (NETWORK_KEYS, POINT_KEYS, fastest, network_split,
+                                     own_output, ranked, verified, with_candidate)
 from harness.measurement import Status
 from harness.precision import QUANTIZED, refusal
 
@@ -28,7 +30,7 @@ COUNTED = {"ok_rows": Status.OK, "unsupported_rows": Status.UNSUPPORTED,
            "wrong_rows": Status.WRONG, "crashed_rows": Status.CRASHED}
 POINT_COLUMNS = ["multiplicity", "rows", *COUNTED, "other_rows", "quantized_candidate",
                  "quantized_ms", "quantized_rel_error", "max_rel_error", "fp16_candidate",
-                 "fp16_ms", "speedup", "reason"]
+                 "fp16_ms", "speedup", "own_output_ms", "speedup_vs_own", "reason"]
 
 
 def _fastest(rows: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFrame:
@@ -90,7 +92,18 @@ def point_speedups(df: pd.DataFrame) -> pd.DataFrame:
     points = points.merge(fp16.rename(columns={"candidate": "fp16_candidate",
                                                "median_ms": "fp16_ms"}), on=others, how="left")
     points["speedup"] = points["fp16_ms"] / points["quantized_ms"]
-    return points[[*keys, *POINT_COLUMNS]].reset_index(drop=True)
+    return _against_own_output(points, keys)[[*keys, *POINT_COLUMNS]].reset_index(drop=True)
+
+
+def _against_own_output(points: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Each point asked in another result type beside the same point in the precision's own."""
+    others = [k for k in keys if k != "output"]
+    own = points[own_output(points)][[*others, "quantized_ms"]]
+    points = points.merge(own.rename(columns={"quantized_ms": "own_output_ms"}), on=others,
+                          how="left")
+    points["own_output_ms"] = points["own_output_ms"].where(~own_output(points))
+    points["speedup_vs_own"] = points["own_output_ms"] / points["quantized_ms"]
+    return points
 
 
 def summary(points: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
@@ -98,11 +111,13 @@ def summary(points: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
     precision at one direction, op, layout, ... of one network): `points` with quantized rows,
     `points_compared` (a verified quantized and a verified fp16 row), `no_plan` (no verified
     quantized row), the geometric mean, min and max speed-up over fp16 at the compared points,
-    the largest error of the fastest quantized rows (`max_rel_error_fastest`, at every point
-    with one) and of every verified quantized row (`max_rel_error`), and the quantized rows'
-    counts by status (`rows`, COUNTED, `other_rows`)."""
+    `vs_own_geomean` the geometric mean of speedup_vs_own (NaN where the result type is the
+    precision's own), the largest error of the fastest quantized rows (`max_rel_error_fastest`,
+    at every point with one) and of every verified quantized row (`max_rel_error`), and the
+    quantized rows' counts by status (`rows`, COUNTED, `other_rows`)."""
     keys = [*network_split(points), *NETWORK_KEYS] if keys is None else keys
-    points = points.assign(log_speedup=np.log(points["speedup"].astype(float)))
+    points = points.assign(log_speedup=np.log(points["speedup"].astype(float)),
+                           log_vs_own=np.log(points["speedup_vs_own"].astype(float)))
     grouped = points.groupby(keys, dropna=False, sort=False)
     out = grouped.size().rename("points").to_frame()
     out["points_compared"] = grouped["speedup"].count()
@@ -110,6 +125,7 @@ def summary(points: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
     out["speedup_geomean"] = np.exp(grouped["log_speedup"].mean())
     out["speedup_min"] = grouped["speedup"].min()
     out["speedup_max"] = grouped["speedup"].max()
+    out["vs_own_geomean"] = np.exp(grouped["log_vs_own"].mean())
     out["max_rel_error_fastest"] = grouped["quantized_rel_error"].max()
     out["max_rel_error"] = grouped["max_rel_error"].max()
     out = out.join(grouped[["rows", *COUNTED, "other_rows"]].sum())

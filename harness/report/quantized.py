@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.analysis import layer_labels, quantized
 from harness.analysis.networks import SOURCE
+from harness.analysis.points import own_output
 from harness.precision import QUANTIZED, TABLE
 from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Fold, Table, Text
@@ -18,6 +19,7 @@ from harness.report.tables import (DASH, _missing, fmt_candidate, fmt_key, fmt_m
 _ALWAYS = ["effective_precision", "direction", "layout"]
 _OPTIONAL = [SOURCE, "suite", *SHOWN_WHEN_VARYING]     # a network's name where several are read
 _STATUSES = ("ok", "unsupported", "wrong", "crashed", "other")
+OWN_HEADER = "Speed-up over own result type"
 
 
 def _outputs() -> str:
@@ -52,7 +54,11 @@ def intro() -> str:
         "summary's geometric mean, min and max run over the points where both were verified; "
         f"\"{quantized.NO_PLAN}\" counts points whose quantized rows were all refused, wrong or "
         "failed, listed below with their most common reason. Rows: the quantized rows by "
-        "status (ok / unsupported / wrong / crashed / other).")
+        "status (ok / unsupported / wrong / crashed / other). Output: the result type a point "
+        "asked for (--output-type; auto: the precision's own, as above); an 8-bit result is "
+        "multiplied by a power of two that leaves it 6-11 standard deviations of headroom, "
+        "and its error includes its own rounding (about 2-5%). Speed-up over own result type: "
+        "the same point written in the precision's own type, ms / this point's ms.")
 
 
 def _error(value: Any) -> str:
@@ -69,17 +75,20 @@ def quantized_blocks(df: pd.DataFrame) -> list[Block]:
         return [Text(f"No row at a quantized precision ({', '.join(QUANTIZED)}).")]
     totals = quantized.summary(points)
     keys = shown_keys(totals, _ALWAYS, _OPTIONAL)
+    own = _asked_outputs(points)          # the own-type column only where another was asked
     rows = tuple((*[fmt_key(k, r[k]) for k in keys],
                   f"{r['points_compared']} of {r['points']}", str(r["no_plan"]),
                   fmt_ratio(r["speedup_geomean"]),
                   DASH if _missing(r["speedup_min"]) else
                   f"{fmt_ratio(r['speedup_min'])} – {fmt_ratio(r['speedup_max'])}",
+                  *([fmt_ratio(r["vs_own_geomean"])] if own else []),
                   _error(r["max_rel_error_fastest"]), _error(r["max_rel_error"]), _rows(r))
                  for _, r in totals.iterrows())
     headers = (*[HEADERS[k] for k in keys], "Points compared", quantized.NO_PLAN.capitalize(),
                f"Speed-up over {quantized.BASELINE} (geomean)", "Speed-up min – max",
+               *([OWN_HEADER + " (geomean)"] if own else []),
                "Max error, fastest", "Max error, all verified", "Rows ok / U / W / C / other")
-    table = Table(headers, rows, (False,) * len(keys) + (True,) * 7,
+    table = Table(headers, rows, (False,) * len(keys) + (True,) * (7 + own),
                   f"Quantized precisions against {quantized.BASELINE}")
     blocks: list[Block] = [Text(intro()), table]
     shown = points.assign(layer_label=layer_labels(points))
@@ -96,16 +105,23 @@ def _point_keys(shown: pd.DataFrame) -> list[str]:
     return ["layer_label", *shown_keys(shown, _ALWAYS, _OPTIONAL)]
 
 
+def _asked_outputs(points: pd.DataFrame) -> bool:
+    """Whether some point's result was asked in a type other than its precision's own."""
+    return bool((~own_output(points)).any())
+
+
 def _point_table(shown: pd.DataFrame) -> Block:
     keys = _point_keys(shown)
+    own = _asked_outputs(shown)
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["multiplicity"]),
                   fmt_candidate(r["quantized_candidate"]), fmt_ms(r["quantized_ms"]),
                   _error(r["quantized_rel_error"]), fmt_candidate(r["fp16_candidate"]),
-                  fmt_ms(r["fp16_ms"]), fmt_ratio(r["speedup"]))
+                  fmt_ms(r["fp16_ms"]), fmt_ratio(r["speedup"]),
+                  *([fmt_ratio(r["speedup_vs_own"])] if own else []))
                  for _, r in shown.iterrows())
     headers = (*[HEADERS[k] for k in keys], "Mult.", "Quantized", "ms", "Error",
-               quantized.BASELINE, "ms", "Speed-up")
-    numeric = (False,) * len(keys) + (True, False, True, True, False, True, True)
+               quantized.BASELINE, "ms", "Speed-up", *([OWN_HEADER] if own else []))
+    numeric = (False,) * len(keys) + (True, False, True, True, False, True, True) + (True,) * own
     return Fold(f"Quantized precisions per point ({len(rows)})", (Table(headers, rows, numeric),))
 
 
