@@ -145,9 +145,11 @@ class PointExecutor:
         rel, max_abs = reference.relative_errors(output, expected, _array_module(output))
         length = point.problem.reduction_length(point.direction)
         factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
-        tol = precision.tolerance(point.precision, length, factor, point.direction, point.output)
+        rms = _scaled_rms(point, expected, length)
+        tol = precision.tolerance(point.precision, length, factor, point.direction, point.output,
+                                  rms)
         effective = precision.delivered(point.precision, rel, length, factor, point.direction,
-                                        point.output)
+                                        point.output, rms)
         family = algo.family if prepared.family is None else prepared.family
         common = dict(family=family, workspace_bytes=prepared.workspace_bytes, rel_error=rel,
                       max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
@@ -313,6 +315,17 @@ def _run_twice(prepared: Prepared) -> tuple[float, Any, bool]:
     second = prepared.output()
     deterministic = bool(xp.array_equal(first, second))
     return first_call_ms, first, deterministic
+
+
+def _scaled_rms(point: Point, expected: Any, length: int) -> float | None:
+    """The RMS of the exact result as an 8-bit result holds it (times its scale), which an
+    int8 result's rounding is relative to; None for a wide result."""
+    result = point.result_precision
+    if result is None or not precision.is_narrow(result):
+        return None
+    xp = _array_module(expected)
+    scale = precision.output_scale(point.precision, result, length)
+    return float(xp.sqrt(xp.mean(xp.square(expected)))) * scale or None
 
 
 def _array_module(array: Any) -> Any:

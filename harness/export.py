@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis import POINT_KEYS, ranked
+from harness.analysis.points import own_output
 from harness.env import ENV_FIELDS
 from harness.epilogue import labelled
 from harness.measurement import Status
@@ -34,7 +35,8 @@ DEEPBENCH_ALGOS = {"fwd": "fwd_algo", "bwd_data": "bwd_inputs_algo",
 # conv_bench's precision names where it has one; others keep ours.
 DEEPBENCH_PRECISION = {"fp32": "float", "fp16": "half"}
 # Trailing columns DeepBench lacks but a reader needs to tell rows apart.
-# One DeepBench row: a layer at one point and backend, its three directions side by side.
+# One DeepBench row: a layer at one point and backend, its three directions side by side, each in
+# its precision's own result type (rows asked in another are left out: DeepBench has no column).
 _DEEPBENCH_ROW = [k for k in POINT_KEYS if k not in ("direction", "output")] + ["backend"]
 DEEPBENCH_EXTRA = ("layer", "backend", "layout", "groups", "dilation_h", "dilation_w",
                    "workspace_limit", "timing_mode", "threads", "op")
@@ -215,7 +217,8 @@ def deepbench_table(df: pd.DataFrame) -> pd.DataFrame:
     columns = [*DEEPBENCH_SHAPE, "precision", *DEEPBENCH_TIMES.values(), "total_time_usec",
                *DEEPBENCH_ALGOS.values(), *DEEPBENCH_EXTRA]
     groups: dict[tuple, dict[str, Any]] = {}
-    for r in _ok_records(ranked(df)):
+    rows = ranked(df)
+    for r in _ok_records(rows[own_output(rows)]):
         key = tuple(_plain(r.get(k)) for k in _DEEPBENCH_ROW)
         row = groups.setdefault(key, _deepbench_row(r))
         us = statistics.median(float(v) for v in r["samples_ms"]) * 1e3

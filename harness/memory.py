@@ -38,7 +38,8 @@ def footprint(point: Point, device: str) -> Footprint:
     # x, w, dy (reference.make_data), and the residual of an op that adds one
     data = FLOAT64 * (_operand_elements(p) + _residual_elements(point))
     checking = FLOAT64 * (_reference_elements(p) + 3 * _result_elements(p, point.direction))
-    # its device copy, every element at the widest of its types (fp8/int8 results are wider)
+    # its device copy, every element at the widest of the types its precision may write (fp8's
+    # fp32 dw, int8's fp32 y: an upper bound for an 8-bit result asked with --output-type)
     backend = widest_bytes(point.precision) * (_operand_elements(p) + _padded_elements(p)
                                                + _residual_elements(point))
     if device == "cuda":  # the reference and the comparison run on the GPU (cupy)

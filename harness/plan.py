@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis import POINT_KEYS, best_per_point, ranked, verified
+from harness.analysis.points import own_output
 from harness.backends.base import fits
 from harness.epilogue import CONV
 from harness.problem import DEPTH_FIELDS
@@ -47,6 +48,7 @@ def build(df: pd.DataFrame, sweep: Sweep, limit: int | None, precision: str | No
     # a plan names the algorithm for each layer's convolution: fused rows (--op) time another call
     if "op" in rows.columns:
         rows = rows[rows["op"].fillna(CONV) == CONV]
+    rows = rows[own_output(rows)]     # ... written in the precision's own type (not --output-type)
     best = _fastest_within(rows, limit)
     layers = [_layer(problem, best) for problem in sweep.problems]
     return {"schema": SCHEMA, "suite": sweep.name, "precision": precision, "layout": layout,

@@ -147,41 +147,47 @@ def refusal(name: str, direction: str) -> str | None:
 
 
 def tolerance(name: str, reduction_length: int, error_factor: float = 1.0,
-              direction: str = "fwd", output: str | None = None) -> float:
+              direction: str = "fwd", output: str | None = None,
+              result_rms: float | None = None) -> float:
     """Largest relative L2 error accepted for an algorithm run at precision `name` (result
-    asked in `output`, None: its own). The first term is the rounding of the data on its way
-    through (tf32's operands) and of the result: the result's precision for the quantized
-    formats, whose operands are exact."""
+    asked in `output`, None: its own; `result_rms`: the RMS of the scaled exact result, for an
+    int8 one). The first term is the rounding of the data on its way through (tf32's operands)
+    and of the result: the result's precision for the quantized formats, whose operands are
+    exact. An 8-bit result's rounding is the type's, whatever the algorithm: the algorithm's
+    error factor multiplies the rest."""
     p = TABLE[name]
-    rounding = _OPERAND_UNITS * p.operand_roundoff
+    rounding = _OPERAND_UNITS * p.operand_roundoff * error_factor
     if p.quantized:
-        rounding = _result_rounding(output_precision(name, direction, output) or "fp32")
+        result = output_precision(name, direction, output) or "fp32"
+        rounding = _result_rounding(result, result_rms) * (1.0 if is_narrow(result)
+                                                            else error_factor)
     accumulation = p.accumulator_roundoff * reduction_length**0.5
     if p.promotion_length:             # short chains at accumulator_roundoff, summed in fp32
         accumulation = (p.accumulator_roundoff * min(reduction_length, p.promotion_length)**0.5
                         + TABLE["fp32"].accumulator_roundoff * reduction_length**0.5)
-    return (rounding + _ACCUMULATION_UNITS * accumulation) * error_factor
+    return rounding + _ACCUMULATION_UNITS * accumulation * error_factor
 
 
-def _result_rounding(result: str) -> float:
+def _result_rounding(result: str, result_rms: float | None = None) -> float:
     """The tolerance's rounding term for a quantized point's result written in `result`: a few
     units of a wide type; 1.5 units of an 8-bit one, whose unit is its unit roundoff (fp8) or,
-    for int8, the half step relative to the smallest RMS output_scale gives (a ReLU leaves the
-    RMS of the values it keeps as it was; zero padding lowers it a little at the borders)."""
+    for int8, the half step relative to the scaled result's RMS (`result_rms`; without it the
+    smallest RMS output_scale aims at, which zero padding can undercut at the borders)."""
     if not is_narrow(result):
         return _OPERAND_UNITS * TABLE[result].operand_roundoff
     if result in MINIFLOAT:
         return _NARROW_OUTPUT_UNITS * TABLE[result].operand_roundoff
-    smallest_rms = _NARROW_LARGEST[result] / _NARROW_HEADROOM / 2**0.5
-    return _NARROW_OUTPUT_UNITS * 0.5 / smallest_rms
+    rms = result_rms or _NARROW_LARGEST[result] / _NARROW_HEADROOM / 2**0.5
+    return _NARROW_OUTPUT_UNITS * 0.5 / rms
 
 
 def delivered(asked: str, rel_error: float, reduction_length: int,
               error_factor: float, direction: str = "fwd",
-              output: str | None = None) -> str | None:
+              output: str | None = None, result_rms: float | None = None) -> str | None:
     """What the accuracy shows was computed: the asked precision, tf32 for fp32 data computed on
     tensor cores, or None when the result is wrong even for that."""
-    if rel_error <= tolerance(asked, reduction_length, error_factor, direction, output):
+    if rel_error <= tolerance(asked, reduction_length, error_factor, direction, output,
+                              result_rms):
         return asked
     lowered = _tensor_float_of(asked)
     if lowered and rel_error <= tolerance(lowered, reduction_length, error_factor, direction):

@@ -19,7 +19,8 @@ OVERRIDE_FLAGS = {
     "precisions": "--precision", "layouts": "--layout", "batch": "--batch",
     "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
-    "gpu_processes": "--gpu-processes", "threads": "--threads", "ops": "--op", "outputs": "--output-type",
+    "gpu_processes": "--gpu-processes", "threads": "--threads", "ops": "--op",
+    "outputs": "--output-type",
 }
 
 
@@ -69,7 +70,8 @@ def _apply_overrides(sweep: Sweep, given: dict[str, Any]) -> Sweep:
     if given["batch"] is not None:
         changes["problems"] = _rebatch(sweep.problems, given["batch"], flag["batch"])
     changes["timing"] = _override_timing(sweep.timing, given)
-    return checked_outputs(dataclasses.replace(sweep, **changes), flag["outputs"])
+    where = flag["outputs"] if given["outputs"] is not None else "the suite's sweep.outputs"
+    return checked_outputs(dataclasses.replace(sweep, **changes), where)
 
 
 def _override_backends(current: tuple[AlgorithmChoice, ...], names: Sequence[str],

@@ -1,8 +1,9 @@
 """What to run: the sweep axes of a suite and the single points they expand to.
 
 `Sweep` holds the axes as a suite file states them; `Sweep.points()` is their cartesian product.
-A `Point` is one (problem, direction, op, precision, result precision, layout, backend, algorithm,
-workspace limit, thread count) with the timing options that apply to it. Both are frozen: they describe work, never results.
+A `Point` is one (problem, direction, op, precision, result precision, layout, backend,
+algorithm, workspace limit, thread count) with the timing options that apply to it. Both are
+frozen: they describe work, never results.
 """
 from __future__ import annotations
 
@@ -62,8 +63,14 @@ class Point:
     threads: int = ALL_THREADS    # CPU points: threads the libraries may use (harness.threads)
     op: str = epilogue.CONV       # what follows the convolution (harness.epilogue; fwd only)
     # The precision the result is written in where it is not the precision's own (fp8 forward
-    # into fp32 or fp8, int8 into int8: precision.offered_outputs); None: its own.
+    # into bf16, fp32 or fp8, int8 into int8: precision.offered_outputs); None: its own.
     output: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.output is not None and self.output not in precision_table.offered_outputs(
+                self.precision, self.direction)[1:]:
+            raise ValueError(f"{self.precision} {self.direction} cannot be asked for an "
+                             f"{self.output} result (Sweep.precisions_of names those it can)")
 
     @property
     def point_id(self) -> str:
@@ -144,7 +151,7 @@ class Sweep:
         """Asked outputs that no asked precision offers in any asked direction (a mistake: the
         axis would silently change nothing, e.g. fp32 asked of an fp16-only sweep)."""
         offered = {o for p in self.precisions for d in self.directions
-                   for o in precision_table.offered_outputs(p, d)[1:]}
+                   for o in precision_table.offered_outputs(p, d)}     # own types: as auto
         return [o for o in self.outputs if o != precision_table.AUTO_OUTPUT and o not in offered]
 
     def precisions_of(self, direction: str) -> tuple[tuple[str, str | None], ...]:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from harness import precision, store
-from harness.analysis import policies
+from harness.analysis import networks, policies
 from harness.analysis.points import STEP_KEYS
 from harness.backends import device_buffers
 from harness.cli import main
@@ -146,8 +146,58 @@ def test_a_training_step_counts_each_layer_direction_once_in_its_own_result_type
     step = policies.network_totals(df, [policies.ORACLE], STEP_KEYS)
     assert len(step) == 1 and step["points"].iloc[0] == 2
     assert step[f"total_{policies.ORACLE}"].iloc[0] == pytest.approx(3.0)   # not 8.0
+    # the network table's fwd / bwd split counts the same way
+    long = networks.network_table(df, [policies.ORACLE]).iloc[0]
+    assert (long["fwd_ms"], long["bwd_ms"], long["total_ms"]) == pytest.approx((1.0, 2.0, 3.0))
+
+
+def test_a_layer_direction_measured_only_in_an_asked_type_is_missing_from_the_step():
+    df = pd.DataFrame([_row("fp32", 5.0), _row("auto", 2.0, "bwd_data")])
+    step = policies.network_totals(df, [policies.ORACLE], STEP_KEYS).iloc[0]
+    assert step["points"] == 2 and step[f"missing_{policies.ORACLE}"] == 1   # a lower bound
 
 
 def test_older_files_read_as_auto_and_stay_one_point_per_layer_direction():
     old = store.load(RESULTS / "quick-cpu-2026-11-22.parquet")      # from before the column
     assert set(old["output"]) == {"auto"}
+
+
+def test_int8_rounding_is_judged_against_the_result_it_rounds_not_the_scale_aimed_at():
+    # a 1x1 input under a 3x3 kernel with padding 1: one tap of nine is in the image, so the
+    # result's RMS is a third of what output_scale aims at and its rounding reads 3x larger
+    scale_aimed = precision.output_scale("int8", "int8", 576)
+    rms = 127 / 8 / 2**0.5 / 3               # the scaled result's RMS there, at worst
+    honest = 0.5 / 3**0.5 / rms              # rounding to the nearest integer, uniform
+    assert honest > precision.tolerance("int8", 576, direction="fwd", output="int8")
+    assert honest < precision.tolerance("int8", 576, direction="fwd", output="int8",
+                                        result_rms=rms) / 1.5
+    assert scale_aimed == precision.output_scale("int8", "int8", 576)
+
+
+def test_an_algorithms_error_factor_does_not_loosen_an_8_bit_results_rounding():
+    plain = precision.tolerance("fp8_e4m3", LENGTH, 1.0, "fwd", "fp8_e4m3")
+    winograd = precision.tolerance("fp8_e4m3", LENGTH, 4.0, "fwd", "fp8_e4m3")
+    assert winograd < plain * 1.1             # the accumulation term is small beside 0.094
+    assert precision.tolerance("fp16", LENGTH, 4.0) == pytest.approx(
+        4 * precision.tolerance("fp16", LENGTH, 1.0))      # floating precisions as before
+
+
+def test_a_precisions_own_type_asked_by_name_is_auto_and_points_refuse_other_types():
+    sweep = _sweep(precisions=("fp8_e4m3", "int8"), outputs=("fp16", "fp32"))
+    assert sweep.unoffered_outputs() == []   # fp16 is fp8's own, fp32 int8's own
+    assert {(p.precision, p.output) for p in sweep.points(lambda _: ("engines",))} == {
+        ("fp8_e4m3", None), ("fp8_e4m3", "fp32"), ("int8", None)}
+    with pytest.raises(ValueError, match="cannot be asked"):
+        Point(PROBLEM, "bwd_data", "fp8_e4m3", "NHWC", "cudnn_graph", "engines",
+              output="fp8_e4m3")
+
+
+def test_a_regressed_row_asked_in_another_type_reproduces_with_that_type():
+    from harness.compare.verdicts import RowResult, Verdict
+    from harness.report.compare_summary import reproduce_command
+    row = RowResult("id", Verdict.SLOWER, "", suite="resnet50", layer="l", direction="fwd",
+                    precision="int8", layout="NHWC", backend="cudnn_graph", algorithm="eng4",
+                    output="int8")
+    assert reproduce_command(row).endswith("--output-type int8")
+    assert "--output-type" not in reproduce_command(RowResult("id", Verdict.SLOWER, "",
+                                                              output="auto"))

@@ -13,7 +13,7 @@ from typing import Iterable
 import pandas as pd
 
 from harness.analysis import policies
-from harness.analysis.points import GPU, NETWORK_KEYS, STEP_KEYS
+from harness.analysis.points import GPU, NETWORK_KEYS, STEP_KEYS, own_output
 from harness.sweep import LAYOUTS, PRECISIONS
 
 SOURCE = "source"                       # which results file a row came from, where told
@@ -77,6 +77,7 @@ def _reading_order(column: pd.Series) -> pd.Series:
 
 def _one_network(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     per_direction = policies.network_totals(df, names, NETWORK_KEYS)
+    per_direction = per_direction[own_output(per_direction)]    # as the step total counts
     step = policies.network_totals(df, names, STEP_KEYS).set_index(STEP_KEYS)
     part = per_direction["direction"].map(lambda d: "fwd" if d == "fwd" else
                                           "bwd" if d in BACKWARD else "other")

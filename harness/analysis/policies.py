@@ -17,6 +17,7 @@ import pandas as pd
 from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest, own_output,
                                      ranked, verified, with_candidate)
 from harness.measurement import Status
+from harness.precision import AUTO_OUTPUT
 
 ORACLE = "oracle"
 # Best-of policies like the oracle, over fewer rows: the fastest verified row whose output was
@@ -203,9 +204,12 @@ def network_totals(df: pd.DataFrame, names: Iterable[str],
     policy's total pick time x multiplicity: `total_<policy>`, and `missing_<policy>` points where
     it had no comparable pick (that total is then a lower bound); `points` in the group."""
     df = ranked(df)
-    if "output" not in keys:                  # a total over result types adds each point once
-        df = df[own_output(df)]
-    points = df.drop_duplicates(POINT_KEYS)[POINT_KEYS + ["multiplicity"]].set_index(POINT_KEYS)
+    every = df
+    if "output" not in keys:
+        # A total over result types counts each layer-direction once, at its precision's own
+        # type; one measured only in an asked type is a missing point of it, not a dropped one.
+        every, df = df.assign(output=AUTO_OUTPUT), df[own_output(df)]
+    points = every.drop_duplicates(POINT_KEYS)[POINT_KEYS + ["multiplicity"]].set_index(POINT_KEYS)
     out = points.groupby(keys, dropna=False).size().rename("points").to_frame()
     for policy in names:
         picked = picks(df, policy)

@@ -191,7 +191,7 @@ def _number(value: Any) -> float | None:
 
 
 _META = ("suite", "layer", "batch", "direction", "precision", "layout", "backend", "algorithm",
-         "workspace_limit", "timing_mode", "threads", "op")
+         "workspace_limit", "timing_mode", "threads", "op", "output")
 
 
 def _meta(rec: dict[str, Any]) -> dict[str, Any]:

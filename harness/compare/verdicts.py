@@ -89,6 +89,7 @@ class RowResult:
     timing_mode: str | None = None
     threads: int | None = None          # CPU points: 0 = all cores (harness.threads)
     op: str | None = None               # what followed the convolution (harness.epilogue)
+    output: str | None = None           # the result type asked for ("auto": the precision's own)
     base_median_ms: float | None = None
     new_median_ms: float | None = None
     ratio: float | None = None          # new / base medians

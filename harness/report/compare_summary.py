@@ -12,6 +12,7 @@ from harness import stats
 from harness.compare import (CHANGED, MATCHED, Comparison, RowResult, SuiteVerdict, Verdict,
                              interval_text, pct)
 from harness.epilogue import CONV
+from harness.precision import AUTO_OUTPUT
 from harness.store import limit_from_column
 
 # Fields are RowResult's; values are shell-quoted when the template is filled.
@@ -36,6 +37,8 @@ def reproduce_command(row: RowResult) -> str:
         command += f" --threads {row.threads}"
     if row.op and row.op != CONV:
         command += f" --op {row.op}"
+    if row.output and row.output != AUTO_OUTPUT:
+        command += f" --output-type {row.output}"
     return command
 
 
