@@ -1,5 +1,5 @@
-"""Winograd before/after: the old tile engine (winograd.py at benchmarks/_before.py's commit,
-blocks sized by tile bytes) against the new one (harness/backends/cpu/winograd.py), with own
+"""Winograd before/after: the old tile engine (winograd.py at BEFORE_CHUNKS below: whole-image
+blocks sized by GEMM width, one thread for its copies) against the new one (harness/backends/cpu/winograd.py), with own
 im2col and PyTorch's CPU convolution (oneDNN) as the yardsticks.
 
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
@@ -41,9 +41,14 @@ _SETTLE_S = 0.3  # longer than OpenBLAS's and libgomp's spin-wait after a call
 COLUMNS = ("im2col", "torch", "F2 old", "F2 new", "F4 old", "F4 new", "F4 U")
 
 
+# The engine before the chunked, threaded pipeline (issue 16, second round): main at e370f71,
+# blocks of whole images sized by GEMM width, each step one pass over the whole block.
+BEFORE_CHUNKS = "e370f71"
+
+
 def _old_winograd():
     """winograd.py as it was before this change, as its own module (from git)."""
-    return module_at("harness/backends/cpu/winograd.py", "winograd_before")
+    return module_at("harness/backends/cpu/winograd.py", "winograd_before", BEFORE_CHUNKS)
 
 
 def class_a_layers() -> list[ConvProblem]:

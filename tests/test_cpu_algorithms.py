@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from harness import backends, reference
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import _blas, _columns, _shifted, direct, fft, im2col, toom_cook, winograd
+from harness.backends.cpu import (_blas, _columns, _shifted, _tiles, _workers, direct, fft, im2col,
+                                  toom_cook, winograd)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -125,7 +126,9 @@ def test_small_blocks_and_alternate_paths(problem: ConvProblem, monkeypatch) -> 
     monkeypatch.setattr(direct, "BLOCK_BYTES", 1500)
     monkeypatch.setattr(im2col, "BLOCK_BYTES", 1500)
     monkeypatch.setattr(_columns, "WIDE_MAX_WASTE", 100.0)
-    monkeypatch.setattr(winograd, "BLOCK_BYTES", 3000)
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", 1)
+    monkeypatch.setattr(winograd, "MIN_FILTER_CHUNK_TILES", 1)
     for elementwise, row_gemm in [(0, 0), (10**9, 10**9)]:
         monkeypatch.setattr(fft, "ELEMENTWISE_MAX_WORK", elementwise)
         monkeypatch.setattr(fft, "ROW_GEMM_MAX", row_gemm)
@@ -571,39 +574,63 @@ WINOGRAD_ODD_PROBLEMS = [
 ]
 
 
-@pytest.mark.parametrize("min_columns", [1, 10, 30, 10**6])  # 1-image, uneven, whole batch
+# Chunk sizes in tiles: one tile row (bands of every image), 10 and 30 (bands of uneven rows and
+# groups of images), the whole batch in one chunk.
+@pytest.mark.parametrize("tiles", [1, 10, 30, 10**6])
 @pytest.mark.parametrize("problem", WINOGRAD_ODD_PROBLEMS, ids=lambda p: p.short_shape)
-def test_winograd_odd_shapes_in_every_block_split(problem: ConvProblem, min_columns: int,
+def test_winograd_odd_shapes_in_every_chunk_split(problem: ConvProblem, tiles: int,
                                                   monkeypatch) -> None:
-    monkeypatch.setattr(winograd, "MIN_GEMM_COLUMNS", min_columns)
+    for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
+        monkeypatch.setattr(winograd, name, tiles)
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
     _check_all(problem, seed=5, names=WINOGRAD_NAMES)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("problem", WINOGRAD_ODD_PROBLEMS[:4], ids=lambda p: p.short_shape)
+def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypatch) -> None:
+    """Chunks spread over up to 3 threads (more than this machine's cores, so slots are shared
+    out unevenly) and over one, each thread with its own scratch and, for bwd_filter, its own
+    accumulator."""
+    monkeypatch.setattr(winograd, "available_cores", lambda: threads)
+    monkeypatch.setattr(_workers, "blas_threads", lambda: threads)
+    for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
+        monkeypatch.setattr(winograd, name, 2)
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
+    _check_all(problem, seed=9, names=WINOGRAD_NAMES)
+
+
 @pytest.mark.parametrize("batch", [1, 3, 5, 8, 32])
-@pytest.mark.parametrize("per_image", [1, 4, 49, 196, 3136])
-def test_winograd_blocks_are_sized_by_gemm_width(batch: int, per_image: int) -> None:
-    """Blocks cover the batch in order, differ by at most one image, and give every GEMM at
-    least MIN_GEMM_COLUMNS tiles (the whole batch when it has fewer), with fewer than twice the
-    images that would suffice."""
-    blocks = winograd._image_blocks(batch, per_image, image_bytes=1)
-    sizes = [n for _, n in blocks]
-    assert [n0 for n0, _ in blocks] == [sum(sizes[:i]) for i in range(len(sizes))]
-    assert sum(sizes) == batch and max(sizes) - min(sizes) <= 1
-    if len(blocks) > 1:
-        enough = -(-winograd.MIN_GEMM_COLUMNS // per_image)
-        assert enough <= min(sizes) and max(sizes) < 2 * enough
+@pytest.mark.parametrize("rows,cols", [(1, 1), (2, 2), (7, 7), (14, 14), (56, 56), (3, 28)])
+@pytest.mark.parametrize("tiles", [1, 5, 64, 200, 10**6])
+def test_winograd_chunks_cover_every_tile_once(batch: int, rows: int, cols: int,
+                                               tiles: int) -> None:
+    """Chunks cover each image's tile rows in order, exactly once: bands of one image differ by
+    at most one row, groups of images by at most one image."""
+    t = _tiles.Tiling(4, 6, rows, cols)
+    found = _tiles.chunks(t, batch, tiles)
+    covered = [(n, u) for c in found for n in range(c.n0, c.n1) for u in range(c.u0, c.u1)]
+    assert covered == [(n, u) for n in range(batch) for u in range(rows)]
+    assert sum(c.tiles(t) for c in found) == batch * rows * cols
+    spans = {(c.n1 - c.n0, c.u1 - c.u0) for c in found}
+    assert max(spans)[0] - min(spans)[0] <= 1 and max(s[1] for s in spans) - min(
+        s[1] for s in spans) <= 1
+    if t.per_image < tiles:
+        assert all((c.u0, c.u1) == (0, rows) for c in found)
 
 
-def test_winograd_takes_resnet_layers_whole_at_batch_8() -> None:
-    """ResNet-50's 3x3 layers at batch 8: F4 transforms the weights and runs each of its 36
-    GEMMs once per launch, over all 8 images (res5's 512x512 weights are read once)."""
-    for channels, size in [(64, 56), (128, 28), (256, 14), (512, 7)]:
+def test_winograd_takes_few_tile_layers_whole_at_batch_8() -> None:
+    """ResNet-50's res4 and res5 at batch 8 have 128 and 32 tiles of 256 and 512 channels: F4
+    takes each in one chunk (its 36 GEMMs read the transformed weights once, on BLAS's threads);
+    res2 (1,568 tiles of 64 channels) is cut into chunks for the threads."""
+    mats = toom_cook.matrices(4, winograd.WinogradF4.points)
+    for channels, size, whole in [(64, 56, False), (512, 7, True)]:
         problem = ConvProblem(8, channels, size, size, channels, 3, 3, pad_top=1, pad_left=1,
                               pad_bottom=1, pad_right=1)
-        mats = toom_cook.matrices(4, winograd.WinogradF4.points)
-        assert winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size,
-                                     np.float32).blocks == [(0, 8)]
-        assert winograd._FilterGradient(mats, 4, problem, np.float32).blocks == [(0, 8)]
+        chunk_list = winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size,
+                                           np.float32).chunks
+        assert (len(chunk_list) == 1) == whole
+        assert (len(winograd._FilterGradient(mats, 4, problem, np.float32).chunks) == 1) == whole
 
 
 # ---- FFT: odd shapes, large kernels (issue 16) -------------------------------------------------

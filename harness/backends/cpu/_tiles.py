@@ -1,11 +1,14 @@
 """Winograd's tiles: the overlapping input windows and output tiles of a padded NHWC plane
-(`Tiling`), and the copies of an image block into and out of such a plane."""
+(`Tiling`), the chunks of tiles a launch works through (`Chunk`), and the copies of images into
+and out of such a plane."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from harness.backends.cpu._workers import run_chunks
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,42 @@ class Tiling:
         return plane.reshape(n, self.th, self.m, self.tw, self.m, c).transpose(2, 4, 0, 1, 3, 5)
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """Tile rows u0..u1-1 of images n0..n1-1: a whole-image group, or a band of one image."""
+    n0: int
+    n1: int
+    u0: int
+    u1: int
+
+    def tiles(self, t: Tiling) -> int:
+        return (self.n1 - self.n0) * (self.u1 - self.u0) * t.tw
+
+    def of(self, view: np.ndarray) -> np.ndarray:
+        """The chunk's part of an input_windows or output_tiles view ([i, j, n, u, v, c])."""
+        return view[:, :, self.n0:self.n1, self.u0:self.u1]
+
+
+def chunks(t: Tiling, batch: int, tiles: int) -> list[Chunk]:
+    """Near-equal chunks of about `tiles` tiles covering the batch in order: bands of whole
+    tile rows of one image where an image has more, groups of whole images where it has fewer
+    (a band is at least one tile row, a group at least one image)."""
+    if t.per_image >= tiles:
+        bands = _even(t.th, max(1, round(tiles / t.tw)))
+        return [Chunk(n, n + 1, u0, u0 + rows) for n in range(batch) for u0, rows in bands]
+    return [Chunk(n0, n0 + images, 0, t.th)
+            for n0, images in _even(batch, -(-tiles // t.per_image))]
+
+
+def _even(total: int, size: int) -> list[tuple[int, int]]:
+    """(start, length) of near-equal parts, as many as parts of `size` would need; lengths differ
+    by at most one."""
+    count = -(-total // max(1, min(size, total)))
+    length, longer = divmod(total, count)
+    lengths = [length + 1] * longer + [length] * (count - longer)
+    return [(sum(lengths[:i]), n) for i, n in enumerate(lengths)]
+
+
 def overlap(offset: int, size: int, room: int) -> tuple[slice, slice]:
     """(destination, source) slices of the source's elements 0..size-1 that land inside
     0..room-1 when moved by `offset` (a padding larger than the window reach crops)."""
@@ -62,6 +101,13 @@ def place(src: np.ndarray, top: int, left: int, plane: np.ndarray) -> None:
     np.copyto(plane[:, rows[0], cols[0]], src[:, :, rows[1], cols[1]].transpose(0, 2, 3, 1))
 
 
-def unplace(plane: np.ndarray, out: np.ndarray) -> None:
-    """out (NCHW) = the top-left corner of an NHWC plane, dropping the tiles' overhang."""
-    np.copyto(out, plane[:, :out.shape[2], :out.shape[3]].transpose(0, 3, 1, 2))
+def place_all(src: np.ndarray, top: int, left: int, plane: np.ndarray, slots: int) -> None:
+    """place() of a whole batch, its images shared among up to `slots` threads."""
+    groups = chunks(Tiling(1, 1, 1, 1), src.shape[0], -(-src.shape[0] // slots))
+    run_chunks(groups, lambda _, g: place(src[g.n0:g.n1], top, left, plane[g.n0:g.n1]), slots)
+
+
+def scratch(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A contiguous array of `shape` at the start of flat scratch `buf` (smaller chunks use a
+    prefix)."""
+    return buf[:int(np.prod(shape))].reshape(shape)

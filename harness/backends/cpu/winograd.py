@@ -10,19 +10,24 @@ the Toom-Cook construction (evaluate at the points and at infinity, interpolate)
 rational arithmetic; tests/test_cpu_algorithms.py checks them against Lavin & Gray's published
 matrices and against exact correlation.
 
-NumPy spends its time in data movement and in thin GEMMs, so per block of images:
-- the NCHW input is copied once into a zero-bordered NHWC plane, and every tile's window is
-  gathered by one copy of an as_strided view of that plane: channels innermost, each copy moves
-  runs of C contiguous values (gathering straight from NCHW moves runs of 1 value, every m-th,
-  and measured 1.5-4x slower on ResNet-50's 3x3 layers);
+NumPy spends its time in data movement and in thin GEMMs, and its copies use one core, so:
+- the NCHW input is copied once into a zero-bordered NHWC plane (its images shared among the
+  threads), and every tile's window is gathered by one copy of an as_strided view of that
+  plane: channels innermost, each copy moves runs of C contiguous values (gathering straight
+  from NCHW moves runs of 1 value, every m-th, and measured 1.5-4x slower on ResNet-50's 3x3
+  layers);
+- the tiles are cut into chunks (bands of tile rows of an image, or groups of whole images)
+  of about CHUNK_BYTES of transformed tiles, and each chunk runs the whole pipeline (gather,
+  input transform, the per-position GEMMs, output transform, the transposing copy into NCHW)
+  while its buffers are in cache; chunks run on as many Python threads as BLAS may use, BLAS
+  single-threaded meanwhile (_workers.py), so copies and transforms use every core too;
 - each 2-D transform X -> L X R^T is one GEMM with the Kronecker product L (x) R over all tiles
-  and channels of the block (for F4 that is 4x the multiplies of the separable form, but
+  and channels of a chunk (for F4 that is 4x the multiplies of the separable form, but
   the separable form is two GEMMs with an inner dimension of 6, which OpenBLAS runs 3-4x below
-  its peak: measured no faster, and it needs a second pass over memory);
-- the results are scattered by one copy into an NHWC plane and one transposing copy into NCHW;
-- blocks are sized by the GEMMs' shape, not by bytes (`MIN_GEMM_COLUMNS`): every GEMM gets at
-  least that many tiles, so at ResNet-50's batch 8 F4 takes each 3x3 layer in one block: the
-  filter transform and each of the 36 GEMMs run once per launch with the widest operands.
+  its peak: measured 10-25% slower on chunks in cache, and slower still over memory);
+- chunks are never under MIN_CHUNK_TILES tiles, so layers of few tiles and many channels
+  (res4, res5 at batch 8) stay one chunk: the filter transform and each of the 36 GEMMs run
+  once per launch over the whole batch, on BLAS's own threads.
 
 The filter transform U = G g G^T stays inside the timed launch: a training step transforms new
 weights every time, and oneDNN, the peer these algorithms are compared with, transforms them
@@ -46,54 +51,56 @@ import numpy as np
 
 from harness.reference import ProblemData
 from harness.backends.cpu.toom_cook import matrices
-from harness.backends.cpu._tiles import Tiling, place, unplace
-from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate,
-                                          workspace_of)
+from harness.backends.cpu._blas import gemm_into
+from harness.backends.cpu._tiles import Chunk, Tiling, chunks, place_all, scratch
+from harness.backends.cpu._workers import run_chunks
+from harness.backends.cpu._common import CpuAlgorithm, CpuPrepared, allocate, workspace_of
 from harness.problem import ConvProblem
 from harness.sweep import Point
+from harness.threads import available_cores
 
 
-# Tiles (GEMM columns, or the inner dimension for bwd_filter) per block: images are added to a
-# block until its GEMMs are at least this wide. Measured on the 2-core VM, the per-position
-# GEMMs ran ~20% slower on 392 tiles than on 1568 (64 channels) and on 64 than on 128 (256
-# channels), and every block re-reads the transformed weights (36 MiB for res5's 512 channels,
-# whose 7x7 images give 4 tiles each). F4 takes each ResNet-50 3x3 layer at batch 8 whole.
-MIN_GEMM_COLUMNS = 1024
-# ...unless a tile buffer would then exceed this: a memory bound for large images and batches
-# (VGG's 224x224 layers reach MIN_GEMM_COLUMNS with one image anyway).
-BLOCK_BYTES = 256 << 20
+# Tiles per chunk (module docstring): a chunk's tile buffer (positions x tiles x the wider
+# channel count) is sized to about CHUNK_BYTES, so that its buffers stay in this Xeon's 2 MiB
+# L2 per core while each chunk's pipeline passes over them five times...
+CHUNK_BYTES = 1 << 20
+# ...but never under MIN_CHUNK_TILES tiles (GEMM rows), below which the per-position GEMMs
+# ran well under BLAS's speed, and each chunk re-reads all transformed weights (36 MiB on
+# res5): on layers of few tiles and many channels one chunk takes the whole batch and BLAS's
+# own threads share its GEMMs.
+MIN_CHUNK_TILES = 64
+# bwd_filter sums every chunk's GEMMs into a (positions x K x C) accumulator per thread: at
+# fewer tiles (the GEMMs' inner dimension) per chunk, reading and writing it back would cost
+# more than its GEMMs on wide layers.
+MIN_FILTER_CHUNK_TILES = 256
 
 
 def _kron(a: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
     return np.kron(a, b).astype(dtype)
 
 
-# ---- tiles and planes --------------------------------------------------------------------------
-def _image_blocks(batch: int, per_image: int, image_bytes: int) -> list[tuple[int, int]]:
-    """(first image, images) of near-equal blocks, each with at least MIN_GEMM_COLUMNS tiles
-    (the whole batch when it has fewer) and at most BLOCK_BYTES in a tile buffer."""
-    least = -(-MIN_GEMM_COLUMNS // per_image)
-    least = max(1, min(least, BLOCK_BYTES // max(1, image_bytes)))
-    count = max(1, batch // least)
-    size, larger = divmod(batch, count)
-    sizes = [size + 1] * larger + [size] * (count - larger)
-    return [(sum(sizes[:i]), n) for i, n in enumerate(sizes)]
+def _chunks(t: Tiling, batch: int, widest: int, dtype: type, least: int) -> list[Chunk]:
+    tile_bytes = t.alpha * t.alpha * widest * np.dtype(dtype).itemsize
+    return chunks(t, batch, max(least, CHUNK_BYTES // tile_bytes))
 
 
-def _scratch(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """A contiguous array of `shape` at the start of flat scratch `buf` (blocks of fewer images
-    use a prefix)."""
-    return buf[:int(np.prod(shape))].reshape(shape)
+def _slots(chunk_list: list[Chunk]) -> int:
+    """Threads (scratch slots) a launch may use: one per core, at most one per chunk."""
+    return max(1, min(available_cores(), len(chunk_list)))
 
 
-def _transform_input(t: Tiling, bb: np.ndarray, src: np.ndarray, top: int, left: int,
-                     plane: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
-    """out (a*a, tiles, C) = B^T d B of every window d of NCHW `src` placed at (top, left) in
-    the zero-bordered NHWC `plane`, gathered into `tiles` (same shape as out) by one copy."""
-    place(src, top, left, plane)
-    windows = t.input_windows(plane)
-    np.copyto(tiles.reshape(windows.shape), windows)
-    np.matmul(bb, tiles.reshape(len(bb), -1), out=out.reshape(len(bb), -1))
+def _per_slot(sizes: dict[str, int], slots: int) -> dict[str, int]:
+    return {f"{name}{slot}": size for slot in range(slots) for name, size in sizes.items()}
+
+
+def _transform_input(t: Tiling, bb: np.ndarray, windows: np.ndarray, chunk: Chunk,
+                     tiles: np.ndarray, out: np.ndarray) -> None:
+    """out (a*a, tiles, C) = B^T d B of every window d of a chunk, gathered from the plane's
+    `windows` view into `tiles` (same size as out) by one copy."""
+    view = chunk.of(windows)
+    gathered = tiles.reshape(view.shape)
+    np.copyto(gathered, view)
+    np.matmul(bb, gathered.reshape(len(bb), -1), out=out.reshape(len(bb), -1))
 
 
 # ---- the GEMMs per tile position ---------------------------------------------------------------
@@ -114,15 +121,25 @@ def _multiply(v: np.ndarray, u: np.ndarray, out: np.ndarray, groups: int) -> Non
         np.matmul(lhs, u, out=res)
 
 
-def _correlate_tiles(dy_t: np.ndarray, v: np.ndarray, out: np.ndarray, groups: int) -> None:
-    """out[ab, g] = dy_t[ab, :, g]^T @ v[ab, :, g], the sum over all tiles (the GEMMs' inner
-    dimension); a dot product per (position, group) when depthwise."""
+def _correlate_tiles(dy_t: np.ndarray, v: np.ndarray, acc: np.ndarray, groups: int,
+                     accumulate: bool) -> None:
+    """acc[ab, g] (+)= dy_t[ab, :, g]^T @ v[ab, :, g], the sum over a chunk's tiles (the GEMMs'
+    inner dimension). Added inside BLAS (beta = 1) where NumPy's BLAS allows it: an extra pass
+    over the accumulator per chunk would cost as much as a narrow chunk's GEMMs."""
     lhs = _by_group(dy_t, groups).swapaxes(-1, -2)
     rhs = _by_group(v, groups)
-    if lhs.shape[-2] == 1 and rhs.shape[-1] == 1:
-        np.einsum("...it,...tj->...ij", lhs, rhs, out=out)
+    gemm = gemm_into(acc.dtype)
+    depthwise = lhs.shape[-2] == 1 and rhs.shape[-1] == 1
+    if gemm is not None and not depthwise:
+        for ab in range(acc.shape[0]):
+            for g in range(groups):
+                gemm(lhs[ab, g], rhs[ab, g], acc[ab, g], accumulate)
+        return
+    product = np.einsum("...it,...tj->...ij", lhs, rhs) if depthwise else np.matmul(lhs, rhs)
+    if accumulate:
+        np.add(acc, product, out=acc)
     else:
-        np.matmul(lhs, rhs, out=out)
+        np.copyto(acc, product)
 
 
 # ---- the two tile pipelines --------------------------------------------------------------------
@@ -131,9 +148,9 @@ class _Correlation:
     channels placed at (top, left) in an otherwise zero plane, given the transformed weights as
     one (C/groups x F/groups) matrix per tile position and group.
 
-    Two tile buffers take turns (each step reads one and writes the other): tiles, then
-    transformed tiles, then their products with U, then the output tiles, then the output
-    plane."""
+    Per chunk, two tile buffers of its thread take turns (each step reads one and writes the
+    other): tiles, then transformed tiles, then their products with U, then the output tiles,
+    then (where tiles overhang the output) a cropped copy."""
 
     def __init__(self, mats: dict[str, np.ndarray], m: int, groups: int, channels: int,
                  filters: int, batch: int, rows: int, cols: int, dtype: type):
@@ -142,40 +159,64 @@ class _Correlation:
         self.bb = _kron(mats["bt"], mats["bt"], dtype)    # (a*a, a*a)
         self.aa = _kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
         positions, outputs = t.alpha * t.alpha, t.m * t.m
-        widest = max(channels, filters)
-        item = np.dtype(dtype).itemsize
-        self.blocks = _image_blocks(batch, t.per_image, positions * t.per_image * widest * item)
-        images = max(n for _, n in self.blocks)
-        tiles = images * t.per_image
-        self.sizes = {"plane": int(np.prod(t.plane(images, channels))),
-                      "front": tiles * positions * widest,
-                      "back": tiles * max(positions * channels, outputs * filters)}
+        self.chunks = _chunks(t, batch, max(channels, filters), dtype, MIN_CHUNK_TILES)
+        self.slots = _slots(self.chunks)
+        self.overhang = (t.m * t.th, t.m * t.tw) != (rows, cols)
+        most = max(c.tiles(t) for c in self.chunks)
+        slot = {"front": most * positions * max(channels, filters),
+                "back": most * max(positions * channels, outputs * filters)}
+        if self.overhang:
+            slot["crop"] = most * outputs * filters
+        self.sizes = {"plane": int(np.prod(t.plane(batch, channels))),
+                      **_per_slot(slot, self.slots)}
 
     def __call__(self, buf: dict[str, np.ndarray], src: np.ndarray, top: int, left: int,
                  u: np.ndarray, out: np.ndarray) -> None:
-        t, c, f = self.t, self.channels, self.filters
-        positions, outputs = t.alpha * t.alpha, t.m * t.m
-        for n0, n in self.blocks:
-            tiles = n * t.per_image
-            plane = _scratch(buf["plane"], t.plane(n, c))
-            v = _scratch(buf["back"], (positions, tiles, c))
-            _transform_input(t, self.bb, src[n0:n0 + n], top, left, plane,
-                             _scratch(buf["front"], v.shape), v)
-            products = _scratch(buf["front"], (positions, tiles, f))
-            _multiply(v, u, products, self.groups)
-            y = _scratch(buf["back"], (outputs, tiles, f))
-            np.matmul(self.aa, products.reshape(positions, -1), out=y.reshape(outputs, -1))
-            result = _scratch(buf["front"], t.output_plane(n, f))
-            np.copyto(t.output_tiles(result), y.reshape(t.output_tiles(result).shape))
-            unplace(result, out[n0:n0 + n])
+        plane = scratch(buf["plane"], self.t.plane(src.shape[0], self.channels))
+        place_all(src, top, left, plane, self.slots)
+        windows = self.t.input_windows(plane)
+        run_chunks(self.chunks, lambda slot, chunk: self._chunk(buf, slot, chunk, windows, u,
+                                                                 out), self.slots)
+
+    def _chunk(self, buf: dict[str, np.ndarray], slot: int, chunk: Chunk, windows: np.ndarray,
+               u: np.ndarray, out: np.ndarray) -> None:
+        t, front, back = self.t, buf[f"front{slot}"], buf[f"back{slot}"]
+        positions, outputs, tiles = t.alpha * t.alpha, t.m * t.m, chunk.tiles(t)
+        v = scratch(back, (positions, tiles, self.channels))
+        _transform_input(t, self.bb, windows, chunk, scratch(front, v.shape), v)
+        products = scratch(front, (positions, tiles, self.filters))
+        _multiply(v, u, products, self.groups)
+        y = scratch(back, (outputs, tiles, self.filters))
+        np.matmul(self.aa, products.reshape(positions, -1), out=y.reshape(outputs, -1))
+        self._write(buf, slot, chunk, y, out)
+
+    def _write(self, buf: dict[str, np.ndarray], slot: int, chunk: Chunk, y: np.ndarray,
+               out: np.ndarray) -> None:
+        """NCHW out[chunk's images, :, its rows] = the output tiles y [i, j, tile, f]: one
+        transposing copy, into `out` itself unless tiles overhang it (then into scratch, and
+        its crop into `out`)."""
+        t, m, f = self.t, self.t.m, self.filters
+        images, rows = chunk.n1 - chunk.n0, chunk.u1 - chunk.u0
+        tiles = y.reshape(m, m, images, rows, t.tw, f).transpose(2, 5, 3, 0, 4, 1)
+        first = m * chunk.u0
+        if not self.overhang:
+            band = out[chunk.n0:chunk.n1, :, first:first + m * rows]
+            np.copyto(band.reshape(tiles.shape), tiles)
+            return
+        crop = scratch(buf[f"crop{slot}"], tiles.shape)
+        np.copyto(crop, tiles)
+        height = min(m * rows, out.shape[2] - first)
+        np.copyto(out[chunk.n0:chunk.n1, :, first:first + height],
+                  crop.reshape(images, f, m * rows, m * t.tw)[:, :, :height, :out.shape[3]])
 
 
 class _FilterGradient:
     """dw (K, C/groups, 3, 3) = F(3x3, mxm) over the m x m tiles of dy: per tile position one
     GEMM (K x tiles) @ (tiles x C) sums the products of transformed dy and input tiles.
 
-    The tile buffer "front" holds the input tiles, then the dy tiles; "back" the transformed
-    input tiles and "dy_t" the transformed dy tiles, the GEMMs' two operands."""
+    Each thread sums its chunks into an accumulator of its own (the accumulators are added at
+    the end). Its tile buffer "front" holds the input tiles, then the dy tiles; "back" the
+    transformed input tiles and "dy_t" the transformed dy tiles, the GEMMs' two operands."""
 
     def __init__(self, mats: dict[str, np.ndarray], m: int, p: ConvProblem, dtype: type):
         self.p, self.t = p, (t := Tiling.of(m, p.out_h, p.out_w))
@@ -183,61 +224,66 @@ class _FilterGradient:
         self.gg = _kron(mats["g_f"], mats["g_f"], dtype)    # (a*a, m*m)
         self.aa = _kron(mats["at_f"], mats["at_f"], dtype)  # (9, a*a)
         positions = t.alpha * t.alpha
-        item = np.dtype(dtype).itemsize
         c, k = p.in_channels, p.out_channels
-        self.blocks = _image_blocks(p.batch, t.per_image,
-                                    positions * t.per_image * max(c, k) * item)
-        images = max(n for _, n in self.blocks)
-        tiles = images * t.per_image
+        self.chunks = _chunks(t, p.batch, max(c, k), dtype, MIN_FILTER_CHUNK_TILES)
+        self.slots = _slots(self.chunks)
+        most = max(chunk.tiles(t) for chunk in self.chunks)
         acc = positions * k * p.channels_per_group
-        self.sizes = {"plane": int(np.prod(t.plane(images, c))),
-                      "dy_plane": int(np.prod(t.output_plane(images, k))),
-                      "front": positions * tiles * max(c, k), "back": positions * tiles * c,
-                      "dy_t": positions * tiles * k, "acc": acc, "taps": 9 * acc // positions}
-        if len(self.blocks) > 1:
-            self.sizes["part"] = acc
+        slot = {"front": positions * most * max(c, k), "back": positions * most * c,
+                "dy_t": positions * most * k, "acc": acc}
+        self.sizes = {"plane": int(np.prod(t.plane(p.batch, c))),
+                      "dy_plane": int(np.prod(t.output_plane(p.batch, k))),
+                      "taps": 9 * acc // positions, **_per_slot(slot, self.slots)}
 
     def __call__(self, buf: dict[str, np.ndarray], x: np.ndarray, dy: np.ndarray,
                  dw: np.ndarray) -> None:
         p, t = self.p, self.t
+        plane = scratch(buf["plane"], t.plane(p.batch, p.in_channels))
+        dy_plane = scratch(buf["dy_plane"], t.output_plane(p.batch, p.out_channels))
+        place_all(x, p.pad_top, p.pad_left, plane, self.slots)
+        place_all(dy, 0, 0, dy_plane, self.slots)
+        windows, dy_tiles = t.input_windows(plane), t.output_tiles(dy_plane)
         positions = t.alpha * t.alpha
         acc_shape = (positions, p.groups, p.filters_per_group, p.channels_per_group)
-        acc = buf["acc"].reshape(acc_shape)
-        for i, (n0, n) in enumerate(self.blocks):
-            v = self._input_tiles(buf, x[n0:n0 + n])
-            dy_t = self._gradient_tiles(buf, dy[n0:n0 + n])
-            # Several blocks only where one would hold over BLOCK_BYTES or at least twice
-            # MIN_GEMM_COLUMNS tiles: adding their partial sums then costs under 1/4000 of
-            # the GEMMs' multiply-adds.
-            part = acc if i == 0 else buf["part"].reshape(acc_shape)
-            _correlate_tiles(dy_t, v, part, p.groups)
-            if i:
-                np.add(acc, part, out=acc)
+        started = [False] * self.slots
+
+        def work(slot: int, chunk: Chunk) -> None:
+            v = self._input_tiles(buf, slot, windows, chunk)
+            dy_t = self._gradient_tiles(buf, slot, dy_tiles, chunk)
+            acc = buf[f"acc{slot}"].reshape(acc_shape)
+            _correlate_tiles(dy_t, v, acc, p.groups, accumulate=started[slot])
+            started[slot] = True
+
+        run_chunks(self.chunks, work, self.slots)
+        acc = buf["acc0"].reshape(positions, -1)
+        for slot in range(1, self.slots):
+            if started[slot]:
+                np.add(acc, buf[f"acc{slot}"].reshape(acc.shape), out=acc)
         # dw[k, c, r, s] = sum_ab (A_f (x) A_f)[rs, ab] acc[ab, k, c]. Written straight into dw
         # as acc^T @ (A_f (x) A_f)^T, a GEMM only 9 wide, it measured 1.3-2x slower than this
         # GEMM plus a transposing copy (res5: acc is 38 MB).
         taps = buf["taps"].reshape(3, 3, p.out_channels, p.channels_per_group)
-        np.matmul(self.aa, acc.reshape(positions, -1), out=taps.reshape(9, -1))
+        np.matmul(self.aa, acc, out=taps.reshape(9, -1))
         np.copyto(dw, taps.transpose(2, 3, 0, 1))
 
-    def _input_tiles(self, buf: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-        """B^T d B of every input tile of a block: (a*a, tiles, C)."""
-        p, t, n = self.p, self.t, x.shape[0]
-        v = _scratch(buf["back"], (t.alpha * t.alpha, n * t.per_image, p.in_channels))
-        _transform_input(t, self.bb, x, p.pad_top, p.pad_left,
-                         _scratch(buf["plane"], t.plane(n, p.in_channels)),
-                         _scratch(buf["front"], v.shape), v)
+    def _input_tiles(self, buf: dict[str, np.ndarray], slot: int, windows: np.ndarray,
+                     chunk: Chunk) -> np.ndarray:
+        """B^T d B of every input tile of a chunk: (a*a, tiles, C)."""
+        t = self.t
+        v = scratch(buf[f"back{slot}"],
+                     (t.alpha * t.alpha, chunk.tiles(t), self.p.in_channels))
+        _transform_input(t, self.bb, windows, chunk, scratch(buf[f"front{slot}"], v.shape), v)
         return v
 
-    def _gradient_tiles(self, buf: dict[str, np.ndarray], dy: np.ndarray) -> np.ndarray:
-        """G_f e G_f^T of every m x m dy tile of a block (the overhang is zero): (a*a, tiles, K)."""
-        p, t = self.p, self.t
-        positions, tiles = t.alpha * t.alpha, dy.shape[0] * t.per_image
-        plane = _scratch(buf["dy_plane"], t.output_plane(dy.shape[0], p.out_channels))
-        place(dy, 0, 0, plane)
-        e = _scratch(buf["front"], (t.m * t.m, tiles, p.out_channels))
-        np.copyto(e.reshape(t.output_tiles(plane).shape), t.output_tiles(plane))
-        dy_t = _scratch(buf["dy_t"], (positions, tiles, p.out_channels))
+    def _gradient_tiles(self, buf: dict[str, np.ndarray], slot: int, dy_tiles: np.ndarray,
+                        chunk: Chunk) -> np.ndarray:
+        """G_f e G_f^T of every m x m dy tile of a chunk (the overhang is zero): (a*a, tiles, K)."""
+        t, k = self.t, self.p.out_channels
+        positions, tiles = t.alpha * t.alpha, chunk.tiles(t)
+        view = chunk.of(dy_tiles)
+        e = scratch(buf[f"front{slot}"], view.shape)
+        np.copyto(e, view)
+        dy_t = scratch(buf[f"dy_t{slot}"], (positions, tiles, k))
         np.matmul(self.gg, e.reshape(t.m * t.m, -1), out=dy_t.reshape(positions, -1))
         return dy_t
 
