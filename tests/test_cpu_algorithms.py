@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from harness import backends, reference
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import (_blas, _columns, _shifted, _tiles, _workers, direct, fft, im2col,
-                                  toom_cook, winograd)
+from harness.backends.cpu import (_blas, _columns, _shifted, _tiles, _winograd_filter, _workers,
+                                  direct, fft, im2col, toom_cook, winograd)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -126,9 +126,9 @@ def test_small_blocks_and_alternate_paths(problem: ConvProblem, monkeypatch) -> 
     monkeypatch.setattr(direct, "BLOCK_BYTES", 1500)
     monkeypatch.setattr(im2col, "BLOCK_BYTES", 1500)
     monkeypatch.setattr(_columns, "WIDE_MAX_WASTE", 100.0)
-    monkeypatch.setattr(winograd, "CHUNK_BYTES", 3000)
-    monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", 1)
-    monkeypatch.setattr(winograd, "MIN_FILTER_CHUNK_TILES", 1)
+    monkeypatch.setattr(_tiles, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(_tiles, "MIN_CHUNK_TILES", 1)
+    monkeypatch.setattr(_tiles, "MIN_FILTER_CHUNK_TILES", 1)
     for elementwise, row_gemm in [(0, 0), (10**9, 10**9)]:
         monkeypatch.setattr(fft, "ELEMENTWISE_MAX_WORK", elementwise)
         monkeypatch.setattr(fft, "ROW_GEMM_MAX", row_gemm)
@@ -581,9 +581,11 @@ WINOGRAD_ODD_PROBLEMS = [
 def test_winograd_odd_shapes_in_every_chunk_split(problem: ConvProblem, tiles: int,
                                                   monkeypatch) -> None:
     for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
-        monkeypatch.setattr(winograd, name, tiles)
-    monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
-    _check_all(problem, seed=5, names=WINOGRAD_NAMES)
+        monkeypatch.setattr(_tiles, name, tiles)
+    monkeypatch.setattr(_tiles, "CHUNK_BYTES", 1)
+    for swap_from in (0, 10**9):   # forward weights copied with channel axes swapped, or viewed
+        monkeypatch.setattr(winograd, "SWAP_MIN_TILES", swap_from)
+        _check_all(problem, seed=5, names=WINOGRAD_NAMES)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -592,11 +594,11 @@ def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypa
     """Chunks spread over up to 3 threads (more than this machine's cores, so slots are shared
     out unevenly) and over one, each thread with its own scratch and, for bwd_filter, its own
     accumulator."""
-    monkeypatch.setattr(winograd, "available_cores", lambda: threads)
+    monkeypatch.setattr(_tiles, "available_cores", lambda: threads)
     monkeypatch.setattr(_workers, "blas_threads", lambda: threads)
     for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
-        monkeypatch.setattr(winograd, name, 2)
-    monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
+        monkeypatch.setattr(_tiles, name, 2)
+    monkeypatch.setattr(_tiles, "CHUNK_BYTES", 1)
     _check_all(problem, seed=9, names=WINOGRAD_NAMES)
 
 
@@ -630,7 +632,7 @@ def test_winograd_takes_few_tile_layers_whole_at_batch_8() -> None:
         chunk_list = winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size,
                                            np.float32).chunks
         assert (len(chunk_list) == 1) == whole
-        assert (len(winograd._FilterGradient(mats, 4, problem, np.float32).chunks) == 1) == whole
+        assert (len(_winograd_filter.FilterGradient(mats, 4, problem, np.float32).chunks) == 1) == whole
 
 
 # ---- FFT: odd shapes, large kernels (issue 16) -------------------------------------------------

@@ -1,14 +1,17 @@
 """Winograd's tiles: the overlapping input windows and output tiles of a padded NHWC plane
-(`Tiling`), the chunks of tiles a launch works through (`Chunk`), and the copies of images into
-and out of such a plane."""
+(`Tiling`), the chunks of tiles a launch works through (`Chunk`) and how large they are, the
+copies of images into such a plane, and the steps both Winograd pipelines (winograd.py,
+_winograd_filter.py) take on a chunk's tiles."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from harness.backends.cpu._workers import run_chunks
+from harness.threads import available_cores
 
 
 @dataclass(frozen=True)
@@ -71,13 +74,13 @@ def chunks(t: Tiling, batch: int, tiles: int) -> list[Chunk]:
     tile rows of one image where an image has more, groups of whole images where it has fewer
     (a band is at least one tile row, a group at least one image)."""
     if t.per_image >= tiles:
-        bands = _even(t.th, max(1, round(tiles / t.tw)))
+        bands = even_parts(t.th, max(1, round(tiles / t.tw)))
         return [Chunk(n, n + 1, u0, u0 + rows) for n in range(batch) for u0, rows in bands]
     return [Chunk(n0, n0 + images, 0, t.th)
-            for n0, images in _even(batch, -(-tiles // t.per_image))]
+            for n0, images in even_parts(batch, -(-tiles // t.per_image))]
 
 
-def _even(total: int, size: int) -> list[tuple[int, int]]:
+def even_parts(total: int, size: int) -> list[tuple[int, int]]:
     """(start, length) of near-equal parts, as many as parts of `size` would need; lengths differ
     by at most one."""
     count = -(-total // max(1, min(size, total)))
@@ -101,13 +104,69 @@ def place(src: np.ndarray, top: int, left: int, plane: np.ndarray) -> None:
     np.copyto(plane[:, rows[0], cols[0]], src[:, :, rows[1], cols[1]].transpose(0, 2, 3, 1))
 
 
-def place_all(src: np.ndarray, top: int, left: int, plane: np.ndarray, slots: int) -> None:
-    """place() of a whole batch, its images shared among up to `slots` threads."""
-    groups = chunks(Tiling(1, 1, 1, 1), src.shape[0], -(-src.shape[0] // slots))
-    run_chunks(groups, lambda _, g: place(src[g.n0:g.n1], top, left, plane[g.n0:g.n1]), slots)
+def place_tasks(src: np.ndarray, top: int, left: int, plane: np.ndarray,
+                parts: int) -> list[Callable[[], None]]:
+    """place() of a whole batch as up to `parts` tasks of near-equal image groups (for threads)."""
+    groups = even_parts(src.shape[0], -(-src.shape[0] // parts))
+    return [partial(place, src[n0:n0 + n], top, left, plane[n0:n0 + n]) for n0, n in groups]
 
 
 def scratch(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """A contiguous array of `shape` at the start of flat scratch `buf` (smaller chunks use a
     prefix)."""
     return buf[:int(np.prod(shape))].reshape(shape)
+
+
+# ---- chunk sizes -------------------------------------------------------------------------------
+# A chunk's tile buffer (positions x tiles x the wider channel count) is sized to about
+# CHUNK_BYTES, so that its buffers stay in this Xeon's 2 MiB L2 per core while each chunk's
+# pipeline passes over them five times...
+CHUNK_BYTES = 1 << 20
+# ...but never under MIN_CHUNK_TILES tiles (GEMM rows), below which the per-position GEMMs
+# ran well under BLAS's speed, and each chunk re-reads all transformed weights (36 MiB on
+# res5): on layers of few tiles and many channels one chunk takes the whole batch and BLAS's
+# own threads share its GEMMs.
+MIN_CHUNK_TILES = 64
+# bwd_filter sums every chunk's GEMMs into a (positions x K x C) accumulator per thread: at
+# fewer tiles (the GEMMs' inner dimension) per chunk, reading and writing it back would cost
+# more than its GEMMs on wide layers.
+MIN_FILTER_CHUNK_TILES = 256
+
+
+def plan(t: Tiling, batch: int, widest: int, dtype: type, filter_gradient: bool) -> list[Chunk]:
+    """The chunks of a launch whose tiles carry up to `widest` channels, each of at least
+    MIN_CHUNK_TILES (MIN_FILTER_CHUNK_TILES for bwd_filter) tiles, or the whole batch."""
+    least = MIN_FILTER_CHUNK_TILES if filter_gradient else MIN_CHUNK_TILES
+    tile_bytes = t.alpha * t.alpha * widest * np.dtype(dtype).itemsize
+    return chunks(t, batch, max(least, CHUNK_BYTES // tile_bytes))
+
+
+def slot_count(chunk_list: list[Chunk]) -> int:
+    """Threads (scratch slots) a launch may use: one per core, at most one per chunk."""
+    return max(1, min(available_cores(), len(chunk_list)))
+
+
+def per_slot(sizes: dict[str, int], slots: int) -> dict[str, int]:
+    """Scratch sizes, one copy per slot, named name0, name1, ..."""
+    return {f"{name}{slot}": size for slot in range(slots) for name, size in sizes.items()}
+
+
+# ---- steps on a chunk's tiles ------------------------------------------------------------------
+def kron(a: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
+    return np.kron(a, b).astype(dtype)
+
+
+def transform_input(t: Tiling, bb: np.ndarray, windows: np.ndarray, chunk: Chunk,
+                    tiles: np.ndarray, out: np.ndarray) -> None:
+    """out (a*a, tiles, C) = B^T d B of every window d of a chunk, gathered from the plane's
+    `windows` view into `tiles` (same size as out) by one copy."""
+    view = chunk.of(windows)
+    gathered = tiles.reshape(view.shape)
+    np.copyto(gathered, view)
+    np.matmul(bb, gathered.reshape(len(bb), -1), out=out.reshape(len(bb), -1))
+
+
+def by_group(a: np.ndarray, groups: int) -> np.ndarray:
+    """(positions, tiles, G*n) -> view (positions, G, tiles, n)."""
+    positions, tiles, _ = a.shape
+    return a.reshape(positions, tiles, groups, -1).transpose(0, 2, 1, 3)

@@ -71,3 +71,8 @@ def run_chunks(chunks: Sequence[object], work: Callable[[int, object], None],
             future.result()   # re-raises a worker's exception here
     finally:
         put(before)
+
+
+def run_tasks(tasks: Sequence[Callable[[], None]], most: int) -> None:
+    """Independent zero-argument tasks, on up to `most` threads as run_chunks shares chunks."""
+    run_chunks(tasks, lambda _, task: task(), most)

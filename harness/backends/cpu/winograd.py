@@ -38,111 +38,47 @@ Directions (stride 1, dilation 1, 3x3 only):
 - bwd_data is the same tile algorithm on dy, padded by 2 - pad, with the kernel rotated by 180
   degrees and its two channel axes swapped: the rotation reverses the columns of G (x) G, the
   swap is a transposed GEMM operand, so no rotated copy of the weights is made;
-- bwd_filter is F(3x3, mxm): each dy tile (m x m) acts as the "filter" correlated with its input
-  tile, giving a 3x3 contribution; the sum over all tiles is one GEMM per tile position
-  (dy tiles^T @ input tiles, the tiles being the GEMM's inner dimension).
+- bwd_filter is F(3x3, mxm) on the same points (_winograd_filter.py).
 """
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import ClassVar
+from functools import partial
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
 from harness.reference import ProblemData
 from harness.backends.cpu.toom_cook import matrices
-from harness.backends.cpu._blas import gemm_into
-from harness.backends.cpu._tiles import Chunk, Tiling, chunks, place_all, scratch
-from harness.backends.cpu._workers import run_chunks
+from harness.backends.cpu._tiles import (Chunk, Tiling, by_group, even_parts, kron, per_slot,
+                                         place_tasks, plan, scratch, slot_count, transform_input)
+from harness.backends.cpu._winograd_filter import FilterGradient
+from harness.backends.cpu._workers import run_chunks, run_tasks
 from harness.backends.cpu._common import CpuAlgorithm, CpuPrepared, allocate, workspace_of
 from harness.problem import ConvProblem
 from harness.sweep import Point
-from harness.threads import available_cores
-
-
-# Tiles per chunk (module docstring): a chunk's tile buffer (positions x tiles x the wider
-# channel count) is sized to about CHUNK_BYTES, so that its buffers stay in this Xeon's 2 MiB
-# L2 per core while each chunk's pipeline passes over them five times...
-CHUNK_BYTES = 1 << 20
-# ...but never under MIN_CHUNK_TILES tiles (GEMM rows), below which the per-position GEMMs
-# ran well under BLAS's speed, and each chunk re-reads all transformed weights (36 MiB on
-# res5): on layers of few tiles and many channels one chunk takes the whole batch and BLAS's
-# own threads share its GEMMs.
-MIN_CHUNK_TILES = 64
-# bwd_filter sums every chunk's GEMMs into a (positions x K x C) accumulator per thread: at
-# fewer tiles (the GEMMs' inner dimension) per chunk, reading and writing it back would cost
-# more than its GEMMs on wide layers.
-MIN_FILTER_CHUNK_TILES = 256
-
-
-def _kron(a: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
-    return np.kron(a, b).astype(dtype)
-
-
-def _chunks(t: Tiling, batch: int, widest: int, dtype: type, least: int) -> list[Chunk]:
-    tile_bytes = t.alpha * t.alpha * widest * np.dtype(dtype).itemsize
-    return chunks(t, batch, max(least, CHUNK_BYTES // tile_bytes))
-
-
-def _slots(chunk_list: list[Chunk]) -> int:
-    """Threads (scratch slots) a launch may use: one per core, at most one per chunk."""
-    return max(1, min(available_cores(), len(chunk_list)))
-
-
-def _per_slot(sizes: dict[str, int], slots: int) -> dict[str, int]:
-    return {f"{name}{slot}": size for slot in range(slots) for name, size in sizes.items()}
-
-
-def _transform_input(t: Tiling, bb: np.ndarray, windows: np.ndarray, chunk: Chunk,
-                     tiles: np.ndarray, out: np.ndarray) -> None:
-    """out (a*a, tiles, C) = B^T d B of every window d of a chunk, gathered from the plane's
-    `windows` view into `tiles` (same size as out) by one copy."""
-    view = chunk.of(windows)
-    gathered = tiles.reshape(view.shape)
-    np.copyto(gathered, view)
-    np.matmul(bb, gathered.reshape(len(bb), -1), out=out.reshape(len(bb), -1))
 
 
 # ---- the GEMMs per tile position ---------------------------------------------------------------
-def _by_group(a: np.ndarray, groups: int) -> np.ndarray:
-    """(positions, tiles, G*n) -> view (positions, G, tiles, n)."""
-    positions, tiles, _ = a.shape
-    return a.reshape(positions, tiles, groups, -1).transpose(0, 2, 1, 3)
-
-
 def _multiply(v: np.ndarray, u: np.ndarray, out: np.ndarray, groups: int) -> None:
     """out[ab, t, g*F + f] = sum_c v[ab, t, g*C + c] u[ab, g, c, f]: one GEMM per position and
     group, over all tiles. With one channel per group (depthwise) it is an outer product, done
     by broadcasting instead of one tiny GEMM per (position, group)."""
-    lhs, res = _by_group(v, groups), _by_group(out, groups)
+    lhs, res = by_group(v, groups), by_group(out, groups)
     if u.shape[-2] == 1:
         np.multiply(lhs, u, out=res)
     else:
         np.matmul(lhs, u, out=res)
 
 
-def _correlate_tiles(dy_t: np.ndarray, v: np.ndarray, acc: np.ndarray, groups: int,
-                     accumulate: bool) -> None:
-    """acc[ab, g] (+)= dy_t[ab, :, g]^T @ v[ab, :, g], the sum over a chunk's tiles (the GEMMs'
-    inner dimension). Added inside BLAS (beta = 1) where NumPy's BLAS allows it: an extra pass
-    over the accumulator per chunk would cost as much as a narrow chunk's GEMMs."""
-    lhs = _by_group(dy_t, groups).swapaxes(-1, -2)
-    rhs = _by_group(v, groups)
-    gemm = gemm_into(acc.dtype)
-    depthwise = lhs.shape[-2] == 1 and rhs.shape[-1] == 1
-    if gemm is not None and not depthwise:
-        for ab in range(acc.shape[0]):
-            for g in range(groups):
-                gemm(lhs[ab, g], rhs[ab, g], acc[ab, g], accumulate)
-        return
-    product = np.einsum("...it,...tj->...ij", lhs, rhs) if depthwise else np.matmul(lhs, rhs)
-    if accumulate:
-        np.add(acc, product, out=acc)
-    else:
-        np.copyto(acc, product)
-
-
 # ---- the two tile pipelines --------------------------------------------------------------------
+# The forward GEMMs take each position's transformed weights as (C/g x K/g). Laid out so (the
+# weights copied with their channel axes swapped first) they ran 5-10% faster than as a
+# transposed view, but the copy is single-threaded: on res5 (512x512 weights, 32 tiles) it cost
+# 2.7 ms and saved 0.3. It pays from about this many tiles (GEMM rows) on.
+SWAP_MIN_TILES = 256
+
+
 class _Correlation:
     """out (N, F, Ho, Wo) = stride-1 3x3 correlation, tile by tile, of an NCHW source with C
     channels placed at (top, left) in an otherwise zero plane, given the transformed weights as
@@ -156,24 +92,26 @@ class _Correlation:
                  filters: int, batch: int, rows: int, cols: int, dtype: type):
         self.t = t = Tiling.of(m, rows, cols)
         self.groups, self.channels, self.filters = groups, channels, filters
-        self.bb = _kron(mats["bt"], mats["bt"], dtype)    # (a*a, a*a)
-        self.aa = _kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
+        self.bb = kron(mats["bt"], mats["bt"], dtype)    # (a*a, a*a)
+        self.aa = kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
         positions, outputs = t.alpha * t.alpha, t.m * t.m
-        self.chunks = _chunks(t, batch, max(channels, filters), dtype, MIN_CHUNK_TILES)
-        self.slots = _slots(self.chunks)
+        self.chunks = plan(t, batch, max(channels, filters), dtype, filter_gradient=False)
+        self.slots = slot_count(self.chunks)
         self.overhang = (t.m * t.th, t.m * t.tw) != (rows, cols)
         most = max(c.tiles(t) for c in self.chunks)
+        self.tiles = batch * t.per_image
         slot = {"front": most * positions * max(channels, filters),
                 "back": most * max(positions * channels, outputs * filters)}
         if self.overhang:
             slot["crop"] = most * outputs * filters
         self.sizes = {"plane": int(np.prod(t.plane(batch, channels))),
-                      **_per_slot(slot, self.slots)}
+                      **per_slot(slot, self.slots)}
 
     def __call__(self, buf: dict[str, np.ndarray], src: np.ndarray, top: int, left: int,
-                 u: np.ndarray, out: np.ndarray) -> None:
+                 u: np.ndarray, out: np.ndarray, before: Sequence[Callable[[], None]]) -> None:
+        """`before`: tasks (the filter transform) that write u, run beside placing src."""
         plane = scratch(buf["plane"], self.t.plane(src.shape[0], self.channels))
-        place_all(src, top, left, plane, self.slots)
+        run_tasks([*before, *place_tasks(src, top, left, plane, self.slots)], self.slots)
         windows = self.t.input_windows(plane)
         run_chunks(self.chunks, lambda slot, chunk: self._chunk(buf, slot, chunk, windows, u,
                                                                  out), self.slots)
@@ -183,7 +121,7 @@ class _Correlation:
         t, front, back = self.t, buf[f"front{slot}"], buf[f"back{slot}"]
         positions, outputs, tiles = t.alpha * t.alpha, t.m * t.m, chunk.tiles(t)
         v = scratch(back, (positions, tiles, self.channels))
-        _transform_input(t, self.bb, windows, chunk, scratch(front, v.shape), v)
+        transform_input(t, self.bb, windows, chunk, scratch(front, v.shape), v)
         products = scratch(front, (positions, tiles, self.filters))
         _multiply(v, u, products, self.groups)
         y = scratch(back, (outputs, tiles, self.filters))
@@ -208,84 +146,6 @@ class _Correlation:
         height = min(m * rows, out.shape[2] - first)
         np.copyto(out[chunk.n0:chunk.n1, :, first:first + height],
                   crop.reshape(images, f, m * rows, m * t.tw)[:, :, :height, :out.shape[3]])
-
-
-class _FilterGradient:
-    """dw (K, C/groups, 3, 3) = F(3x3, mxm) over the m x m tiles of dy: per tile position one
-    GEMM (K x tiles) @ (tiles x C) sums the products of transformed dy and input tiles.
-
-    Each thread sums its chunks into an accumulator of its own (the accumulators are added at
-    the end). Its tile buffer "front" holds the input tiles, then the dy tiles; "back" the
-    transformed input tiles and "dy_t" the transformed dy tiles, the GEMMs' two operands."""
-
-    def __init__(self, mats: dict[str, np.ndarray], m: int, p: ConvProblem, dtype: type):
-        self.p, self.t = p, (t := Tiling.of(m, p.out_h, p.out_w))
-        self.bb = _kron(mats["bt"], mats["bt"], dtype)      # (a*a, a*a)
-        self.gg = _kron(mats["g_f"], mats["g_f"], dtype)    # (a*a, m*m)
-        self.aa = _kron(mats["at_f"], mats["at_f"], dtype)  # (9, a*a)
-        positions = t.alpha * t.alpha
-        c, k = p.in_channels, p.out_channels
-        self.chunks = _chunks(t, p.batch, max(c, k), dtype, MIN_FILTER_CHUNK_TILES)
-        self.slots = _slots(self.chunks)
-        most = max(chunk.tiles(t) for chunk in self.chunks)
-        acc = positions * k * p.channels_per_group
-        slot = {"front": positions * most * max(c, k), "back": positions * most * c,
-                "dy_t": positions * most * k, "acc": acc}
-        self.sizes = {"plane": int(np.prod(t.plane(p.batch, c))),
-                      "dy_plane": int(np.prod(t.output_plane(p.batch, k))),
-                      "taps": 9 * acc // positions, **_per_slot(slot, self.slots)}
-
-    def __call__(self, buf: dict[str, np.ndarray], x: np.ndarray, dy: np.ndarray,
-                 dw: np.ndarray) -> None:
-        p, t = self.p, self.t
-        plane = scratch(buf["plane"], t.plane(p.batch, p.in_channels))
-        dy_plane = scratch(buf["dy_plane"], t.output_plane(p.batch, p.out_channels))
-        place_all(x, p.pad_top, p.pad_left, plane, self.slots)
-        place_all(dy, 0, 0, dy_plane, self.slots)
-        windows, dy_tiles = t.input_windows(plane), t.output_tiles(dy_plane)
-        positions = t.alpha * t.alpha
-        acc_shape = (positions, p.groups, p.filters_per_group, p.channels_per_group)
-        started = [False] * self.slots
-
-        def work(slot: int, chunk: Chunk) -> None:
-            v = self._input_tiles(buf, slot, windows, chunk)
-            dy_t = self._gradient_tiles(buf, slot, dy_tiles, chunk)
-            acc = buf[f"acc{slot}"].reshape(acc_shape)
-            _correlate_tiles(dy_t, v, acc, p.groups, accumulate=started[slot])
-            started[slot] = True
-
-        run_chunks(self.chunks, work, self.slots)
-        acc = buf["acc0"].reshape(positions, -1)
-        for slot in range(1, self.slots):
-            if started[slot]:
-                np.add(acc, buf[f"acc{slot}"].reshape(acc.shape), out=acc)
-        # dw[k, c, r, s] = sum_ab (A_f (x) A_f)[rs, ab] acc[ab, k, c]. Written straight into dw
-        # as acc^T @ (A_f (x) A_f)^T, a GEMM only 9 wide, it measured 1.3-2x slower than this
-        # GEMM plus a transposing copy (res5: acc is 38 MB).
-        taps = buf["taps"].reshape(3, 3, p.out_channels, p.channels_per_group)
-        np.matmul(self.aa, acc, out=taps.reshape(9, -1))
-        np.copyto(dw, taps.transpose(2, 3, 0, 1))
-
-    def _input_tiles(self, buf: dict[str, np.ndarray], slot: int, windows: np.ndarray,
-                     chunk: Chunk) -> np.ndarray:
-        """B^T d B of every input tile of a chunk: (a*a, tiles, C)."""
-        t = self.t
-        v = scratch(buf[f"back{slot}"],
-                     (t.alpha * t.alpha, chunk.tiles(t), self.p.in_channels))
-        _transform_input(t, self.bb, windows, chunk, scratch(buf[f"front{slot}"], v.shape), v)
-        return v
-
-    def _gradient_tiles(self, buf: dict[str, np.ndarray], slot: int, dy_tiles: np.ndarray,
-                        chunk: Chunk) -> np.ndarray:
-        """G_f e G_f^T of every m x m dy tile of a chunk (the overhang is zero): (a*a, tiles, K)."""
-        t, k = self.t, self.p.out_channels
-        positions, tiles = t.alpha * t.alpha, chunk.tiles(t)
-        view = chunk.of(dy_tiles)
-        e = scratch(buf[f"front{slot}"], view.shape)
-        np.copyto(e, view)
-        dy_t = scratch(buf[f"dy_t{slot}"], (positions, tiles, k))
-        np.matmul(self.gg, e.reshape(t.m * t.m, -1), out=dy_t.reshape(positions, -1))
-        return dy_t
 
 
 class _Winograd(CpuAlgorithm):
@@ -313,15 +173,19 @@ class _Winograd(CpuAlgorithm):
         mats = self._mats()
         core = _Correlation(mats, self.m, p.groups, p.in_channels, p.out_channels, p.batch,
                             p.out_h, p.out_w, dtype)
-        g_kron = _kron(mats["g"], mats["g"], dtype)
-        buf = allocate(point, dtype, dict(_flat(core.sizes), u=_weights_shape(p, self.m)))
+        swap = core.tiles >= SWAP_MIN_TILES
+        positions, cg, kg = (self.m + 2) ** 2, p.channels_per_group, p.filters_per_group
+        u_shape = (positions, p.groups) + ((cg, kg) if swap else (kg, cg))
+        swapped = {"w_swapped": p.weight_shape} if swap else {}
+        buf = allocate(point, dtype, dict(_flat(core.sizes), u=u_shape, **swapped))
         x, w = data.x.astype(dtype), data.w.astype(dtype)
         y = np.empty(p.output_shape, dtype)
-        u = buf["u"]
+        u = buf["u"] if swap else buf["u"].swapaxes(-1, -2)   # (C/g x K/g) per position either way
+        weights = _weight_tasks(kron(mats["g"], mats["g"], dtype), w, buf["u"], core.slots,
+                                swapped=buf.get("w_swapped"))
 
         def kernel() -> None:
-            _transform_weights(g_kron, w, u)
-            core(buf, x, p.pad_top, p.pad_left, u.swapaxes(-1, -2), y)
+            core(buf, x, p.pad_top, p.pad_left, u, y, before=weights)
 
         return CpuPrepared(y, kernel, workspace_of(buf))
 
@@ -331,23 +195,23 @@ class _Winograd(CpuAlgorithm):
         core = _Correlation(mats, self.m, p.groups, p.out_channels, p.in_channels, p.batch,
                             p.in_h, p.in_w, dtype)
         # Rotating the kernel by 180 degrees reverses its 9 taps, i.e. the columns of G (x) G.
-        g_rotated = np.ascontiguousarray(_kron(mats["g"], mats["g"], dtype)[:, ::-1])
-        buf = allocate(point, dtype, dict(_flat(core.sizes), u=_weights_shape(p, self.m)))
+        g_rotated = np.ascontiguousarray(kron(mats["g"], mats["g"], dtype)[:, ::-1])
+        u_shape = ((self.m + 2) ** 2, p.groups, p.filters_per_group, p.channels_per_group)
+        buf = allocate(point, dtype, dict(_flat(core.sizes), u=u_shape))
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
-        u = buf["u"]
+        weights = _weight_tasks(g_rotated, w, buf["u"], core.slots)
 
         def kernel() -> None:
-            _transform_weights(g_rotated, w, u)
             # Full convolution = correlation of dy, with 2 - pad zeros around it, and the
             # rotated kernel whose channel axes are swapped: u[ab, g] is (K/g x C/g) as it is.
-            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, u, dx)
+            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, buf["u"], dx, before=weights)
 
         return CpuPrepared(dx, kernel, workspace_of(buf))
 
     def bwd_filter(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
-        core = _FilterGradient(self._mats(), self.m, p, dtype)
+        core = FilterGradient(self._mats(), self.m, p, dtype)
         buf = allocate(point, dtype, _flat(core.sizes))
         x, dy = data.x.astype(dtype), data.dy.astype(dtype)
         dw = np.empty(p.weight_shape, dtype)
@@ -359,18 +223,35 @@ class _Winograd(CpuAlgorithm):
 
 
 def _flat(sizes: dict[str, int]) -> dict[str, tuple[int]]:
-    """Scratch is allocated flat so that a block's view (a prefix) is contiguous."""
+    """Scratch is allocated flat so that a chunk's view (a prefix) is contiguous."""
     return {name: (size,) for name, size in sizes.items()}
 
 
-def _weights_shape(p: ConvProblem, m: int) -> tuple[int, int, int, int]:
-    return ((m + 2) ** 2, p.groups, p.filters_per_group, p.channels_per_group)
+def _weight_tasks(g_kron: np.ndarray, w: np.ndarray, u: np.ndarray, parts: int,
+                  swapped: np.ndarray | None = None) -> list[Callable[[], None]]:
+    """Tasks that together write u[ab, g, i, j] = (G g G^T)[ab] of every (filter, channel)
+    pair, each one GEMM (G (x) G) @ (9 x its pairs) over a share of the (g, i) rows. u is laid
+    out (positions, G, K/g, C/g) as the weights are, or, given `swapped` (scratch for the weights
+    with their channel axes swapped), (positions, G, C/g, K/g): the forward GEMMs' right
+    operand, contiguous (as a transposed view it ran them 5-10% slower). Run on the launch's
+    threads at one BLAS thread each: a multithreaded GEMM here left OpenBLAS's workers
+    spinning through the chunks that followed (res2a forward 6.3 -> 12-13 ms)."""
+    groups, rows, cols = u.shape[1:]
+    w4 = w.reshape(groups, -1, w.shape[1], 9)
+    flat = (w if swapped is None else swapped).reshape(-1, 9)
+    u2d = u.reshape(len(u), -1)
 
+    def task(first: int, count: int) -> None:
+        if swapped is not None:
+            s4 = swapped.reshape(groups, rows, cols, 9)
+            for g in range(first // rows, -(-(first + count) // rows)):
+                lo, hi = max(first - g * rows, 0), min(first + count - g * rows, rows)
+                np.copyto(s4[g, lo:hi], w4[g, :, lo:hi].transpose(1, 0, 2))
+        span = slice(first * cols, (first + count) * cols)
+        np.matmul(g_kron, flat[span].T, out=u2d[:, span])
 
-def _transform_weights(g_kron: np.ndarray, w: np.ndarray, u: np.ndarray) -> None:
-    """u[ab, g, k, c] = G g G^T for every (filter, channel) pair: one GEMM (G (x) G) @ the
-    weights as (9, K*C/g)."""
-    np.matmul(g_kron, w.reshape(-1, 9).T, out=u.reshape(u.shape[0], -1))
+    pairs = groups * rows
+    return [partial(task, first, count) for first, count in even_parts(pairs, -(-pairs // parts))]
 
 
 class WinogradF2(_Winograd):
