@@ -6,21 +6,23 @@ the yardsticks.
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
 
     .venv/bin/python benchmarks/winograd_blocks.py [--rounds 11] [--layers res2a,conv3_1]
-                                                   [--directions fwd,bwd_data] [--warm-ms 60] [--check]
+        [--directions fwd,bwd_data] [--warm-ms 60] [--check]
 
 Layers: the "class A" rows of suites/cpu_compare.toml (3x3, stride 1, at least 64 channels in
 and out), at the suite's batch 8, fp32, NCHW. For each layer and direction every algorithm is
 prepared once through the backend API the runner uses; then `--rounds` rounds each launch every
 algorithm for `--warm-ms` untimed (after a pause where the threads it wakes differ from the
 last algorithm's: each library's worker threads spin for a while after a call, and the other
-would pay for it), then once timed with time.perf_counter_ns, GC off. Old and new thus alternate within every round, so load from other
-processes on a shared machine falls on both alike; the table shows medians, and the load
-average before and after each layer, which says how far to trust them.
+would pay for it), then once timed with time.perf_counter_ns, GC off. Old and new thus
+alternate within every round, so load from other processes on a shared machine falls on both
+alike; the table shows medians, and the load average before and after each layer, which says
+how far to trust them; a summary closes it with the geometric means per direction.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import statistics
 import sys
@@ -191,6 +193,37 @@ algorithm (im2col, F2, F4) before / after, over torch_cpu's time (target <= 1.0)
 load1 = 1-minute load average before and after the layer's rounds."""
 
 
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+# (label, numerator, denominator) of the summary's ratios; "best old"/"best new" = the fastest
+# own algorithm of the old/new engine (im2col counts in both).
+SUMMARY = [("F4o/i2c", "F4 old", "im2col"), ("F4n/i2c", "F4 new", "im2col"),
+           ("i2c/F4o", "im2col", "F4 old"), ("i2c/F4n", "im2col", "F4 new"),
+           ("bestO/t", "best old", "torch"), ("bestN/t", "best new", "torch"),
+           ("F4o/t", "F4 old", "torch"), ("F4n/t", "F4 new", "torch"), ("i2c/t", "im2col", "torch")]
+
+
+def _with_best(ms: dict[str, float]) -> dict[str, float]:
+    return {**ms, "best old": min(ms[c] for c in ("im2col", "F2 old", "F4 old")),
+            "best new": min(ms[c] for c in ("im2col", "F2 new", "F4 new"))}
+
+
+def _summary(medians: dict[str, list[dict[str, float]]]) -> str:
+    """Geometric means over the layers, per direction, of the medians' ratios: the figures
+    issue 16's class A targets are stated in."""
+    lines = ["geomean over layers of median ratios: "
+             + " ".join(f"{label:>8s}" for label, _, _ in SUMMARY)]
+    for direction, rows in medians.items():
+        rows = [_with_best(ms) for ms in rows]
+        cells = [_geomean([ms[top] / ms[bottom] for ms in rows]) if bottom in rows[0] else math.nan
+                 for _, top, bottom in SUMMARY]
+        lines.append(f"  {direction:10s} ({len(rows)} layers)            "
+                     + " ".join(f"{c:7.2f}x" for c in cells))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11, help="timed launches per algorithm")
@@ -208,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.warm_ms:g} ms of warm-up launches before each timed one; "
           f"load average at start {os.getloadavg()}")
     print(HEADER, flush=True)
+    medians: dict[str, list[dict[str, float]]] = {}
     for problem in layers:
         for direction in args.directions.split(","):
             before = os.getloadavg()[0]
@@ -219,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
             for stat, summary in (("med", statistics.median), ("min", min)):
                 ms = {label: summary(s) for label, s in samples.items()}
                 print(_row(problem, direction, stat, ms, load), flush=True)
+            medians.setdefault(direction, []).append(
+                {label: statistics.median(s) for label, s in samples.items()})
     print(f"load average at end {os.getloadavg()}")
+    print(_summary(medians))
     print(LEGEND)
     return 0
 
