@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness import backends, reference
+from harness import backends, reference, threads
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
 from harness.backends.cpu import (_blas, _columns, _shifted, _tiles, _winograd_filter, _workers,
@@ -517,6 +517,26 @@ def test_gemm_into_accumulates_on_strided_views(dtype) -> None:
 
 
 @needs_blas
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_into_reads_transposed_views_uncopied(dtype) -> None:
+    """Column-major views (a.T of a row-major matrix, with any leading dimension, also 1-row
+    and 1-column ones) go to BLAS with its transpose flag (Winograd's bwd_filter passes dy
+    tiles this way)."""
+    rng = np.random.default_rng(1)
+    at = rng.standard_normal((9, 7)).astype(dtype)[2:8]            # a = at.T is (7 x 6)
+    bt = rng.standard_normal((3, 11)).astype(dtype)[:, 1:7]        # b = bt.T is (6 x 3)
+    c = rng.standard_normal((7, 3)).astype(dtype)
+    expected = c + at.T @ bt.T
+    gemm = _blas.gemm_into(dtype)
+    gemm(at.T, bt.T, c, True)
+    np.testing.assert_allclose(c, expected, rtol=1e-5)
+    row = rng.standard_normal((6, 4)).astype(dtype)[:, :1].T      # (1 x 6), column stride 4
+    out = np.empty((1, 3), dtype)
+    gemm(row, bt.T, out, False)
+    np.testing.assert_allclose(out, row @ bt.T, rtol=1e-5)
+
+
+@needs_blas
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_im2col_shifted_workspace_is_planes_output_block_and_weights(direction: str) -> None:
     """No column matrix: the workspace is the planes, one GEMM output block and the per-tap
@@ -600,6 +620,30 @@ def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypa
         monkeypatch.setattr(_tiles, name, 2)
     monkeypatch.setattr(_tiles, "CHUNK_BYTES", 1)
     _check_all(problem, seed=9, names=WINOGRAD_NAMES)
+
+
+def test_chunk_threads_follow_blas_and_put_its_count_back() -> None:
+    """run_chunks uses at most BLAS's thread count (convbench's --threads limits BLAS), gives
+    each concurrent call its own slot, and puts BLAS's count back, also after a failure."""
+    if _workers._thread_calls() is None:
+        pytest.skip("NumPy's BLAS is not the bundled OpenBLAS: chunks run in turn")
+    with threads.limited(1):
+        assert _workers.blas_threads() == 1
+        seen: list[int] = []
+        _workers.run_chunks(list(range(5)), lambda slot, _: seen.append(slot), most=4)
+        assert seen == [0] * 5
+
+    def fail(slot: int, chunk: int) -> None:
+        if chunk == 3:
+            raise RuntimeError("planted")
+
+    with threads.limited(2):
+        slots: set[int] = set()
+        _workers.run_chunks(list(range(6)), lambda slot, _: slots.add(slot), most=2)
+        assert slots <= {0, 1} and _workers.blas_threads() == 2
+        with pytest.raises(RuntimeError, match="planted"):
+            _workers.run_chunks(list(range(6)), fail, most=2)
+        assert _workers.blas_threads() == 2
 
 
 @pytest.mark.parametrize("batch", [1, 3, 5, 8, 32])
