@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 import math
+import os
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -644,6 +646,28 @@ def test_chunk_threads_follow_blas_and_put_its_count_back() -> None:
         with pytest.raises(RuntimeError, match="planted"):
             _workers.run_chunks(list(range(6)), fail, most=2)
         assert _workers.blas_threads() == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_chunk_threads_work_in_a_forked_child() -> None:
+    """A child forked after the parent ran chunks on threads inherits the pool object without
+    its threads; with one pool per process it makes its own (before: it waited forever)."""
+    with threads.limited(2):
+        _workers.run_chunks(list(range(4)), lambda slot, chunk: None, most=2)
+        pid = os.fork()
+        if pid == 0:
+            done: list[int] = []
+            _workers.run_chunks(list(range(4)), lambda slot, chunk: done.append(chunk), most=2)
+            os._exit(0 if sorted(done) == [0, 1, 2, 3] else 1)
+    for _ in range(200):
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's chunks never ran")
 
 
 @pytest.mark.parametrize("batch", [1, 3, 5, 8, 32])

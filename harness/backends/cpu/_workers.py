@@ -14,6 +14,7 @@ calling thread with BLAS as it is.
 from __future__ import annotations
 
 import ctypes
+import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Callable, Sequence
@@ -42,7 +43,9 @@ def blas_threads() -> int:
 
 
 @lru_cache(maxsize=None)
-def _pool(size: int) -> ThreadPoolExecutor:
+def _pool(size: int, process: int) -> ThreadPoolExecutor:
+    """One pool per size and process: a forked child inherits the parent's pool object but not
+    its threads, and would wait forever on work given to it."""
     return ThreadPoolExecutor(max_workers=size, thread_name_prefix="convbench-cpu")
 
 
@@ -65,7 +68,8 @@ def run_chunks(chunks: Sequence[object], work: Callable[[int, object], None],
             for chunk in chunks[slot::threads]:
                 work(slot, chunk)
 
-        futures = [_pool(threads).submit(share, slot) for slot in range(1, threads)]
+        pool = _pool(threads, os.getpid())
+        futures = [pool.submit(share, slot) for slot in range(1, threads)]
         share(0)    # the calling thread takes a share rather than waiting idle
         for future in futures:
             future.result()   # re-raises a worker's exception here
