@@ -1,25 +1,28 @@
-"""Winograd before/after: the old tile engine (winograd.py at benchmarks/_before.py's commit,
-blocks sized by tile bytes) against the new one (harness/backends/cpu/winograd.py), with own
-im2col and PyTorch's CPU convolution (oneDNN) as the yardsticks.
+"""Winograd before/after: the old tile engine (winograd.py at BEFORE_CHUNKS below: whole-image
+blocks sized by GEMM width, one thread for its copies) against the new one (chunks on threads,
+harness/backends/cpu/winograd.py), with own im2col and PyTorch's CPU convolution (oneDNN) as
+the yardsticks.
 
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
 
     .venv/bin/python benchmarks/winograd_blocks.py [--rounds 11] [--layers res2a,conv3_1]
-                                                   [--directions fwd,bwd_data] [--check]
+        [--directions fwd,bwd_data] [--warm-ms 60] [--check]
 
 Layers: the "class A" rows of suites/cpu_compare.toml (3x3, stride 1, at least 64 channels in
 and out), at the suite's batch 8, fp32, NCHW. For each layer and direction every algorithm is
 prepared once through the backend API the runner uses; then `--rounds` rounds each launch every
-algorithm once, untimed after a switch between NumPy and PyTorch (each library's worker threads
-spin for a while after a call, and the other would pay for it), then once timed with
-time.perf_counter_ns, GC off. Old and new thus alternate within every round, so load from other
-processes on a shared machine falls on both alike; the table shows medians, and the load
-average before and after each layer, which says how far to trust them.
+algorithm for `--warm-ms` untimed (after a pause where the threads it wakes differ from the
+last algorithm's: each library's worker threads spin for a while after a call, and the other
+would pay for it), then once timed with time.perf_counter_ns, GC off. Old and new thus
+alternate within every round, so load from other processes on a shared machine falls on both
+alike; the table shows medians, and the load average before and after each layer, which says
+how far to trust them; a summary closes it with the geometric means per direction.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import statistics
 import sys
@@ -41,9 +44,16 @@ _SETTLE_S = 0.3  # longer than OpenBLAS's and libgomp's spin-wait after a call
 COLUMNS = ("im2col", "torch", "F2 old", "F2 new", "F4 old", "F4 new", "F4 U")
 
 
+# The engine before the chunked, threaded pipeline (issue 16, second round): main at e370f71,
+# blocks of whole images sized by GEMM width, each step one pass over the whole block.
+BEFORE_CHUNKS = "e370f71"
+
+
 def _old_winograd():
     """winograd.py as it was before this change, as its own module (from git)."""
-    return module_at("harness/backends/cpu/winograd.py", "winograd_before")
+    module_at("harness/backends/cpu/_tiles.py", "tiles_before", BEFORE_CHUNKS)
+    return module_at("harness/backends/cpu/winograd.py", "winograd_before", BEFORE_CHUNKS,
+                     renames={"harness.backends.cpu._tiles": "tiles_before"})
 
 
 def class_a_layers() -> list[ConvProblem]:
@@ -74,20 +84,25 @@ class _FilterTransformOnly:
     def __init__(self, problem: ConvProblem, data: reference.ProblemData):
         import numpy as np
 
-        from harness.backends.cpu import toom_cook, winograd
+        from harness.backends.cpu import _tiles, toom_cook, winograd
+        from harness.threads import available_cores
 
+        p = problem
         mats = toom_cook.matrices(4, winograd.WinogradF4.points)
-        self._g_kron = winograd._kron(mats["g"], mats["g"], np.float32)
         self._w = data.w.astype(np.float32)
-        self._u = np.empty(winograd._weights_shape(problem, 4), np.float32)
+        self._u = np.empty((36, p.groups, p.channels_per_group, p.filters_per_group), np.float32)
+        self._slots = available_cores()
+        self._tasks = winograd._weight_tasks(_tiles.kron(mats["g"], mats["g"], np.float32),
+                                             self._w, self._u, self._slots,
+                                             swapped=np.empty_like(self._w))
 
     def launch(self) -> None:
-        from harness.backends.cpu import winograd
+        from harness.backends.cpu._workers import run_tasks
 
-        winograd._transform_weights(self._g_kron, self._w, self._u)
+        run_tasks(self._tasks, self._slots)
 
     def release(self) -> None:
-        self._u = self._w = None
+        self._u = self._w = self._tasks = None
 
 
 def _prepare(problem: ConvProblem, direction: str, algorithms: dict[str, object], check: bool):
@@ -110,9 +125,21 @@ def _prepare(problem: ConvProblem, direction: str, algorithms: dict[str, object]
     return prepared
 
 
-def _time(prepared: dict[str, object], rounds: int) -> dict[str, list[float]]:
+# Which threads an algorithm's launch wakes: PyTorch's (oneDNN, OpenMP), OpenBLAS's own (im2col,
+# the old Winograd), or Python threads with single-threaded BLAS (the new Winograd's chunks).
+# OpenBLAS's idle workers spin for ~0.1 s of CPU after a multithreaded call (measured: a 2000^2
+# sgemm, then 0.1 s of process CPU while asleep), which took a core from the next algorithm's
+# Python threads (new F4 res3a forward 4.4 ms alone, 8.0 ms right after the old F4).
+_LIBRARY = {"torch": "torch", "F2 new": "chunks", "F4 new": "chunks", "F4 U": "chunks"}
+
+
+def _time(prepared: dict[str, object], rounds: int, warm_ms: float) -> dict[str, list[float]]:
     """Milliseconds of one launch, `rounds` samples per algorithm, interleaved round by round
-    (the starting algorithm rotates so that none always follows the same one)."""
+    (the starting algorithm rotates so that none always follows the same one). Each sample
+    follows at least `warm_ms` of untimed launches of the same algorithm (one at least), as in
+    convbench's timing loop, where every point runs its launches back to back: on the 2-core VM
+    a launch after the cores idled is slower for the next ~40 ms (measured: im2col res2a
+    8.4 -> 11.5 ms, new F4 6.7 -> 14 ms after a 0.3 s pause, recovering after 4 launches)."""
     labels = list(prepared)
     samples: dict[str, list[float]] = {label: [] for label in labels}
     last_library = None
@@ -121,11 +148,14 @@ def _time(prepared: dict[str, object], rounds: int) -> dict[str, list[float]]:
         for r in range(rounds):
             for label in labels[r % len(labels):] + labels[:r % len(labels)]:
                 run = prepared[label]
-                library = "torch" if label == "torch" else "numpy"
+                library = _LIBRARY.get(label, "openblas")
                 if library != last_library:
                     time.sleep(_SETTLE_S)
-                    run.launch()
                     last_library = library
+                warm_until = time.perf_counter() + warm_ms * 1e-3
+                run.launch()
+                while time.perf_counter() < warm_until:
+                    run.launch()
                 start = time.perf_counter_ns()
                 run.launch()
                 samples[label].append((time.perf_counter_ns() - start) * 1e-6)
@@ -163,11 +193,44 @@ algorithm (im2col, F2, F4) before / after, over torch_cpu's time (target <= 1.0)
 load1 = 1-minute load average before and after the layer's rounds."""
 
 
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+# (label, numerator, denominator) of the summary's ratios; "best old"/"best new" = the fastest
+# own algorithm of the old/new engine (im2col counts in both).
+SUMMARY = [("F4o/i2c", "F4 old", "im2col"), ("F4n/i2c", "F4 new", "im2col"),
+           ("i2c/F4o", "im2col", "F4 old"), ("i2c/F4n", "im2col", "F4 new"),
+           ("bestO/t", "best old", "torch"), ("bestN/t", "best new", "torch"),
+           ("F4o/t", "F4 old", "torch"), ("F4n/t", "F4 new", "torch"), ("i2c/t", "im2col", "torch")]
+
+
+def _with_best(ms: dict[str, float]) -> dict[str, float]:
+    return {**ms, "best old": min(ms[c] for c in ("im2col", "F2 old", "F4 old")),
+            "best new": min(ms[c] for c in ("im2col", "F2 new", "F4 new"))}
+
+
+def _summary(medians: dict[str, list[dict[str, float]]]) -> str:
+    """Geometric means over the layers, per direction, of the medians' ratios: the figures
+    issue 16's class A targets are stated in."""
+    lines = ["geomean over layers of median ratios: "
+             + " ".join(f"{label:>8s}" for label, _, _ in SUMMARY)]
+    for direction, rows in medians.items():
+        rows = [_with_best(ms) for ms in rows]
+        cells = [_geomean([ms[top] / ms[bottom] for ms in rows]) if bottom in rows[0] else math.nan
+                 for _, top, bottom in SUMMARY]
+        lines.append(f"  {direction:10s} ({len(rows)} layers)            "
+                     + " ".join(f"{c:7.2f}x" for c in cells))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11, help="timed launches per algorithm")
     parser.add_argument("--layers", default="", help="comma-separated substrings of layer names")
     parser.add_argument("--directions", default=",".join(DIRECTIONS))
+    parser.add_argument("--warm-ms", type=float, default=60.0,
+                        help="untimed launches (of the same algorithm) before each timed one")
     parser.add_argument("--check", action="store_true",
                         help="verify every output against the float64 reference first (slow)")
     args = parser.parse_args(argv)
@@ -175,20 +238,25 @@ def main(argv: list[str] | None = None) -> int:
     layers = [p for p in class_a_layers() if not wanted or any(w in p.label for w in wanted)]
     algorithms = _algorithms()
     print(f"cores {len(os.sched_getaffinity(0))}, batch 8, fp32, NCHW, {args.rounds} rounds; "
+          f"{args.warm_ms:g} ms of warm-up launches before each timed one; "
           f"load average at start {os.getloadavg()}")
     print(HEADER, flush=True)
+    medians: dict[str, list[dict[str, float]]] = {}
     for problem in layers:
         for direction in args.directions.split(","):
             before = os.getloadavg()[0]
             prepared = _prepare(problem, direction, algorithms, args.check)
-            samples = _time(prepared, args.rounds)
+            samples = _time(prepared, args.rounds, args.warm_ms)
             for run in prepared.values():
                 run.release()
             load = (before, os.getloadavg()[0])
             for stat, summary in (("med", statistics.median), ("min", min)):
                 ms = {label: summary(s) for label, s in samples.items()}
                 print(_row(problem, direction, stat, ms, load), flush=True)
+            medians.setdefault(direction, []).append(
+                {label: statistics.median(s) for label, s in samples.items()})
     print(f"load average at end {os.getloadavg()}")
+    print(_summary(medians))
     print(LEGEND)
     return 0
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 import math
+import os
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -18,10 +20,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness import backends, reference
+from harness import backends, reference, threads
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import _blas, _columns, _shifted, direct, fft, im2col, toom_cook, winograd
+from harness.backends.cpu import (_blas, _columns, _shifted, _tiles, _winograd_filter, _workers,
+                                  direct, fft, im2col, toom_cook, winograd)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -125,7 +128,9 @@ def test_small_blocks_and_alternate_paths(problem: ConvProblem, monkeypatch) -> 
     monkeypatch.setattr(direct, "BLOCK_BYTES", 1500)
     monkeypatch.setattr(im2col, "BLOCK_BYTES", 1500)
     monkeypatch.setattr(_columns, "WIDE_MAX_WASTE", 100.0)
-    monkeypatch.setattr(winograd, "BLOCK_BYTES", 3000)
+    monkeypatch.setattr(_tiles, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(_tiles, "MIN_CHUNK_TILES", 1)
+    monkeypatch.setattr(_tiles, "MIN_FILTER_CHUNK_TILES", 1)
     for elementwise, row_gemm in [(0, 0), (10**9, 10**9)]:
         monkeypatch.setattr(fft, "ELEMENTWISE_MAX_WORK", elementwise)
         monkeypatch.setattr(fft, "ROW_GEMM_MAX", row_gemm)
@@ -514,6 +519,26 @@ def test_gemm_into_accumulates_on_strided_views(dtype) -> None:
 
 
 @needs_blas
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_into_reads_transposed_views_uncopied(dtype) -> None:
+    """Column-major views (a.T of a row-major matrix, with any leading dimension, also 1-row
+    and 1-column ones) go to BLAS with its transpose flag (Winograd's bwd_filter passes dy
+    tiles this way)."""
+    rng = np.random.default_rng(1)
+    at = rng.standard_normal((9, 7)).astype(dtype)[2:8]            # a = at.T is (7 x 6)
+    bt = rng.standard_normal((3, 11)).astype(dtype)[:, 1:7]        # b = bt.T is (6 x 3)
+    c = rng.standard_normal((7, 3)).astype(dtype)
+    expected = c + at.T @ bt.T
+    gemm = _blas.gemm_into(dtype)
+    gemm(at.T, bt.T, c, True)
+    np.testing.assert_allclose(c, expected, rtol=1e-5)
+    row = rng.standard_normal((6, 4)).astype(dtype)[:, :1].T      # (1 x 6), column stride 4
+    out = np.empty((1, 3), dtype)
+    gemm(row, bt.T, out, False)
+    np.testing.assert_allclose(out, row @ bt.T, rtol=1e-5)
+
+
+@needs_blas
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_im2col_shifted_workspace_is_planes_output_block_and_weights(direction: str) -> None:
     """No column matrix: the workspace is the planes, one GEMM output block and the per-tap
@@ -571,39 +596,111 @@ WINOGRAD_ODD_PROBLEMS = [
 ]
 
 
-@pytest.mark.parametrize("min_columns", [1, 10, 30, 10**6])  # 1-image, uneven, whole batch
+# Chunk sizes in tiles: one tile row (bands of every image), 10 and 30 (bands of uneven rows and
+# groups of images), the whole batch in one chunk.
+@pytest.mark.parametrize("tiles", [1, 10, 30, 10**6])
 @pytest.mark.parametrize("problem", WINOGRAD_ODD_PROBLEMS, ids=lambda p: p.short_shape)
-def test_winograd_odd_shapes_in_every_block_split(problem: ConvProblem, min_columns: int,
+def test_winograd_odd_shapes_in_every_chunk_split(problem: ConvProblem, tiles: int,
                                                   monkeypatch) -> None:
-    monkeypatch.setattr(winograd, "MIN_GEMM_COLUMNS", min_columns)
-    _check_all(problem, seed=5, names=WINOGRAD_NAMES)
+    for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
+        monkeypatch.setattr(_tiles, name, tiles)
+    monkeypatch.setattr(_tiles, "CHUNK_BYTES", 1)
+    for swap_from in (0, 10**9):   # forward weights copied with channel axes swapped, or viewed
+        monkeypatch.setattr(winograd, "SWAP_MIN_TILES", swap_from)
+        _check_all(problem, seed=5, names=WINOGRAD_NAMES)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("problem", WINOGRAD_ODD_PROBLEMS[:4], ids=lambda p: p.short_shape)
+def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypatch) -> None:
+    """Chunks spread over up to 3 threads (more than this machine's cores, so slots are shared
+    out unevenly) and over one, each thread with its own scratch and, for bwd_filter, its own
+    accumulator."""
+    monkeypatch.setattr(_tiles, "available_cores", lambda: threads)
+    monkeypatch.setattr(_workers, "blas_threads", lambda: threads)
+    for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
+        monkeypatch.setattr(_tiles, name, 2)
+    monkeypatch.setattr(_tiles, "CHUNK_BYTES", 1)
+    _check_all(problem, seed=9, names=WINOGRAD_NAMES)
+
+
+def test_chunk_threads_follow_blas_and_put_its_count_back() -> None:
+    """run_chunks uses at most BLAS's thread count (convbench's --threads limits BLAS), gives
+    each concurrent call its own slot, and puts BLAS's count back, also after a failure."""
+    if _workers._thread_calls() is None:
+        pytest.skip("NumPy's BLAS is not the bundled OpenBLAS: chunks run in turn")
+    with threads.limited(1):
+        assert _workers.blas_threads() == 1
+        seen: list[int] = []
+        _workers.run_chunks(list(range(5)), lambda slot, _: seen.append(slot), most=4)
+        assert seen == [0] * 5
+
+    def fail(slot: int, chunk: int) -> None:
+        if chunk == 3:
+            raise RuntimeError("planted")
+
+    with threads.limited(2):
+        slots: set[int] = set()
+        _workers.run_chunks(list(range(6)), lambda slot, _: slots.add(slot), most=2)
+        assert slots <= {0, 1} and _workers.blas_threads() == 2
+        with pytest.raises(RuntimeError, match="planted"):
+            _workers.run_chunks(list(range(6)), fail, most=2)
+        assert _workers.blas_threads() == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_chunk_threads_work_in_a_forked_child() -> None:
+    """A child forked after the parent ran chunks on threads inherits the pool object without
+    its threads; with one pool per process it makes its own (before: it waited forever)."""
+    with threads.limited(2):
+        _workers.run_chunks(list(range(4)), lambda slot, chunk: None, most=2)
+        pid = os.fork()
+        if pid == 0:
+            done: list[int] = []
+            _workers.run_chunks(list(range(4)), lambda slot, chunk: done.append(chunk), most=2)
+            os._exit(0 if sorted(done) == [0, 1, 2, 3] else 1)
+    for _ in range(200):
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's chunks never ran")
 
 
 @pytest.mark.parametrize("batch", [1, 3, 5, 8, 32])
-@pytest.mark.parametrize("per_image", [1, 4, 49, 196, 3136])
-def test_winograd_blocks_are_sized_by_gemm_width(batch: int, per_image: int) -> None:
-    """Blocks cover the batch in order, differ by at most one image, and give every GEMM at
-    least MIN_GEMM_COLUMNS tiles (the whole batch when it has fewer), with fewer than twice the
-    images that would suffice."""
-    blocks = winograd._image_blocks(batch, per_image, image_bytes=1)
-    sizes = [n for _, n in blocks]
-    assert [n0 for n0, _ in blocks] == [sum(sizes[:i]) for i in range(len(sizes))]
-    assert sum(sizes) == batch and max(sizes) - min(sizes) <= 1
-    if len(blocks) > 1:
-        enough = -(-winograd.MIN_GEMM_COLUMNS // per_image)
-        assert enough <= min(sizes) and max(sizes) < 2 * enough
+@pytest.mark.parametrize("rows,cols", [(1, 1), (2, 2), (7, 7), (14, 14), (56, 56), (3, 28)])
+@pytest.mark.parametrize("tiles", [1, 5, 64, 200, 10**6])
+def test_winograd_chunks_cover_every_tile_once(batch: int, rows: int, cols: int,
+                                               tiles: int) -> None:
+    """Chunks cover each image's tile rows in order, exactly once: bands of one image differ by
+    at most one row, groups of images by at most one image."""
+    t = _tiles.Tiling(4, 6, rows, cols)
+    found = _tiles.chunks(t, batch, tiles)
+    covered = [(n, u) for c in found for n in range(c.n0, c.n1) for u in range(c.u0, c.u1)]
+    assert covered == [(n, u) for n in range(batch) for u in range(rows)]
+    assert sum(c.tiles(t) for c in found) == batch * rows * cols
+    spans = {(c.n1 - c.n0, c.u1 - c.u0) for c in found}
+    assert max(spans)[0] - min(spans)[0] <= 1 and max(s[1] for s in spans) - min(
+        s[1] for s in spans) <= 1
+    if t.per_image < tiles:
+        assert all((c.u0, c.u1) == (0, rows) for c in found)
 
 
-def test_winograd_takes_resnet_layers_whole_at_batch_8() -> None:
-    """ResNet-50's 3x3 layers at batch 8: F4 transforms the weights and runs each of its 36
-    GEMMs once per launch, over all 8 images (res5's 512x512 weights are read once)."""
-    for channels, size in [(64, 56), (128, 28), (256, 14), (512, 7)]:
+def test_winograd_takes_few_tile_layers_whole_at_batch_8() -> None:
+    """ResNet-50's res4 and res5 at batch 8 have 128 and 32 tiles of 256 and 512 channels: F4
+    takes each in one chunk (its 36 GEMMs read the transformed weights once, on BLAS's threads);
+    res2 (1,568 tiles of 64 channels) is cut into chunks for the threads."""
+    mats = toom_cook.matrices(4, winograd.WinogradF4.points)
+    for channels, size, whole in [(64, 56, False), (512, 7, True)]:
         problem = ConvProblem(8, channels, size, size, channels, 3, 3, pad_top=1, pad_left=1,
                               pad_bottom=1, pad_right=1)
-        mats = toom_cook.matrices(4, winograd.WinogradF4.points)
-        assert winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size,
-                                     np.float32).blocks == [(0, 8)]
-        assert winograd._FilterGradient(mats, 4, problem, np.float32).blocks == [(0, 8)]
+        chunk_list = winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size,
+                                           np.float32).chunks
+        assert (len(chunk_list) == 1) == whole
+        assert (len(_winograd_filter.FilterGradient(mats, 4, problem, np.float32).chunks) == 1) == whole
 
 
 # ---- FFT: odd shapes, large kernels (issue 16) -------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-_ROW_MAJOR, _NO_TRANS = 101, 111
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _SYMBOLS = {np.dtype(np.float32): ("scipy_cblas_sgemm64_", ctypes.c_float),
             np.dtype(np.float64): ("scipy_cblas_dgemm64_", ctypes.c_double)}
 
@@ -58,10 +58,19 @@ def _leading_dimension(matrix: np.ndarray, dtype: np.dtype) -> int:
     return max(row_stride // dtype.itemsize, cols, 1)
 
 
+def _operand(matrix: np.ndarray, dtype: np.dtype) -> tuple[int, int]:
+    """(transpose flag, leading dimension) of a row-major view, or of the transpose of one (a
+    column-major view such as `a.T`, which BLAS reads as it is, uncopied)."""
+    try:
+        return _NO_TRANS, _leading_dimension(matrix, dtype)
+    except ValueError:
+        return _TRANS, _leading_dimension(matrix.T, dtype)
+
+
 def gemm_into(dtype: type) -> GemmInto | None:
-    """`f(a, b, c, accumulate)`: c <- a @ b, or c += a @ b when accumulate; a, b, c row-major
-    views (any row stride, unit column stride), c written in place. None where NumPy's BLAS is
-    not the bundled OpenBLAS."""
+    """`f(a, b, c, accumulate)`: c <- a @ b, or c += a @ b when accumulate; c a row-major view
+    (any row stride, unit column stride) written in place; a and b such views or transposes of
+    them. None where NumPy's BLAS is not the bundled OpenBLAS."""
     dt = np.dtype(dtype)
     function = _cblas_gemm(dt)
     if function is None:
@@ -71,8 +80,9 @@ def gemm_into(dtype: type) -> GemmInto | None:
         (m, k), (k2, n) = a.shape, b.shape
         if c.shape != (m, n) or k2 != k or not c.flags.writeable:
             raise ValueError(f"GEMM shapes {a.shape} @ {b.shape} -> {c.shape}")
-        lda, ldb, ldc = (_leading_dimension(v, dt) for v in (a, b, c))
-        function(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, 1.0, a.ctypes.data, lda,
+        (ta, lda), (tb, ldb) = _operand(a, dt), _operand(b, dt)
+        ldc = _leading_dimension(c, dt)
+        function(_ROW_MAJOR, ta, tb, m, n, k, 1.0, a.ctypes.data, lda,
                  b.ctypes.data, ldb, 1.0 if accumulate else 0.0, c.ctypes.data, ldc)
 
     return gemm
