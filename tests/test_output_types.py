@@ -201,3 +201,38 @@ def test_a_regressed_row_asked_in_another_type_reproduces_with_that_type():
     assert reproduce_command(row).endswith("--output-type int8")
     assert "--output-type" not in reproduce_command(RowResult("id", Verdict.SLOWER, "",
                                                               output="auto"))
+
+
+class _HostCupy:
+    """NumPy standing in for CuPy in DeviceTensors (no GPU here): what it calls of CuPy."""
+    asarray, empty, uint8 = staticmethod(np.asarray), staticmethod(np.empty), np.uint8
+
+    class cuda:
+        class Stream:
+            class null:
+                @staticmethod
+                def synchronize() -> None:
+                    pass
+
+
+@pytest.mark.parametrize("channels", [32, 256])    # scale 2, and scale 1 (2,304 terms)
+def test_an_8_bit_result_always_gets_the_scale_its_graph_reads(channels):
+    from harness.backends.cudnn_graph_epilogue import UID_SCALE, epilogue_pack
+    from harness.reference import make_data
+    problem = ConvProblem(2, channels, 6, 6, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                          pad_right=1)
+    point = Point(problem, "fwd", "fp8_e4m3", "NHWC", "cudnn_graph", "engines",
+                  output="fp8_e4m3")
+    tensors = device_buffers.DeviceTensors(_HostCupy).get(point, make_data(problem, "fp8_e4m3"))
+    scale = device_buffers.result_scale(point)
+    assert float(tensors["y_scale"][0]) == scale and (channels == 256) == (scale == 1.0)
+    pack = epilogue_pack("conv", {name: _Pointer() for name in tensors})
+    assert UID_SCALE in pack
+    wide = Point(problem, "fwd", "fp8_e4m3", "NHWC", "cudnn_graph", "engines")
+    assert "y_scale" not in device_buffers.DeviceTensors(_HostCupy).get(
+        wide, make_data(problem, "fp8_e4m3"))
+
+
+class _Pointer:
+    class data:
+        ptr = 1

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.precision import MINIFLOAT, output_precision, output_scale
+from harness.precision import MINIFLOAT, is_narrow, output_precision, output_scale
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -45,9 +45,11 @@ class DeviceTensors:
                 if stored is not None:                # int8 has no backward buffers
                     shape = physical_shape(point.problem.result_shape(direction), point.layout)
                     self._tensors[name] = self.cupy.empty(shape, dtype=storage_dtype(stored))
-            scale = result_scale(point)
-            if scale != 1.0:                          # what the graph multiplies y by
-                self._tensors["y_scale"] = self.cupy.asarray([scale], dtype=np.float32)
+            if is_narrow(point.result_precision or point.precision):
+                # what the graph's scale node multiplies y by: there even when it is 1 (a
+                # 2,304-term sum of fp8 products is already at the RMS an fp8 y is scaled to)
+                self._tensors["y_scale"] = self.cupy.asarray([result_scale(point)],
+                                                             dtype=np.float32)
             # The copies ran on the legacy default stream, which does not order work on the
             # backends' non-blocking streams, and a pageable upload may still be in flight
             # when asarray returns: without this wait the first algorithm of a problem could
