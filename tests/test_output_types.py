@@ -236,3 +236,13 @@ def test_an_8_bit_result_always_gets_the_scale_its_graph_reads(channels):
 class _Pointer:
     class data:
         ptr = 1
+
+
+def test_the_best_per_layer_table_names_an_asked_type_even_when_it_is_the_only_one(capsys):
+    def header(name: str) -> str:
+        assert main(["table", str(RESULTS / name)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return next(lines[i + 1] for i, line in enumerate(lines)
+                    if line.startswith("best verified algorithm per layer"))
+    assert " output " in header("res4a_branch2b-fp8-out-fp8-nvidia-h100-2026-11-24.parquet")
+    assert " output " not in header("quick-cpu-2026-11-22.parquet")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.cli.common import UserError, _say, _warn, _csv_list, EXIT_OK, EXIT_INTERRUPTED
+from harness.precision import AUTO_OUTPUT
 
 
 def _load_sweep(args: argparse.Namespace):
@@ -338,7 +339,11 @@ def _print_best(df) -> None:
 def _varying(frame, names: list[str]) -> list[str]:
     """The columns among `names` whose value differs between rows: shown only then."""
     from harness.report.analysis import varying
-    return varying(frame, [n for n in names if n in frame.columns])
+    shown = varying(frame, [n for n in names if n in frame.columns])
+    # a result type asked for is worth saying even when it is the only one
+    asked = "output" in names and "output" in frame.columns and "output" not in shown and bool(
+        (frame["output"].astype(str) != AUTO_OUTPUT).any())
+    return [*shown, "output"] if asked else shown
 
 
 def _print_step_totals(df) -> None:
