@@ -145,7 +145,7 @@ class PointExecutor:
         rel, max_abs = reference.relative_errors(output, expected, _array_module(output))
         length = point.problem.reduction_length(point.direction)
         factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
-        rms = _scaled_rms(point, expected, length)
+        rms = _scaled_rms(point, expected)
         tol = precision.tolerance(point.precision, length, factor, point.direction, point.output,
                                   rms)
         effective = precision.delivered(point.precision, rel, length, factor, point.direction,
@@ -317,15 +317,13 @@ def _run_twice(prepared: Prepared) -> tuple[float, Any, bool]:
     return first_call_ms, first, deterministic
 
 
-def _scaled_rms(point: Point, expected: Any, length: int) -> float | None:
+def _scaled_rms(point: Point, expected: Any) -> float | None:
     """The RMS of the exact result as an 8-bit result holds it (times its scale), which an
     int8 result's rounding is relative to; None for a wide result."""
-    result = point.result_precision
-    if result is None or not precision.is_narrow(result):
+    if not precision.is_narrow(point.result_precision):
         return None
     xp = _array_module(expected)
-    scale = precision.output_scale(point.precision, result, length)
-    return float(xp.sqrt(xp.mean(xp.square(expected)))) * scale or None
+    return float(xp.sqrt(xp.mean(xp.square(expected)))) * point.result_scale or None
 
 
 def _array_module(array: Any) -> Any:

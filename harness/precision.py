@@ -121,8 +121,9 @@ def offered_outputs(name: str, direction: str) -> tuple[str, ...]:
     return (default, *(TABLE[name].forward_outputs if direction == "fwd" else ()))
 
 
-def is_narrow(name: str) -> bool:
-    """Whether results written in `name` need a scale to fit (the 8-bit types)."""
+def is_narrow(name: str | None) -> bool:
+    """Whether results written in `name` need a scale to fit (the 8-bit types; None, no
+    result at all, does not)."""
     return name in _NARROW_LARGEST
 
 

@@ -101,6 +101,13 @@ class Point:
         precision, int8 backward)."""
         return precision_table.output_precision(self.precision, self.direction, self.output)
 
+    @property
+    def result_scale(self) -> float:
+        """The power of two the result is multiplied by before it is rounded (1 unless it is
+        written in an 8-bit type: precision.output_scale), on the device and in the check."""
+        return precision_table.output_scale(self.precision, self.result_precision,
+                                            self.problem.reduction_length(self.direction))
+
 
 @dataclass(frozen=True)
 class AlgorithmChoice:

@@ -224,7 +224,7 @@ def test_an_8_bit_result_always_gets_the_scale_its_graph_reads(channels):
     point = Point(problem, "fwd", "fp8_e4m3", "NHWC", "cudnn_graph", "engines",
                   output="fp8_e4m3")
     tensors = device_buffers.DeviceTensors(_HostCupy).get(point, make_data(problem, "fp8_e4m3"))
-    scale = device_buffers.result_scale(point)
+    scale = point.result_scale
     assert float(tensors["y_scale"][0]) == scale and (channels == 256) == (scale == 1.0)
     pack = epilogue_pack("conv", {name: _Pointer() for name in tensors})
     assert UID_SCALE in pack

@@ -1,7 +1,8 @@
 """Every legacy cuDNN convolution algorithm (forward 8, backward data 6, backward filter 7) in
 fp32 (FMA math: true fp32), tf32 (default math), fp16 and bf16 (float compute, tensor-op math),
-fp64 and int8 (forward INT8_EXT_CONFIG: NHWC, int32 sums, fp32 y, IMPLICIT_PRECOMP_GEMM only),
-NCHW and NHWC, through ctypes (cudnn_lib) with CuPy for memory and streams. The types of each
+fp64 and int8 (forward INT8_EXT_CONFIG: NHWC, int32 sums, fp32 y, or INT8_CONFIG with a scaled
+int8 y; IMPLICIT_PRECOMP_GEMM only), NCHW and NHWC, through ctypes (cudnn_lib) with CuPy for
+memory and streams. The types of each
 precision, and the refusals of fp8 (no legacy fp8 convolution) and of int8 problems outside
 INT8_EXT_CONFIG, are in cudnn_types.
 
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 
 from harness.backends import cudnn_lib as lib
 from harness.backends.device_buffers import (DeviceTensors, element_strides, logical_view,
-                                             poison_value, result_scale)
+                                             poison_value)
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
                                    padding_pairs, require_fits)
 from harness.backends.cudnn_types import quantized_refusal, scalar_type, type_config
@@ -242,7 +243,7 @@ class _Session:
         cp = self.cupy
         workspace = cp.empty(max(needed, 1), dtype=cp.uint8)
         types = type_config(point.precision, point.direction, point.output)
-        alpha, beta = _scalars(types.output, result_scale(point))
+        alpha, beta = _scalars(types.output, point.result_scale)
         a_ptr, b_ptr, out_buffer = _operands(point.direction, tensors)
         in_a, in_b, out = descs.in_order(point.direction)
         args = (self.handle.ptr, alpha, in_a.ptr, a_ptr, in_b.ptr, b_ptr, descs.conv.ptr,
@@ -372,7 +373,7 @@ def _operands(direction: str, tensors: dict[str, Any]) -> tuple[int, int, Any]:
 def _scalars(output: int, alpha_value: float = 1.0) -> tuple[Any, Any]:
     """alpha, beta = 0 as host pointers of scalar_type(output). alpha is 1 but for an int8
     result (INT8_CONFIG), where it is the scale the int32 sums are multiplied by before they
-    are rounded to int8 (device_buffers.result_scale)."""
+    are rounded to int8 (Point.result_scale)."""
     import ctypes
     kind = scalar_type(output)
     alpha, beta = kind(alpha_value), kind(0.0)

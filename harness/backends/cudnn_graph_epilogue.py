@@ -48,7 +48,7 @@ def bias_strides(p: ConvProblem, layout: str) -> tuple[int, ...]:
 
 def fused_tail(graph: Any, conv_out: Any, point: Point, io: Any, compute: Any) -> Any:
     """The epilogue of `point.op` appended to the conv node's output, then, for a result written
-    in an 8-bit type, the multiply by its scale (device_buffers.result_scale) that the type
+    in an 8-bit type, the multiply by its scale (Point.result_scale) that the type
     conversion follows; returns the graph's last tensor (conv_out itself for plain conv into a
     wide type). The caller makes it the output (y's uid). `io` is the type the bias and residual
     are stored in (the precision's own result type), `compute` the epilogue's."""

@@ -1,8 +1,9 @@
 """The legacy cuDNN API's data-type configurations (facts: shared/reference/cudnn-api.md 1.7):
 which cuDNN data, compute and math types each precision runs in, the result written in its own
-precision's type (int8: INT8_EXT_CONFIG, int32 sums written as FLOAT), the type of the alpha /
-beta scalars, and the precisions and int8 problems the legacy API cannot take at all. Pure data
-and rules, checked without a GPU; cudnn.py builds its descriptors from them.
+precision's type (int8: INT8_EXT_CONFIG, int32 sums written as FLOAT) or the one a point asks
+(int8 into int8: INT8_CONFIG), the type of the alpha / beta scalars, and the precisions and
+int8 problems the legacy API cannot take at all. Pure data and rules, checked without a GPU;
+cudnn.py builds its descriptors from them.
 """
 from __future__ import annotations
 

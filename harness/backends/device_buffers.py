@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.precision import MINIFLOAT, is_narrow, output_precision, output_scale
+from harness.precision import MINIFLOAT, is_narrow, output_precision
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -45,10 +45,10 @@ class DeviceTensors:
                 if stored is not None:                # int8 has no backward buffers
                     shape = physical_shape(point.problem.result_shape(direction), point.layout)
                     self._tensors[name] = self.cupy.empty(shape, dtype=storage_dtype(stored))
-            if is_narrow(point.result_precision or point.precision):
+            if is_narrow(point.result_precision):
                 # what the graph's scale node multiplies y by: there even when it is 1 (a
                 # 2,304-term sum of fp8 products is already at the RMS an fp8 y is scaled to)
-                self._tensors["y_scale"] = self.cupy.asarray([result_scale(point)],
+                self._tensors["y_scale"] = self.cupy.asarray([point.result_scale],
                                                              dtype=np.float32)
             # The copies ran on the legacy default stream, which does not order work on the
             # backends' non-blocking streams, and a pageable upload may still be in flight
@@ -132,13 +132,6 @@ def poison_value(result: str) -> Any:
     return {"bf16": 0x7FC0, **dict.fromkeys(MINIFLOAT, _FP8_NAN)}.get(result, float("nan"))
 
 
-def result_scale(point: Point) -> float:
-    """The power of two the point's result is multiplied by before it is rounded (1 unless it
-    is written in an 8-bit type: precision.output_scale)."""
-    return output_scale(point.precision, point.result_precision,
-                        point.problem.reduction_length(point.direction))
-
-
 def fp8_values(precision: str) -> np.ndarray:
     """float64 value of each of the 256 fp8 bit patterns (NaN for the NaN patterns, +-inf for
     e5m2's infinities): the inverse of fp8_bits."""
@@ -163,7 +156,7 @@ def logical_view(point: Point, buffer: Any):
     8-bit result decoded and its scale divided out (unwritten int8 elements become NaN)."""
     import cupy
     result = point.result_precision
-    scale = result_scale(point)
+    scale = point.result_scale
     decode = cupy.asarray(fp8_values(result)) if result in MINIFLOAT else None
 
     def view(buf: Any) -> Any:
