@@ -293,6 +293,46 @@ def test_heatmap_cells_carry_every_non_ok_status(small: pd.DataFrame) -> None:
     assert len(set(letters)) == len(letters)
 
 
+class _Capture(figures.Renderer):
+    """Keeps what each figure was handed instead of drawing it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[str, tuple] = {}
+
+    def submit(self, job, *args) -> None:
+        self.jobs[args[-1].name] = args[:-1]
+
+
+def test_figures_never_mix_ops_or_result_types(small: pd.DataFrame, tmp_path: Path) -> None:
+    """A fused op and an asked result type are other points: each gets its own heatmap and
+    Pareto figure, named for it, and the slower variant's times are what its figure shows (one
+    figure over both showed, per cell, the faster of the two)."""
+    fp16 = small[small["precision"] == "fp16"]
+    slower = fp16.assign(op="conv_bias_relu", median_ms=fp16["median_ms"] * 3)
+    into_fp32 = fp16.assign(output="fp32", median_ms=fp16["median_ms"] * 5)
+    df = analysis.prepare(pd.concat([fp16, slower, into_fp32], ignore_index=True))
+    capture = _Capture()
+    heat = {p.name: info for info, p in figures.heatmaps(df, tmp_path, capture)}
+    pareto = {p.name for _, p in figures.pareto_figures(df, tmp_path, capture)}
+    assert {"heatmap_fp16_NCHW_unlimited_warm.png",
+            "heatmap_fp16_conv_bias_relu_NCHW_unlimited_warm.png",
+            "heatmap_fp16_into-fp32_NCHW_unlimited_warm.png"} <= set(heat)
+    assert len(heat) == 9 and len(set(heat)) == len(heat)          # 3 kinds x 3 limits
+    assert pareto == {"pareto_fp16_NCHW_warm.png", "pareto_fp16_conv_bias_relu_NCHW_warm.png",
+                      "pareto_fp16_into-fp32_NCHW_warm.png"}
+    for name, factor in (("heatmap_fp16_NCHW_unlimited_warm.png", 1),
+                         ("heatmap_fp16_conv_bias_relu_NCHW_unlimited_warm.png", 3),
+                         ("heatmap_fp16_into-fp32_NCHW_unlimited_warm.png", 5)):
+        (part,) = capture.jobs[name]
+        ok = part[part["status"] == "ok"]
+        plain = analysis.prepare(fp16)
+        plain = plain[(plain["status"] == "ok")
+                      & (plain["workspace_limit"] == heat[name]["workspace_limit"])]
+        assert len(ok) == len(plain) > 0
+        assert ok["median_ms"].sum() == pytest.approx(factor * plain["median_ms"].sum())
+
+
 def test_pareto_front_keeps_only_undominated_candidates() -> None:
     rows = [("a", 0, 5.0), ("b", 10, 3.0), ("c", 20, 4.0), ("d", 30, 1.0), ("e", 0, 6.0)]
     df = pd.DataFrame({"layer": "L", "candidate": [r[0] for r in rows],

@@ -117,11 +117,7 @@ def heatmap_section(df: pd.DataFrame, fig_dir: Path, rel: str,
 
 
 def _label(info: dict[str, Any]) -> str:
-    parts = [info.get("effective_precision"), info.get("layout")]
-    if "workspace_limit" in info:
-        parts.append(f"workspace {tables.fmt_limit(info['workspace_limit'])}")
-    parts.append(info.get("timing_mode"))
-    return " · ".join(str(p) for p in parts if p is not None)
+    return " · ".join(figures.figure_parts(info, limit_prefix="workspace "))
 
 
 def workspace_section(df: pd.DataFrame, totals: pd.DataFrame, fig_dir: Path, rel: str,

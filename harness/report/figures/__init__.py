@@ -5,7 +5,8 @@ matplotlib is imported inside these functions only: `import harness` must work w
 Each public function takes a prepared frame (analysis.prepare) and returns the files it wrote.
 """
 from harness.report.figures.common import (DPI, RATIO_CAP, SERIAL, STATUS_LABELS, STATUS_MARKS,
-                                           ZERO_ERROR, Renderer, family_colours, short_names, slug)
+                                           ZERO_ERROR, Renderer, family_colours, figure_parts, FIGURE_KEYS,
+                                           short_names, slug)
 from harness.report.figures.heatmap import (heatmaps, display_names, HEATMAP_COLUMNS, GAP,
                                             MAX_COLUMNS)
 from harness.report.figures.workspace import (pareto_figures, workspace_totals_figure, PARETO_KEYS)

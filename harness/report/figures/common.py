@@ -9,7 +9,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness.epilogue import CONV
 from harness.measurement import Status
+from harness.precision import AUTO_OUTPUT
 from harness.threads import ALL as ALL_THREADS
 
 DPI = 100
@@ -104,6 +106,26 @@ SERIAL = Renderer()
 def slug(*parts: Any) -> str:
     text = "_".join(str(p) for p in parts)
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip("-")
+
+
+# What one figure holds: points alike in all of these; layers and directions are drawn inside it.
+# A fused op or an asked result type is a different point (a figure that mixed them would show,
+# per cell, the fastest of conv and conv+bias+ReLU, or of an fp8 and an fp32 result).
+FIGURE_KEYS = ["effective_precision", "op", "output", "layout", "workspace_limit", "timing_mode",
+               "threads"]
+
+
+def figure_parts(info: dict[str, Any], limit_prefix: str = "") -> list[str]:
+    """The words that name a figure's points, in FIGURE_KEYS order; the default op, result type
+    and thread count say nothing, so a sweep without those axes keeps its figure names."""
+    from harness.report.tables import fmt_limit
+    parts = [str(info["effective_precision"]),
+             "" if info.get("op", CONV) == CONV else str(info["op"]),
+             "" if info.get("output", AUTO_OUTPUT) == AUTO_OUTPUT else f"into {info['output']}",
+             str(info["layout"]),
+             limit_prefix + fmt_limit(info["workspace_limit"]) if "workspace_limit" in info else "",
+             str(info["timing_mode"]), threads_text(info.get("threads", ALL_THREADS))]
+    return [p for p in parts if p]
 
 
 def threads_text(threads: Any, prefix: str = "") -> str:

@@ -10,24 +10,23 @@ import numpy as np
 import pandas as pd
 
 from harness.measurement import Status
-from harness.report import analysis, tables
-from harness.report.figures.common import (threads_text, _figure, _labels, RATIO_CAP, Renderer, _save, SERIAL,
-                                           short_names, slug, STATUS_LABELS, STATUS_MARKS)
+from harness.report import analysis
+from harness.report.figures.common import (figure_parts, FIGURE_KEYS, _figure, _labels, RATIO_CAP, Renderer,
+                                           _save, SERIAL, short_names, slug, STATUS_LABELS, STATUS_MARKS)
 
 HEATMAP_COLUMNS = ["direction", "layer_label", "layer_order", "candidate", "status", "median_ms"]
 
 
 def heatmaps(df: pd.DataFrame, out: Path,
              renderer: Renderer = SERIAL) -> list[tuple[dict[str, Any], Path]]:
-    """A figure per precision x layout x workspace limit x timing mode (x thread count);
-    directions side by side."""
+    """A figure per kind of point (FIGURE_KEYS: precision, op, result type, layout, workspace
+    limit, timing mode, thread count); directions side by side."""
     written = []
-    keys = ["effective_precision", "layout", "workspace_limit", "timing_mode", "threads"]
-    for values, part in df.groupby(keys, sort=False):
-        parts = [*values[:2], tables.fmt_limit(values[2]), values[3], threads_text(values[4])]
-        path = out / f"heatmap_{slug(*[p for p in parts if p])}.png"
+    for values, part in df.groupby(FIGURE_KEYS, sort=False):
+        info = dict(zip(FIGURE_KEYS, values))
+        path = out / f"heatmap_{slug(*figure_parts(info))}.png"
         renderer.submit(_heatmap_png, part[HEATMAP_COLUMNS], path)
-        written.append((dict(zip(keys, values)), path))
+        written.append((info, path))
     return written
 
 

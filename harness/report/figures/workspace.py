@@ -9,8 +9,8 @@ import pandas as pd
 
 from harness.report import analysis, tables
 from harness.report.figures.heatmap import display_names
-from harness.report.figures.common import (threads_text, _log_axes, _panels, Renderer, _save, SERIAL, slug,
-                                           _tidy_ticks)
+from harness.report.figures.common import (figure_parts, FIGURE_KEYS, threads_text, _log_axes, _panels, Renderer, _save,
+                                           SERIAL, slug, _tidy_ticks)
 
 # A Pareto front trades workspace for time: every key of the point but the workspace limit.
 PARETO_KEYS = [k for k in analysis.LABELLED_KEYS if k != "workspace_limit"]
@@ -18,20 +18,22 @@ PARETO_KEYS = [k for k in analysis.LABELLED_KEYS if k != "workspace_limit"]
 
 def pareto_figures(df: pd.DataFrame, out: Path,
                    renderer: Renderer = SERIAL) -> list[tuple[dict[str, Any], Path]]:
-    """Per precision x layout x mode: a small panel per layer, time against workspace, with the
-    front of each direction drawn as a staircase."""
+    """Per kind of point (FIGURE_KEYS but the workspace limit, which the x axis spans): a small
+    panel per layer, time against workspace, with the front of each direction drawn as a
+    staircase."""
     written = []
-    keys = ["effective_precision", "layout", "timing_mode", "threads"]
+    keys = [k for k in FIGURE_KEYS if k != "workspace_limit"]
     colours = _direction_colours(df)
     columns = ["layer_label", "direction", "workspace_bytes", "median_ms"]
     ok = analysis.verified(df)
     fronts = analysis.pareto_fronts(df, PARETO_KEYS)
     front_parts = dict(iter(fronts.groupby(keys, sort=False)))
     for values, part in ok.groupby(keys, sort=False):
-        path = out / f"pareto_{slug(*values[:3], *filter(None, [threads_text(values[3])]))}.png"
+        info = dict(zip(keys, values))
+        path = out / f"pareto_{slug(*figure_parts(info))}.png"
         renderer.submit(_pareto_png, part[columns], front_parts[values][columns + ["ws"]],
                         colours, path)
-        written.append((dict(zip(keys, values)), path))
+        written.append((info, path))
     return written
 
 
