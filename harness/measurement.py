@@ -7,8 +7,23 @@ from enum import StrEnum
 from statistics import mean, median
 from typing import Any
 
+from harness.epilogue import labelled
+from harness.precision import AUTO_OUTPUT
 from harness.stats import interquartile_range
 from harness.sweep import Point
+
+# Which engines hung in a run: an engine's number names different kernels per backend and
+# direction, per op (a fused graph's engine is not the plain convolution's) and per precision and
+# result type (eng4 at fp8 into fp8 is not eng4 at fp16), so a hang on one never caps the others.
+HungKey = tuple[str, str, str, str, str]
+
+
+def hung_key(backend: str, direction: str, op: str | None, precision: str, output: str | None,
+             engine: str) -> HungKey:
+    """The one key for a hung engine, from a point's fields or a stored row's columns (rows
+    older than the op and output columns hold None: the plain convolution, the own type)."""
+    return backend, labelled(direction, op), precision, output or AUTO_OUTPUT, engine
+
 
 class Status(StrEnum):
     """What happened at a point; the one home of these words (a StrEnum: it is the text stored

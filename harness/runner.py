@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 from harness import backends, threads
 from harness.executor import PointExecutor
-from harness.measurement import Measurement, Status
+from harness.measurement import HungKey, Measurement, Status
 from harness.stats import samples_floor
 from harness.sweep import UNLIMITED, Point, Sweep, TimingOptions
 from harness.threads import ALL as ALL_THREADS
@@ -143,7 +143,7 @@ class Measurer:
     sweep, each point's samples shared among `gpu_processes` of them (harness.process_split).
     Held across calls, it keeps test data and the GPU worker processes warm."""
 
-    def __init__(self, seed: int = 0, hung_engines: Iterable[tuple[str, str, str]] = ()):
+    def __init__(self, seed: int = 0, hung_engines: Iterable[HungKey] = ()):
         self._local = PointExecutor(seed)
         self._remotes: list = []
         self._seed = seed
@@ -214,7 +214,7 @@ def _given_up_variants(measured: list[list[Measurement]]) -> frozenset[str]:
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],
                seed: int = 0, on_group_done: Callable[[list[str]], None] | None = None,
                measured_variants: Mapping[str, Iterable[str]] | None = None,
-               hung_engines: Iterable[tuple[str, str, str]] = ()) -> None:
+               hung_engines: Iterable[HungKey] = ()) -> None:
     """Measure every point in this process (GPU points in a worker process), calling
     `on_result` as each finishes (Measurer.run; a resumed run passes the plans and the hung
     engines its journal holds)."""

@@ -20,8 +20,8 @@ from typing import IO, Any, Callable
 
 import pandas as pd
 
-from harness.epilogue import labelled
 from harness.locks import OutputLock
+from harness.measurement import HungKey, hung_key
 # The schema's names: defined once in schema.py, offered here too (callers read and write through
 # store, which is also where they find the columns and the row format).
 from harness.schema import (COLUMNS, EXTRA_COLUMNS, REQUIRED_COLUMNS, SCHEMA_VERSION,
@@ -151,7 +151,7 @@ class ResumeState:
     """What --resume needs of an earlier run's rows (ResultWriter.resume_state)."""
     finished: set[str]                          # planned points whose rows are all written
     measured_variants: dict[str, set[str]]      # part-measured planned point -> plans it has
-    hung_engines: set[tuple[str, str, str]]     # (backend, direction[+op], engine) seen hanging
+    hung_engines: set[HungKey]     # engines seen hanging (measurement.hung_key)
     run_id: str | None = None                   # the last row's, which a resumed run carries on
 
 
@@ -169,12 +169,13 @@ def _last_run_id(rows: pd.DataFrame) -> str | None:
     return str(ids.iloc[-1]) if len(ids) else None
 
 
-def _hung_engines(rows: pd.DataFrame) -> set[tuple[str, str, str]]:
+def _hung_engines(rows: pd.DataFrame) -> set[HungKey]:
     if "hung_engine" not in rows:
         return set()
     hung = rows[rows["hung_engine"].notna()]
-    ops = hung["op"] if "op" in hung else [None] * len(hung)
-    return set(zip(hung["backend"], map(labelled, hung["direction"], ops), hung["hung_engine"]))
+    unset = [None] * len(hung)
+    return set(map(hung_key, hung["backend"], hung["direction"], hung.get("op", unset),
+                   hung["precision"], hung.get("output", unset), hung["hung_engine"]))
 
 
 def _planned_ids(rows: pd.DataFrame) -> pd.Series:

@@ -11,8 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from harness import backends
-from harness.epilogue import labelled
-from harness.measurement import Measurement, Status
+from harness.measurement import HungKey, Measurement, Status, hung_key
 from harness.sweep import Point
 
 # A unit (one algorithm, or one plan of an expanding algorithm, over a point's workspace
@@ -104,13 +103,10 @@ class _Stopped:
     hung: bool = False
 
 
-# Which engines hung: an engine's index names different kernels per backend and direction, and
-# per op (a fused graph's engine is not the plain convolution's).
-HungKey = tuple[str, str, str]
-
-
 def _hung_key(group: list[Point], engine: str) -> HungKey:
-    return group[0].backend, labelled(group[0].direction, group[0].op), engine
+    first = group[0]
+    return hung_key(first.backend, first.direction, first.op, first.precision, first.output,
+                    engine)
 
 
 class WorkerPool:

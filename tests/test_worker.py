@@ -179,7 +179,7 @@ def test_after_a_plan_of_an_engine_hung_its_siblings_are_not_tried_and_it_gets_t
             ("eng2_k1=0", Status.CRASHED), ("eng2_k1=1", Status.NOT_TRIED)]
         assert later[1].reason == ("eng2_k1=0: no result within 1 s (engine eng2 hung before in "
                                    "this run): worker killed")
-        assert pool.hung_engines == {("faulty_gpu", "fwd", "eng2")}
+        assert pool.hung_engines == {("faulty_gpu", "fwd", "fp32", "auto", "eng2")}
     finally:
         pool.close()
 
@@ -203,7 +203,7 @@ def test_a_resumed_run_remembers_which_engines_hung_and_that_its_point_returned(
     resumed = store.ResultWriter(killed, store.WriteMode.RESUME)
     hung = resumed.resume_state().hung_engines
     resumed.close()
-    assert hung == {("faulty_gpu", "fwd", "eng2")}
+    assert hung == {("faulty_gpu", "fwd", "fp32", "auto", "eng2")}
     rows: list = []
     runner.run_points([second], rows.append, hung_engines=hung)
     assert [m.reason for m in rows if m.status == Status.CRASHED] == [
@@ -311,4 +311,27 @@ def test_a_hung_engine_is_remembered_per_op():
     plain = [Point(p, "fwd", "fp16", "NHWC", "cudnn_graph", "eng1")]
     fused = [Point(p, "fwd", "fp16", "NHWC", "cudnn_graph", "eng1", op="conv_bias_relu")]
     assert worker._hung_key(plain, "eng1") != worker._hung_key(fused, "eng1")
-    assert worker._hung_key(plain, "eng1") == ("cudnn_graph", "fwd", "eng1")   # as before ops
+    assert worker._hung_key(plain, "eng1") == ("cudnn_graph", "fwd", "fp16", "auto", "eng1")
+
+
+def test_a_hung_engine_is_remembered_per_precision_and_result_type(tmp_path):
+    """eng4 at fp8 into fp8 is another kernel than eng4 at fp16 or fp8 into fp32: a hang of one
+    caps none of the others, and a resumed run reads back the same keys the pool made."""
+    from harness import store, worker
+    from harness.problem import ConvProblem
+    from harness.sweep import Point
+    p = ConvProblem(1, 8, 8, 8, 8, 3, 3)
+    points = [Point(p, "fwd", "fp16", "NHWC", "cudnn_graph", "eng4"),
+              Point(p, "fwd", "fp8_e4m3", "NHWC", "cudnn_graph", "eng4"),
+              Point(p, "fwd", "fp8_e4m3", "NHWC", "cudnn_graph", "eng4", output="fp8_e4m3")]
+    keys = [worker._hung_key([point], "eng4") for point in points]
+    assert len(set(keys)) == 3
+    rows = worker._crashed(points[2:], "hung", "eng4_k1=0", "eng4")
+    path = tmp_path / "r.parquet"
+    writer = store.ResultWriter(path)
+    for m in rows:
+        writer.append(store.to_row(m, "r", "t", {}, "now"))
+    writer.close()
+    resumed = store.ResultWriter(path, store.WriteMode.RESUME)
+    assert resumed.resume_state().hung_engines == {keys[2]}
+    resumed.close()
