@@ -30,6 +30,8 @@ import numpy as np
 from harness.reference import ProblemData
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
                                           nbytes, workspace_of)
+from harness.backends.cpu import _fft_tiled_directions as tiled
+from harness.backends.cpu._fft_lowering import Lowering as _Lowering, fast_size, taps
 from harness.problem import ConvProblem
 from harness.sweep import Point
 
@@ -41,50 +43,6 @@ ROW_GEMM_MAX = 256
 # depthwise layers (1 x 1 GEMMs) want it; DeepSpeech layer 1 (8x4 @ 4x32) already does not
 # (62 ms against 15 ms for the GEMMs).
 ELEMENTWISE_MAX_WORK = 8
-
-
-def fast_size(n: int) -> int:
-    """The smallest 2^a 3^b 5^c >= n."""
-    best = 1 << max(0, (n - 1).bit_length())
-    p5 = 1
-    while p5 < best:
-        p35 = p5
-        while p35 < best:
-            size = p35
-            while size < n:
-                size *= 2
-            best = min(best, size)
-            p35 *= 3
-        p5 *= 5
-    return best
-
-
-@dataclass(frozen=True)
-class _Lowering:
-    """Geometry of the stride-1 correlation a problem is lowered to."""
-    sh: int
-    sw: int
-    hs: int          # phase-input height/width: ceil(padded / stride)
-    ws: int
-    rs: int          # phase-kernel height/width: ceil(dilated kernel / stride)
-    ss: int
-    lh: int          # transform sizes
-    lw: int
-
-    @property
-    def phases(self) -> int:
-        return self.sh * self.sw
-
-    @property
-    def f2(self) -> int:
-        return self.lw // 2 + 1
-
-    @classmethod
-    def of(cls, p: ConvProblem) -> "_Lowering":
-        sh, sw = p.stride_h, p.stride_w
-        hs, ws = -(-p.padded_h // sh), -(-p.padded_w // sw)
-        return cls(sh, sw, hs, ws, -(-p.effective_kernel_h // sh), -(-p.effective_kernel_w // sw),
-                   fast_size(hs), fast_size(ws))
 
 
 def _sizes(p: ConvProblem, lo: _Lowering) -> dict[str, int]:
@@ -192,8 +150,7 @@ class _KernelTransform:
 
     def __init__(self, p: ConvProblem, lo: _Lowering, cplx: type):
         self.lo = lo
-        self.taps = [(r, s, *divmod(r * p.dilation_h, lo.sh), *divmod(s * p.dilation_w, lo.sw))
-                     for r in range(p.kernel_h) for s in range(p.kernel_w)]
+        self.taps = taps(p, lo)
         self.e_rows = _dft(lo.rs, lo.lh, cplx)                 # (lh x rs)
         self.e_cols = _dft(lo.ss, lo.lw, cplx)[:lo.f2]         # (f2 x ss) of a real signal
         self.einv_rows = _idft(lo.rs, lo.lh, cplx)             # (rs x lh)
@@ -248,6 +205,8 @@ class Fft(CpuAlgorithm):
     error_factor = 16.0
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        if tiled.pays(point.problem):
+            return tiled.fwd(point, data, dtype)
         p, lo = point.problem, _Lowering.of(point.problem)
         b = _Buffers(point, _sizes(p, lo), dtype, {
             "xpad": _X_PHASES, "wt": "rs ss g cg sh sw kg", "z": "n g kg p lw",
@@ -283,6 +242,8 @@ class Fft(CpuAlgorithm):
         return CpuPrepared(y, kernel, b.workspace)
 
     def bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        if tiled.pays(point.problem):
+            return tiled.bwd_data(point, data, dtype)
         p, lo = point.problem, _Lowering.of(point.problem)
         b = _Buffers(point, _sizes(p, lo), dtype, {
             "dxpad": _X_PHASES, "wt": "rs ss g kg cg sh sw", "dxph": "n g cg sh sw hs lw",
@@ -318,6 +279,8 @@ class Fft(CpuAlgorithm):
         return CpuPrepared(dx, kernel, b.workspace)
 
     def bwd_filter(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        if tiled.pays(point.problem):
+            return tiled.bwd_filter(point, data, dtype)
         p, lo = point.problem, _Lowering.of(point.problem)
         b = _Buffers(point, _sizes(p, lo), dtype, {
             "xpad": _X_PHASES, "dwt": "rs ss g kg cg sh sw",
