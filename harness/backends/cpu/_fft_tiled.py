@@ -18,19 +18,20 @@ does all the arithmetic and no complex copy of anything is made:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from harness.backends.cpu._fft_lowering import Lowering, fast_size
-from harness.backends.cpu._workers import run_chunks
-from harness.backends.cpu._common import split
 from harness.problem import ConvProblem
 
 # Cost of one small BLAS call (NumPy's loop, OpenBLAS's setup), in multiply-adds' worth of
 # time: it makes the model prefer fewer, larger per-frequency GEMMs where the flops are close.
 CALL_COST = 20_000
+# Time of a float written or read by a pass over a large buffer, in multiply-adds: on the Xeon
+# VM of issue 16 a 27 MB spectrum took ~2.5 ms a pass (~0.37 ns a float) while the contraction
+# ran ~31 G multiply-adds/s (128 channels, 28x28, 11x11).
+MEMORY_COST = 12
 # Parts of a spectrum: (real part, imaginary part) and their signs, per stored block.
 TWO = ((0, 1), (1, 1))
 FOUR = ((0, 1), (1, 1), (1, -1), (0, 1))
@@ -101,22 +102,30 @@ class Shape:
         return Tiling(th, tw, mh, mw, -(-self.out_h // mh), -(-self.out_w // mw))
 
     def cost(self, t: Tiling) -> float:
-        """Multiply-adds of every GEMM of a launch, plus CALL_COST per per-frequency call."""
+        """Multiply-adds of every GEMM of a launch, plus MEMORY_COST per float each pass
+        writes or reads, plus CALL_COST per per-frequency GEMM call."""
         nt, g = self.batch * t.tiles, self.groups
         kernel_planes = g * self.cin * self.cout
         signal = g * nt * self.cin
         if self.direction == "bwd_filter":
-            operands = [(t.th, t.tw, 4, signal), (t.mh, t.mw, 2, g * nt * self.cout)]
+            operands = [(t.th, t.tw, 2, signal), (t.mh, t.mw, 4, g * nt * self.cout)]
             kept = (self.rs, self.ss, kernel_planes)
         else:
             operands = [(t.th, t.tw, 4, signal), (self.rs, self.ss, 2, kernel_planes)]
             kept = (t.mh, t.mw, g * nt * self.cout)
-        work = sum(2 * t.f2 * lh * (lw + t.th * parts) * rest for lh, lw, parts, rest in operands)
+        work = floats = 0
+        for lh, lw, parts, rest in operands:
+            work += 2 * t.f2 * lh * (lw + t.th * parts) * rest
+            # tiles (written, read), column spectra (written, read), spectrum (written, read)
+            floats += 2 * (lh * lw + 2 * t.f2 * lh + t.freqs * parts) * rest
         kh, kw, rest = kept
         work += 2 * t.f2 * kh * (2 * t.th + kw) * rest
         work += 4 * t.freqs * g * nt * self.cin * self.cout
+        # the two products (written; one read by the sum, which writes the other), the sum
+        # (read by the inverse), its column spectra (written, read), the kept outputs
+        floats += (5 * 2 * t.freqs + 2 * 2 * t.f2 * kh + kh * kw) * rest
         calls = 2 * t.freqs * (1 if g == 1 else 2 * g)
-        return work + CALL_COST * calls
+        return work + MEMORY_COST * floats + CALL_COST * calls
 
     def best(self) -> Tiling:
         """The cheapest tiling by `cost`, transform sizes 5-smooth, from the kernel (one output
@@ -201,38 +210,6 @@ class Inverse:
                   out=staged.reshape(self.f2, len(self.rows), -1))
         np.matmul(self.cols, staged.reshape(len(self.cols[0]), -1),
                   out=out.reshape(len(self.cols), -1))
-
-
-def _merged(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """A reshaped view that refuses to copy (a copy would leave GEMM outputs unwritten)."""
-    view = array.view()
-    view.shape = shape
-    return view
-
-
-def _product(blocks: np.ndarray, single: np.ndarray, out: np.ndarray) -> None:
-    """out (F, 2, g, m, n) = blocks (F, 2, g, m, k) @ single (F, g, k, n). With one group the
-    two blocks are one matrix of 2m rows: one GEMM per frequency, not two."""
-    freqs, _, groups, m, k = blocks.shape
-    n = single.shape[-1]
-    if groups == 1:
-        np.matmul(_merged(blocks, (freqs, 2 * m, k)), single[:, 0],
-                  out=_merged(out, (freqs, 2 * m, n)))
-    else:
-        np.matmul(blocks, single[:, None], out=out)
-
-
-def contract(four: np.ndarray, two: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
-    """(Re Z; Im Z) = X V per frequency, X stored (F, 4, g, m, k) as (Re, Im, -Im, Re), V given
-    as (F, 2, g, k, n) (Re, Im; transposed views welcome), out and scratch (F, 2, g, m, n).
-    Frequency chunks run on the worker threads: these GEMMs are too small for BLAS to split."""
-    def work(_slot: int, chunk: tuple[int, int]) -> None:
-        part = slice(chunk[0], chunk[0] + chunk[1])
-        _product(four[part, 0:2], two[part, 0], out[part])
-        _product(four[part, 2:4], two[part, 1], scratch[part])
-        np.add(out[part], scratch[part], out=out[part])
-
-    run_chunks(split(len(out), max(1, -(-len(out) // 8))), work, 8)
 
 
 def window_view(base: np.ndarray, t: Tiling, size: tuple[int, int],

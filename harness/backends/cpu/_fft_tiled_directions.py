@@ -11,12 +11,14 @@ channels; all buffers are allocated once, under the point's workspace limit.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from harness.backends.cpu._common import CpuPrepared, allocate, interior
 from harness.backends.cpu._fft_lowering import Lowering, taps
-from harness.backends.cpu._fft_tiled import (FOUR, TWO, Forward, Inverse, Shape, Tiling,
-                                             contract, window_view)
+from harness.backends.cpu._fft_spectra import KernelForward, KernelInverse, contract
+from harness.backends.cpu._fft_tiled import FOUR, TWO, Forward, Inverse, Shape, Tiling, window_view
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -35,42 +37,51 @@ class _Plan:
         self.shape = Shape.of(p, lo, direction)
         self.t = t = self.shape.best()
         self.nt = p.batch * t.tiles
-        self.signal = Forward(t, t.th, t.tw, -1, FOUR, dtype)
+        self.planes = p.groups * p.filters_per_group * p.channels_per_group * lo.phases
+        # Taps are read in the weights' own layout where no phase split or dilation moves them.
+        self.direct_taps = lo.phases == 1 and p.dilation_h == p.dilation_w == 1
         if direction == "bwd_filter":
-            self.other = Forward(t, t.mh, t.mw, +1, TWO, dtype)   # dy, conjugated
-            self.inverse = Inverse(t, lo.rs, lo.ss, dtype)
+            self.signal = Forward(t, t.th, t.tw, -1, TWO, dtype)        # x
+            self.other = Forward(t, t.mh, t.mw, +1, FOUR, dtype)        # dy, conjugated
+            self.inverse = KernelInverse(t, lo.rs, lo.ss, dtype)
         else:
-            self.other = Forward(t, lo.rs, lo.ss, +1, TWO, dtype)  # kernel, conjugated
+            self.signal = Forward(t, t.th, t.tw, -1, FOUR, dtype)       # x or dy
+            self.other = KernelForward(t, lo.rs, lo.ss, direction == "bwd_data", dtype)
             self.inverse = Inverse(t, t.mh, t.mw, dtype)
 
     def buffers(self, point: Point, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-        constants = sum(f.nbytes() for f in (self.signal, self.other, self.inverse))
-        self.constants = constants
-        return allocate(point, self.dtype, shapes, constants)
+        self.constants = sum(f.nbytes() for f in (self.signal, self.other, self.inverse))
+        if not self.direct_taps:
+            shapes["taps"] = (self.planes, self.lo.rs, self.lo.ss)
+        return allocate(point, self.dtype, shapes, self.constants)
 
     def workspace(self, buffers: dict[str, np.ndarray]) -> int:
         return sum(a.nbytes for a in buffers.values()) + self.constants
 
-    def spectra(self, four: str, two: str, out: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
-        """Spectrum buffers: the four-block signal, the two-block operand, the product and its
-        scratch (out: per-frequency shape of one block)."""
-        f = self.t.freqs
-        return {"X": (f, 4, *self._block(four)), "V": (f, 2, *self._block(two)),
-                "Z": (f, 2, *out), "S": (f, 2, *out)}
-
-    def _block(self, axes: str) -> tuple[int, ...]:
-        s, nt = self.shape, self.nt
-        size = {"nt": nt, "cin": s.cin, "cout": s.cout}
-        return (s.groups, *(size[a] for a in axes.split()))
-
-    def staged(self, forward: Forward, rest: int) -> tuple[int]:
-        return (forward.f2 * forward.staged_rows * rest,)
+    def staged(self, rows: int, rest: int) -> tuple[int]:
+        return (self.t.f2 * 2 * rows * rest,)
 
     def padded_reach(self) -> tuple[int, int]:
         """Rows and columns of the (phase-interleaved) padded input the tiles read, at least
         the padded input itself."""
         (rh, rw), p, lo = self.t.reach, self.p, self.lo
         return max(rh * lo.sh, p.padded_h), max(rw * lo.sw, p.padded_w)
+
+    def taps_in(self, w: np.ndarray, b: dict[str, np.ndarray]) -> Callable[[], np.ndarray]:
+        """Weights (K, C/g, R, S) as phase taps (planes, rs, ss), planes (g, kg, cg, sh, sw):
+        w itself where nothing moves, else a buffer the returned call fills."""
+        p, lo = self.p, self.lo
+        if self.direct_taps:
+            return lambda: w.reshape(self.planes, lo.rs, lo.ss)
+        tap_list, buffer = taps(p, lo), b["taps"]
+        phased = buffer.reshape(p.out_channels, p.channels_per_group, lo.sh, lo.sw, lo.rs, lo.ss)
+        w_taps = w.reshape(p.out_channels, p.channels_per_group, p.kernel_h, p.kernel_w)
+
+        def fill() -> np.ndarray:
+            for r, s, i, a, j, c in tap_list:
+                phased[:, :, a, c, i, j] = w_taps[..., r, s]
+            return buffer
+        return fill
 
 
 def _channels_last(base: np.ndarray, src: np.ndarray, groups: int, at: tuple[slice, slice]):
@@ -89,9 +100,16 @@ def _gather(dest: np.ndarray, base: np.ndarray, t: Tiling, size: tuple[int, int]
 def _scatter(tiles: np.ndarray, image: np.ndarray, t: Tiling, phases: tuple[int, int]) -> None:
     """tiles (mw, mh, g, n, nh, nw, c, sh, sw) -> image (n, g, c, nh*mh*sh, nw*mw*sw)."""
     n, g, c = image.shape[:3]
-    (sh, sw) = phases
-    view = image.reshape(n, g, c, t.nh, t.mh, sh, t.nw, t.mw, sw).transpose(7, 4, 1, 0, 3, 6, 2, 5, 8)
+    sh, sw = phases
+    view = image.reshape(n, g, c, t.nh, t.mh, sh, t.nw, t.mw, sw).transpose(
+        7, 4, 1, 0, 3, 6, 2, 5, 8)
     np.copyto(view, tiles.reshape(view.shape))
+
+
+# Tile-window axes (cols, rows, nh, nw, sh, sw, g, n, c) in the orders the transforms take:
+# images and tiles before the channels (fwd, bwd_data), or last (bwd_filter: summed).
+_TILES_THEN_CHANNELS = (0, 1, 6, 7, 2, 3, 8, 4, 5)
+_CHANNELS_THEN_TILES = (0, 1, 6, 8, 4, 5, 7, 2, 3)
 
 
 def fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
@@ -99,34 +117,29 @@ def fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
     plan = _Plan(p, lo, "fwd", dtype)
     t, s, nt = plan.t, plan.shape, plan.nt
     g, n, cg, kg = p.groups, p.batch, p.channels_per_group, p.filters_per_group
-    planes = g * s.cin * kg
     b = plan.buffers(point, {
         "xe": (*plan.padded_reach(), g, n, cg),
-        "xt": (t.tw, t.th, g, n, t.nh, t.nw, cg, lo.sh, lo.sw),
-        "xs": plan.staged(plan.signal, g * nt * s.cin),
-        "wt": (lo.ss, lo.rs, g, cg, lo.sh, lo.sw, kg),
-        "ws": plan.staged(plan.other, planes),
-        **plan.spectra("nt cin", "cin cout", (g, nt, kg)),
-        "zs": (t.f2 * 2 * t.mh * g * nt * kg,),
-        "zt": (t.mw, t.mh, g, n, t.nh, t.nw, kg, 1, 1),
+        "xt": (t.tw, t.th, g, cg, lo.sh, lo.sw, n, t.nh, t.nw),
+        "xs": plan.staged(t.th, g * nt * s.cin),
+        "ws": plan.staged(lo.rs, plan.planes),
+        "X": (t.freqs, 4, g, s.cin, nt), "V": (t.freqs, 2, g, kg, s.cin),
+        "Z": (t.freqs, 2, g, kg, nt), "S": (t.freqs, 2, g, kg, nt),
+        "zs": plan.staged(t.mh, g * nt * kg),
+        "zt": (t.mw, t.mh, g, kg, n, t.nh, t.nw),
         "ye": (n, g, kg, t.nh * t.mh, t.nw * t.mw)})
     x, w = data.x.astype(dtype), data.w.astype(dtype)
-    w_taps = w.reshape(g, kg, cg, p.kernel_h, p.kernel_w)
-    wt = b["wt"].transpose(0, 1, 4, 5, 2, 6, 3)
-    tap_list = taps(p, lo)
+    w_taps = plan.taps_in(w, b)
     y = np.empty(p.output_shape, dtype)
     at = interior(p)
 
     def kernel() -> None:
         _channels_last(b["xe"], x, g, at)
-        _gather(b["xt"], b["xe"], t, (t.th, t.tw), (lo.sh, lo.sw), (0, 1, 6, 7, 2, 3, 8, 4, 5))
-        for r, s_, i, a, j, c in tap_list:
-            wt[j, i, a, c] = w_taps[..., r, s_]
+        _gather(b["xt"], b["xe"], t, (t.th, t.tw), (lo.sh, lo.sw), _CHANNELS_THEN_TILES)
         plan.signal(b["xt"].reshape(t.tw, -1), b["xs"], b["X"])
-        plan.other(b["wt"].reshape(lo.ss, -1), b["ws"], b["V"])
-        contract(b["X"], b["V"], b["Z"], b["S"])
+        plan.other(w_taps(), b["ws"], b["V"])
+        contract(b["X"], b["V"], b["Z"], b["S"], four_left=False)
         plan.inverse(b["Z"], b["zs"], b["zt"])
-        _scatter(b["zt"], b["ye"], t, (1, 1))
+        _scatter(b["zt"].transpose(0, 1, 2, 4, 5, 6, 3)[..., None, None], b["ye"], t, (1, 1))
         np.copyto(y, b["ye"].reshape(n, p.out_channels, *b["ye"].shape[3:])[
             :, :, :p.out_h, :p.out_w])
 
@@ -141,18 +154,16 @@ def bwd_data(point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
     reach_h, reach_w = t.reach
     b = plan.buffers(point, {
         "de": (max(reach_h, lo.rs - 1 + p.out_h), max(reach_w, lo.ss - 1 + p.out_w), g, n, kg),
-        "dt": (t.tw, t.th, g, n, t.nh, t.nw, kg),
-        "ds": plan.staged(plan.signal, g * nt * kg),
-        "wt": (lo.ss, lo.rs, g, kg, cg, lo.sh, lo.sw),
-        "ws": plan.staged(plan.other, g * kg * s.cout),
-        **plan.spectra("nt cin", "cin cout", (g, nt, s.cout)),
-        "zs": (t.f2 * 2 * t.mh * g * nt * s.cout,),
+        "dt": (t.tw, t.th, g, n, t.nh, t.nw, kg, 1, 1),
+        "ds": plan.staged(t.th, g * nt * kg),
+        "ws": plan.staged(lo.rs, plan.planes),
+        "X": (t.freqs, 4, g, nt, kg), "V": (t.freqs, 2, g, kg, s.cout),
+        "Z": (t.freqs, 2, g, nt, s.cout), "S": (t.freqs, 2, g, nt, s.cout),
+        "zs": plan.staged(t.mh, g * nt * s.cout),
         "zt": (t.mw, t.mh, g, n, t.nh, t.nw, cg, lo.sh, lo.sw),
         "dxe": (n, g, cg, t.nh * t.mh * lo.sh, t.nw * t.mw * lo.sw)})
     w, dy = data.w.astype(dtype), data.dy.astype(dtype)
-    w_taps = w.reshape(g, kg, cg, p.kernel_h, p.kernel_w)
-    wt = b["wt"].transpose(0, 1, 5, 6, 2, 3, 4)
-    tap_list = taps(p, lo)
+    w_taps = plan.taps_in(w, b)
     dx = np.empty(p.input_shape, dtype)
     # dy's r-1 leading zeros make the full convolution a correlation with the rotated kernel.
     at = (slice(lo.rs - 1, lo.rs - 1 + p.out_h), slice(lo.ss - 1, lo.ss - 1 + p.out_w))
@@ -160,12 +171,9 @@ def bwd_data(point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
 
     def kernel() -> None:
         _channels_last(b["de"], dy, g, at)
-        _gather(b["dt"].reshape(*b["dt"].shape, 1, 1), b["de"], t, (t.th, t.tw), (1, 1),
-                (0, 1, 6, 7, 2, 3, 8, 4, 5))
-        for r, s_, i, a, j, c in tap_list:
-            wt[lo.ss - 1 - j, lo.rs - 1 - i, a, c] = w_taps[..., r, s_]
+        _gather(b["dt"], b["de"], t, (t.th, t.tw), (1, 1), _TILES_THEN_CHANNELS)
         plan.signal(b["dt"].reshape(t.tw, -1), b["ds"], b["X"])
-        plan.other(b["wt"].reshape(lo.ss, -1), b["ws"], b["V"])
+        plan.other(w_taps(), b["ws"], b["V"])
         contract(b["X"], b["V"], b["Z"], b["S"])
         plan.inverse(b["Z"], b["zs"], b["zt"])
         _scatter(b["zt"], b["dxe"], t, (lo.sh, lo.sw))
@@ -179,36 +187,48 @@ def bwd_filter(point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
     plan = _Plan(p, lo, "bwd_filter", dtype)
     t, s, nt = plan.t, plan.shape, plan.nt
     g, n, cg, kg = p.groups, p.batch, p.channels_per_group, p.filters_per_group
-    planes = g * s.cin * kg
     b = plan.buffers(point, {
         "xe": (*plan.padded_reach(), g, n, cg),
         "xt": (t.tw, t.th, g, cg, lo.sh, lo.sw, n, t.nh, t.nw),
-        "xs": plan.staged(plan.signal, g * nt * s.cin),
+        "xs": plan.staged(t.th, g * nt * s.cin),
         "de": (t.nh * t.mh, t.nw * t.mw, g, n, kg),
-        "dt": (t.mw, t.mh, g, kg, n, t.nh, t.nw),
-        "ds": plan.staged(plan.other, g * nt * kg),
-        **plan.spectra("cin nt", "cout nt", (g, s.cin, kg)),
-        "zs": (t.f2 * 2 * lo.rs * planes,),
-        "dwt": (lo.ss, lo.rs, g, cg, lo.sh, lo.sw, kg)})
+        "dt": (t.mw, t.mh, g, kg, 1, 1, n, t.nh, t.nw),
+        "ds": plan.staged(t.mh, g * nt * kg),
+        "D": (t.freqs, 4, g, kg, nt), "X": (t.freqs, 2, g, s.cin, nt),
+        "Z": (t.freqs, 2, g, kg, s.cin), "S": (t.freqs, 2, g, kg, s.cin),
+        "zs": plan.staged(lo.rs, plan.planes)})
     x, dy = data.x.astype(dtype), data.dy.astype(dtype)
     dw = np.empty(p.weight_shape, dtype)
-    dw_taps = dw.reshape(g, kg, cg, p.kernel_h, p.kernel_w)
-    dwt = b["dwt"].transpose(0, 1, 4, 5, 2, 6, 3)
-    tap_list = taps(p, lo)
+    lags = _Lags(plan, dw, b)
     at = interior(p)
     dy_at = (slice(0, p.out_h), slice(0, p.out_w))
 
     def kernel() -> None:
         _channels_last(b["xe"], x, g, at)
-        _gather(b["xt"], b["xe"], t, (t.th, t.tw), (lo.sh, lo.sw), (0, 1, 6, 8, 4, 5, 7, 2, 3))
+        _gather(b["xt"], b["xe"], t, (t.th, t.tw), (lo.sh, lo.sw), _CHANNELS_THEN_TILES)
         _channels_last(b["de"], dy, g, dy_at)
-        _gather(b["dt"].reshape(*b["dt"].shape, 1, 1), b["de"], t, (t.mh, t.mw), (1, 1),
-                (0, 1, 6, 8, 7, 2, 3, 4, 5))
+        _gather(b["dt"], b["de"], t, (t.mh, t.mw), (1, 1), _CHANNELS_THEN_TILES)
         plan.signal(b["xt"].reshape(t.tw, -1), b["xs"], b["X"])
-        plan.other(b["dt"].reshape(t.mw, -1), b["ds"], b["V"])
-        contract(b["X"], b["V"].swapaxes(-1, -2), b["Z"], b["S"])
-        plan.inverse(b["Z"], b["zs"], b["dwt"])
-        for r, s_, i, a, j, c in tap_list:
-            dw_taps[..., r, s_] = dwt[j, i, a, c]
+        plan.other(b["dt"].reshape(t.mw, -1), b["ds"], b["D"])
+        contract(b["D"], b["X"].swapaxes(-1, -2), b["Z"], b["S"])
+        plan.inverse(b["Z"], b["zs"], lags.buffer)
+        lags.spread()
 
     return CpuPrepared(dw, kernel, plan.workspace(b))
+
+
+class _Lags:
+    """Where bwd_filter's lags (planes, rs, ss) go: dw itself where taps sit where they are,
+    else the taps buffer, `spread` then copying each tap to dw."""
+
+    def __init__(self, plan: _Plan, dw: np.ndarray, b: dict[str, np.ndarray]):
+        p, lo = plan.p, plan.lo
+        self.buffer = dw.reshape(plan.planes, lo.rs, lo.ss) if plan.direct_taps else b["taps"]
+        self.tap_list = [] if plan.direct_taps else taps(p, lo)
+        self.phased = self.buffer.reshape(p.out_channels, p.channels_per_group, lo.sh, lo.sw,
+                                          lo.rs, lo.ss)
+        self.dw_taps = dw
+
+    def spread(self) -> None:
+        for r, s, i, a, j, c in self.tap_list:
+            self.dw_taps[..., r, s] = self.phased[:, :, a, c, i, j]
