@@ -24,9 +24,17 @@ from harness.reference import ProblemData
 from harness.sweep import Point
 
 
+# Channel pairs (Cg x Kg) per group from which the tiled path runs. With fewer, each
+# frequency's product is a handful of multiply-adds and fft.py's whole-image path, which sums
+# them elementwise, wins: measured (batch 1, fp32; whole / tiled ms, fwd) depthwise 7x7 at 64
+# channels 56x56 1.95 / 8.80, 3x3 at 64 channels in groups of 2 x 2 2.98 / 2.13 but 2.81 /
+# 3.59 bwd_data, in groups of 4 x 4 3.57 / 1.82 (tiled ahead in all three directions).
+TILED_MIN_PAIRS = 16
+
+
 def pays(p: ConvProblem) -> bool:
     """Whether the tiled path runs rather than the whole-image one (fft.py)."""
-    return p.channels_per_group * p.filters_per_group > 1
+    return p.channels_per_group * p.filters_per_group >= TILED_MIN_PAIRS
 
 
 class _Plan:
