@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from harness import backends, reference, threads
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import (_blas, _columns, _fft_tiled, _fft_tiled_directions,
-                                  _shifted, _tiles, _winograd_filter, _workers, direct, fft,
-                                  im2col, toom_cook, winograd)
+from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_tiled,
+                                  _fft_tiled_directions, _shifted, _tiles, _winograd_filter,
+                                  _workers, direct, fft, im2col, toom_cook, winograd)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -259,7 +259,7 @@ def test_fast_size_is_the_smallest_5_smooth_size() -> None:
         return n == 1
 
     for n in range(1, 400):
-        size = fft.fast_size(n)
+        size = _fft_lowering.fast_size(n)
         assert size >= n and smooth(size)
         assert not any(smooth(m) for m in range(n, size))
 
@@ -776,12 +776,11 @@ def test_fft_tiled_path_on_odd_shapes(problem: ConvProblem, mode: str, monkeypat
 def test_fft_tiling_covers_the_output(problem: ConvProblem, direction: str) -> None:
     """The model's tiling: transforms at least the kernel, 5-smooth, and tiles of m = t - r + 1
     outputs reaching past the output (bwd_data's output is the phase input)."""
-    from harness.backends.cpu._fft_lowering import Lowering
-    shape = _fft_tiled.Shape.of(problem, Lowering.of(problem), direction)
+    shape = _fft_tiled.Shape.of(problem, _fft_lowering.Lowering.of(problem), direction)
     t = shape.best()
     for size, kernel, per_tile, count, out in ((t.th, shape.rs, t.mh, t.nh, shape.out_h),
                                                (t.tw, shape.ss, t.mw, t.nw, shape.out_w)):
-        assert size >= kernel and fft.fast_size(size) == size
+        assert size >= kernel and _fft_lowering.fast_size(size) == size
         assert per_tile == size - kernel + 1
         assert (count - 1) * per_tile < out <= count * per_tile
 

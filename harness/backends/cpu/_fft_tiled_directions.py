@@ -69,6 +69,15 @@ class _Plan:
     def staged(self, rows: int, rest: int) -> tuple[int]:
         return (self.t.f2 * 2 * rows * rest,)
 
+    def x_tiles(self) -> dict[str, tuple[int, ...]]:
+        """x padded channels-last ("xe"), its tiles, channels before images and tiles ("xt"),
+        and their column spectra ("xs")."""
+        p, lo, t = self.p, self.lo, self.t
+        g, n, cg = p.groups, p.batch, p.channels_per_group
+        return {"xe": (*self.padded_reach(), g, n, cg),
+                "xt": (t.tw, t.th, g, cg, lo.sh, lo.sw, n, t.nh, t.nw),
+                "xs": self.staged(t.th, g * self.nt * self.shape.cin)}
+
     def padded_reach(self) -> tuple[int, int]:
         """Rows and columns of the (phase-interleaved) padded input the tiles read, at least
         the padded input itself."""
@@ -124,11 +133,9 @@ def fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
     p, lo = point.problem, Lowering.of(point.problem)
     plan = _Plan(p, lo, "fwd", dtype)
     t, s, nt = plan.t, plan.shape, plan.nt
-    g, n, cg, kg = p.groups, p.batch, p.channels_per_group, p.filters_per_group
+    g, n, kg = p.groups, p.batch, p.filters_per_group
     b = plan.buffers(point, {
-        "xe": (*plan.padded_reach(), g, n, cg),
-        "xt": (t.tw, t.th, g, cg, lo.sh, lo.sw, n, t.nh, t.nw),
-        "xs": plan.staged(t.th, g * nt * s.cin),
+        **plan.x_tiles(),
         "ws": plan.staged(lo.rs, plan.planes),
         "X": (t.freqs, 4, g, s.cin, nt), "V": (t.freqs, 2, g, kg, s.cin),
         "Z": (t.freqs, 2, g, kg, nt), "S": (t.freqs, 2, g, kg, nt),
@@ -194,11 +201,9 @@ def bwd_filter(point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
     p, lo = point.problem, Lowering.of(point.problem)
     plan = _Plan(p, lo, "bwd_filter", dtype)
     t, s, nt = plan.t, plan.shape, plan.nt
-    g, n, cg, kg = p.groups, p.batch, p.channels_per_group, p.filters_per_group
+    g, n, kg = p.groups, p.batch, p.filters_per_group
     b = plan.buffers(point, {
-        "xe": (*plan.padded_reach(), g, n, cg),
-        "xt": (t.tw, t.th, g, cg, lo.sh, lo.sw, n, t.nh, t.nw),
-        "xs": plan.staged(t.th, g * nt * s.cin),
+        **plan.x_tiles(),
         "de": (t.nh * t.mh, t.nw * t.mw, g, n, kg),
         "dt": (t.mw, t.mh, g, kg, 1, 1, n, t.nh, t.nw),
         "ds": plan.staged(t.mh, g * nt * kg),

@@ -30,7 +30,7 @@ from harness.reference import ProblemData
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
                                           nbytes, workspace_of)
 from harness.backends.cpu import _fft_tiled_directions as tiled
-from harness.backends.cpu._fft_lowering import Lowering as _Lowering, fast_size, taps
+from harness.backends.cpu._fft_lowering import Lowering as _Lowering, taps
 from harness.problem import ConvProblem
 from harness.sweep import Point
 
