@@ -4,7 +4,11 @@ kernel-sized spectra (K*C planes per frequency: at batch 1 the largest thing a l
 Each step is one batched NumPy GEMM over all frequencies, so BLAS spreads the thick ones over
 the cores. Made block by block of frequencies on the worker threads (_workers.py) instead, to
 keep each block in L2 next to its contraction, these thin GEMMs (2*rs = 22 terms) ran at one
-core's speed: 12.3 ms against 11.4 ms (128 channels, 28x28, 11x11, fwd).
+core's speed: 12.3 ms against 11.4 ms (128 channels, 28x28, 11x11, fwd). The contraction
+alone, its frequencies split between two worker threads, ran 1.6-2x faster in isolation
+(e.g. 5.8 -> 2.9 ms, 128 channels, 130 frequencies, 35 tiles) but not inside a launch (A/B
+on the large_kernel layers: within noise, bwd_filter at 128 channels 10-15% slower), so it
+stays one batched GEMM call per product.
 """
 from __future__ import annotations
 
@@ -13,10 +17,6 @@ from typing import Callable
 import numpy as np
 
 from harness.backends.cpu._blas import gemm_into
-from harness.backends.cpu._common import split
-from harness.backends.cpu._workers import run_chunks
-
-CHUNKS = 1
 from harness.backends.cpu._fft_tiled import (TWO, Tiling, complex_dft, inverse_cols,
                                              inverse_rows, real_dft)
 
@@ -44,14 +44,10 @@ def contract(four: np.ndarray, two: np.ndarray, out: np.ndarray, scratch: np.nda
     """The complex product Z = X V (four_left) or V X per frequency, stored (Re Z, Im Z):
     X (F, 4, g, ...) as (Re, Im, -Im, Re), V (F, 2, g, ...) as (Re, Im), transposed views
     welcome; out and scratch (F, 2, g, ...). Re Z = X0 V0 + X2 V1, Im Z = X1 V0 + X3 V1."""
-    def work(_slot: int, chunk: tuple[int, int]) -> None:
-        f = slice(chunk[0], chunk[0] + chunk[1])
-        for pair, single, into in ((four[f, 0:2], two[f, 0:1], out[f]),
-                                   (four[f, 2:4], two[f, 1:2], scratch[f])):
-            _product(*((pair, single) if four_left else (single, pair)), into)
-        np.add(out[f], scratch[f], out=out[f])
-
-    run_chunks(split(len(out), max(1, -(-len(out) // CHUNKS))), work, CHUNKS)
+    for pair, single, into in ((four[:, 0:2], two[:, 0:1], out),
+                               (four[:, 2:4], two[:, 1:2], scratch)):
+        _product(*((pair, single) if four_left else (single, pair)), into)
+    np.add(out, scratch, out=out)
 
 
 def _gemm_by(dtype: type) -> Callable[[np.ndarray, np.ndarray, np.ndarray, bool], None]:

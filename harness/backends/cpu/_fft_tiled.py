@@ -14,7 +14,9 @@ does all the arithmetic and no complex copy of anything is made:
   rows are (frequency, part): a spectrum is stored as `parts` real blocks per frequency;
 - the complex contraction Z = X V as two real GEMMs per frequency: X is stored in four blocks
   (Re, Im, -Im, Re), V in two, so Z = (X0;X1) V0 + (X2;X3) V1 gives (Re Z; Im Z) with no
-  negation pass; the conjugate a correlation needs is folded into the sign of V's DFT.
+  negation pass (fwd takes V X: the weights' own (K, C) layout read untransposed); the
+  conjugate a correlation needs is folded into the sign of V's DFT.
+The tile size per axis is the 5-smooth size the cost model (`Shape.cost`) finds cheapest.
 """
 from __future__ import annotations
 
