@@ -193,8 +193,8 @@ _X_PHASES = "n g cg hs sh ws sw"
 class Fft(CpuAlgorithm):
     name = "fft"
     family = "fft"
-    description = ("overlap-save tiled real 2-D DFTs (as GEMMs) and a per-frequency channel "
-                   "contraction; whole-image pocketfft transforms for depthwise layers")
+    description = ("overlap-save tiles, DFTs and channel contraction as real GEMMs "
+                   "(depthwise: whole-image pocketfft)")
     # Rounding is spread over every transform element, not just the L products an output sums,
     # and the column DFTs (GEMMs) add O(lh) terms where an FFT adds O(log lh). Measured over
     # 3600 random problems per precision (the tests' strategies): fp32 errors a median 0.10 of
