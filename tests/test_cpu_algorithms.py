@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from harness import backends, reference, threads
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_tiled,
+from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_spectra, _fft_tiled,
                                   _fft_tiled_directions, _shifted, _tiles, _winograd_filter,
                                   _workers, direct, fft, im2col, toom_cook, winograd)
 from harness.problem import ConvProblem
@@ -769,6 +769,15 @@ def test_fft_tiled_path_on_odd_shapes(problem: ConvProblem, mode: str, monkeypat
     if mode != "model":
         monkeypatch.setattr(_fft_tiled.Shape, "best", _forced_tiling(mode))
     _check_all(problem, seed=19, names=["fft"])
+
+
+def test_fft_tiled_path_without_openblas(monkeypatch) -> None:
+    """Where NumPy's BLAS is not the bundled OpenBLAS, the kernel transforms' strided GEMMs
+    fall back to np.matmul (strided kernel taps: dilation and stride, groups)."""
+    monkeypatch.setattr(_fft_tiled_directions, "TILED_MIN_PAIRS", 1)
+    monkeypatch.setattr(_fft_spectra, "gemm_into", lambda dtype: None)
+    _check_all(FFT_TILED_PROBLEMS[-1], seed=23, names=["fft"])
+    _check_all(FFT_TILED_PROBLEMS[0], seed=23, names=["fft"])
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)

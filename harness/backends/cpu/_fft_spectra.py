@@ -50,18 +50,13 @@ def contract(four: np.ndarray, two: np.ndarray, out: np.ndarray, scratch: np.nda
     np.add(out, scratch, out=out)
 
 
-def _gemm_by(dtype: type) -> Callable[[np.ndarray, np.ndarray, np.ndarray, bool], None]:
-    """c <- a @ b (or c += a @ b) into a strided view c: BLAS's own, else NumPy's matmul."""
+def _gemm_by(dtype: type) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    """c <- a @ b into a strided view c (a row of a tap-major buffer): BLAS's own GEMM, which
+    writes such a view in place, else NumPy's matmul (correct, maybe through a copy)."""
     gemm = gemm_into(dtype)
-    if gemm is not None:
-        return gemm
-
-    def fallback(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -> None:
-        if accumulate:
-            c += a @ b
-        else:
-            np.matmul(a, b, out=c)
-    return fallback
+    if gemm is None:
+        return lambda a, b, c: np.matmul(a, b, out=c)
+    return lambda a, b, c: gemm(a, b, c, False)
 
 
 class KernelForward:
@@ -87,7 +82,7 @@ class KernelForward:
         by_row = staged.reshape(2 * self.f2, self.rs, planes)
         for i in range(self.rs):
             tap_row = self.rs - 1 - i if self.flip else i
-            self.gemm(self.cols, taps[:, tap_row, :].T, by_row[:, i, :], False)
+            self.gemm(self.cols, taps[:, tap_row, :].T, by_row[:, i, :])
         np.matmul(self.rows, staged.reshape(self.f2, 2 * self.rs, planes),
                   out=out.reshape(self.f2, 2 * self.th, planes))
 
@@ -112,4 +107,4 @@ class KernelInverse:
                   out=staged.reshape(self.f2, 2 * self.rs, planes))
         by_row = staged.reshape(2 * self.f2, self.rs, planes)
         for i in range(self.rs):
-            self.gemm(by_row[:, i, :].T, self.cols_t, out[:, i, :], False)
+            self.gemm(by_row[:, i, :].T, self.cols_t, out[:, i, :])
