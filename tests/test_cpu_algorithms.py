@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 from harness import backends, reference, threads
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import (_blas, _columns, _shifted, _tiles, _winograd_filter, _workers,
-                                  direct, fft, im2col, toom_cook, winograd)
+from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_spectra, _fft_tiled,
+                                  _fft_tiled_directions, _shifted, _tiles, _winograd_filter,
+                                  _workers, direct, fft, im2col, toom_cook, winograd)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -258,7 +259,7 @@ def test_fast_size_is_the_smallest_5_smooth_size() -> None:
         return n == 1
 
     for n in range(1, 400):
-        size = fft.fast_size(n)
+        size = _fft_lowering.fast_size(n)
         assert size >= n and smooth(size)
         assert not any(smooth(m) for m in range(n, size))
 
@@ -731,6 +732,75 @@ def test_fft_large_kernel_layer_within_tolerance() -> None:
     of reduction (C*R*S = 1936), where rounding over the 38x40 transform has room to grow."""
     _check_all(ConvProblem(1, 16, 28, 28, 16, 11, 11, pad_top=5, pad_left=5, pad_bottom=5,
                            pad_right=5), seed=17, names=["fft"])
+
+
+# The tiled path (_fft_tiled.py) on the odd shapes, every problem forced onto it, with the
+# cost model's tiling and with tilings chosen to reach its edges: one output per tile (the
+# kernel reaches over many tiles' outputs, m = 1 < r - 1), tiles that do not divide the output
+# (m = r + 1 where that leaves a remainder), and a single tile covering the whole output.
+FFT_TILED_PROBLEMS = FFT_ODD_PROBLEMS + [
+    ConvProblem(2, 16, 23, 19, 16, 7, 5, pad_top=3, pad_left=2, pad_bottom=3, pad_right=2),
+    ConvProblem(1, 8, 20, 17, 12, 3, 5, stride_h=2, stride_w=2, pad_top=1, pad_left=2,
+                pad_bottom=1, pad_right=2, dilation_w=2, groups=2),
+]
+
+
+def _forced_tiling(mode: str):
+    def best(shape: _fft_tiled.Shape) -> _fft_tiled.Tiling:
+        if mode == "single":
+            return shape.tiling(shape.out_h + shape.rs - 1, shape.out_w + shape.ss - 1)
+        if mode == "one_output":
+            return shape.tiling(shape.rs, shape.ss)
+        ragged = [(r + m - 1) for r, out in ((shape.rs, shape.out_h), (shape.ss, shape.out_w))
+                  for m in [r + 1 if out % (r + 1) else r + 2]]
+        return shape.tiling(*ragged)
+    return best
+
+
+def _no_whole_image(*args, **kwargs):
+    raise AssertionError("the whole-image FFT path ran where the tiled one was forced")
+
+
+@pytest.mark.parametrize("mode", ["model", "one_output", "ragged", "single"])
+@pytest.mark.parametrize("problem", FFT_TILED_PROBLEMS, ids=lambda p: p.short_shape)
+def test_fft_tiled_path_on_odd_shapes(problem: ConvProblem, mode: str, monkeypatch) -> None:
+    monkeypatch.setattr(_fft_tiled_directions, "TILED_MIN_PAIRS", 1)
+    monkeypatch.setattr(fft, "_Buffers", _no_whole_image)
+    if mode != "model":
+        monkeypatch.setattr(_fft_tiled.Shape, "best", _forced_tiling(mode))
+    _check_all(problem, seed=19, names=["fft"])
+
+
+def test_fft_tiled_path_without_openblas(monkeypatch) -> None:
+    """Where NumPy's BLAS is not the bundled OpenBLAS, the kernel transforms' strided GEMMs
+    fall back to np.matmul (strided kernel taps: dilation and stride, groups)."""
+    monkeypatch.setattr(_fft_tiled_directions, "TILED_MIN_PAIRS", 1)
+    monkeypatch.setattr(_fft_spectra, "gemm_into", lambda dtype: None)
+    _check_all(FFT_TILED_PROBLEMS[-1], seed=23, names=["fft"])
+    _check_all(FFT_TILED_PROBLEMS[0], seed=23, names=["fft"])
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("problem", FFT_TILED_PROBLEMS, ids=lambda p: p.short_shape)
+def test_fft_tiling_covers_the_output(problem: ConvProblem, direction: str) -> None:
+    """The model's tiling: transforms at least the kernel, 5-smooth, and tiles of m = t - r + 1
+    outputs reaching past the output (bwd_data's output is the phase input)."""
+    shape = _fft_tiled.Shape.of(problem, _fft_lowering.Lowering.of(problem), direction)
+    t = shape.best()
+    for size, kernel, per_tile, count, out in ((t.th, shape.rs, t.mh, t.nh, shape.out_h),
+                                               (t.tw, shape.ss, t.mw, t.nw, shape.out_w)):
+        assert size >= kernel and _fft_lowering.fast_size(size) == size
+        assert per_tile == size - kernel + 1
+        assert (count - 1) * per_tile < out <= count * per_tile
+
+
+def test_fft_takes_tiles_on_the_large_kernel_layers_and_not_depthwise() -> None:
+    from harness.suite import load_suite
+    for p in load_suite("large_kernel").problems:
+        assert _fft_tiled_directions.pays(p)
+    depthwise = ConvProblem(1, 64, 56, 56, 64, 7, 7, pad_top=3, pad_left=3, pad_bottom=3,
+                            pad_right=3, groups=64)
+    assert not _fft_tiled_directions.pays(depthwise)
 
 
 def test_large_kernel_suite_holds_same_padded_large_kernels() -> None:

@@ -1,12 +1,12 @@
 """FFT convolution: real 2-D FFTs (NumPy's pocketfft) and a per-frequency channel contraction.
 
-Every problem is lowered to a stride-1, undilated correlation first, so one core serves all
-shapes and all three directions exactly:
-- dilation: the kernel is spread out with zeros (R -> (R-1)*dilation+1 taps);
-- stride s: polyphase split. y[p] = sum_r x[p*s + r] w[r] equals, with r = i*s + a,
-  sum_a sum_i x_a[p + i] w_a[i], where x_a[u] = x[u*s + a] and w_a[i] = w[i*s + a]: a stride-1
-  correlation over s*s times as many channels with a kernel s*s times smaller. Strided layers
-  (the DeepBench speech layers are stride 2) thus cost no more FFT work than stride-1 ones.
+Every problem is lowered to a stride-1, undilated correlation first (_fft_lowering.py: dilation
+spreads the kernel, a stride splits it into phases), so one core serves all shapes and all
+three directions exactly. Two paths: with several channels per group (tiled.pays), the
+overlap-save tiled transform of _fft_tiled.py, whose kernel spectrum has t x (t/2+1) rather
+than L x (L/2+1) frequencies and whose per-frequency contraction is a GEMM over images and
+tiles; otherwise (depthwise and near it) the whole-image transform below.
+
 Transform sizes cover the padded (phase) input and are rounded up to 5-smooth sizes, which
 pocketfft transforms fastest; circular wrap-around never reaches the kept outputs because a
 correlation's valid part needs no more than the input length.
@@ -23,13 +23,14 @@ more in call overhead than in arithmetic, a broadcast multiply-add.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from harness.reference import ProblemData
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
                                           nbytes, workspace_of)
+from harness.backends.cpu import _fft_tiled_directions as tiled
+from harness.backends.cpu._fft_lowering import Lowering as _Lowering, taps
 from harness.problem import ConvProblem
 from harness.sweep import Point
 
@@ -41,50 +42,6 @@ ROW_GEMM_MAX = 256
 # depthwise layers (1 x 1 GEMMs) want it; DeepSpeech layer 1 (8x4 @ 4x32) already does not
 # (62 ms against 15 ms for the GEMMs).
 ELEMENTWISE_MAX_WORK = 8
-
-
-def fast_size(n: int) -> int:
-    """The smallest 2^a 3^b 5^c >= n."""
-    best = 1 << max(0, (n - 1).bit_length())
-    p5 = 1
-    while p5 < best:
-        p35 = p5
-        while p35 < best:
-            size = p35
-            while size < n:
-                size *= 2
-            best = min(best, size)
-            p35 *= 3
-        p5 *= 5
-    return best
-
-
-@dataclass(frozen=True)
-class _Lowering:
-    """Geometry of the stride-1 correlation a problem is lowered to."""
-    sh: int
-    sw: int
-    hs: int          # phase-input height/width: ceil(padded / stride)
-    ws: int
-    rs: int          # phase-kernel height/width: ceil(dilated kernel / stride)
-    ss: int
-    lh: int          # transform sizes
-    lw: int
-
-    @property
-    def phases(self) -> int:
-        return self.sh * self.sw
-
-    @property
-    def f2(self) -> int:
-        return self.lw // 2 + 1
-
-    @classmethod
-    def of(cls, p: ConvProblem) -> "_Lowering":
-        sh, sw = p.stride_h, p.stride_w
-        hs, ws = -(-p.padded_h // sh), -(-p.padded_w // sw)
-        return cls(sh, sw, hs, ws, -(-p.effective_kernel_h // sh), -(-p.effective_kernel_w // sw),
-                   fast_size(hs), fast_size(ws))
 
 
 def _sizes(p: ConvProblem, lo: _Lowering) -> dict[str, int]:
@@ -192,8 +149,7 @@ class _KernelTransform:
 
     def __init__(self, p: ConvProblem, lo: _Lowering, cplx: type):
         self.lo = lo
-        self.taps = [(r, s, *divmod(r * p.dilation_h, lo.sh), *divmod(s * p.dilation_w, lo.sw))
-                     for r in range(p.kernel_h) for s in range(p.kernel_w)]
+        self.taps = taps(p, lo)
         self.e_rows = _dft(lo.rs, lo.lh, cplx)                 # (lh x rs)
         self.e_cols = _dft(lo.ss, lo.lw, cplx)[:lo.f2]         # (f2 x ss) of a real signal
         self.einv_rows = _idft(lo.rs, lo.lh, cplx)             # (rs x lh)
@@ -237,17 +193,23 @@ _X_PHASES = "n g cg hs sh ws sw"
 class Fft(CpuAlgorithm):
     name = "fft"
     family = "fft"
-    description = "real 2-D FFTs (pocketfft) and a per-frequency channel contraction"
+    description = ("overlap-save tiles, DFTs and channel contraction as real GEMMs "
+                   "(depthwise: whole-image pocketfft)")
     # Rounding is spread over every transform element, not just the L products an output sums,
     # and the column DFTs (GEMMs) add O(lh) terms where an FFT adds O(log lh). Measured over
     # 3600 random problems per precision (the tests' strategies): fp32 errors a median 0.10 of
     # the factor-1 tolerance (2x the GEMM algorithms' 0.05), at most 0.93; fp64 a median 0.24,
     # at most 6.8 (7.0 by a targeted search), on problems that keep one column of a 4-wide
-    # transform, where the error of all outputs lands on the few kept. 16 covers that; a wrong
-    # index still errs about 1e5 times more.
+    # transform, where the error of all outputs lands on the few kept. The tiled path (tile-sized
+    # DFTs as GEMMs in split real arithmetic), measured the same way with
+    # TILED_MIN_PAIRS at 1 (10,800 results per precision): fp32 a median 0.098, at most 1.6;
+    # fp64 a median 0.20, at most 3.6. 16 covers both; a wrong index still errs about 1e5
+    # times more.
     error_factor = 16.0
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        if tiled.pays(point.problem):
+            return tiled.fwd(point, data, dtype)
         p, lo = point.problem, _Lowering.of(point.problem)
         b = _Buffers(point, _sizes(p, lo), dtype, {
             "xpad": _X_PHASES, "wt": "rs ss g cg sh sw kg", "z": "n g kg p lw",
@@ -283,6 +245,8 @@ class Fft(CpuAlgorithm):
         return CpuPrepared(y, kernel, b.workspace)
 
     def bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        if tiled.pays(point.problem):
+            return tiled.bwd_data(point, data, dtype)
         p, lo = point.problem, _Lowering.of(point.problem)
         b = _Buffers(point, _sizes(p, lo), dtype, {
             "dxpad": _X_PHASES, "wt": "rs ss g kg cg sh sw", "dxph": "n g cg sh sw hs lw",
@@ -318,6 +282,8 @@ class Fft(CpuAlgorithm):
         return CpuPrepared(dx, kernel, b.workspace)
 
     def bwd_filter(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        if tiled.pays(point.problem):
+            return tiled.bwd_filter(point, data, dtype)
         p, lo = point.problem, _Lowering.of(point.problem)
         b = _Buffers(point, _sizes(p, lo), dtype, {
             "xpad": _X_PHASES, "dwt": "rs ss g kg cg sh sw",
