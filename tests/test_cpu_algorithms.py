@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from harness import backends, reference, threads
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import (_blas, _columns, _shifted, _tiles, _winograd_filter, _workers,
-                                  direct, fft, im2col, toom_cook, winograd)
+from harness.backends.cpu import (_blas, _columns, _im2col_filter, _shifted, _tiles,
+                                  _winograd_filter, _workers, direct, fft, im2col, toom_cook, winograd)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -368,6 +368,29 @@ def test_im2col_phase_planes_on_odd_strided_shapes(problem: ConvProblem, flat: b
     if problem.out_channels < 2 * problem.in_channels:
         monkeypatch.setattr(im2col, "_col2im", _col2im_forbidden)
     _check_all(problem, seed=5, names=["im2col"])
+
+
+# bwd_filter's GEMM in both operand orders, stride 1 too (a 1x1 kernel whose plane is the column
+# matrix, a K > C*R*S layer), over many blocks (each GEMM adds to the last) and through NumPy
+# where the bundled OpenBLAS's accumulating GEMM is missing.
+FILTER_PROBLEMS = STRIDED_PROBLEMS + [
+    ConvProblem(2, 3, 7, 9, 40, 2, 3, pad_top=1, pad_right=2),   # K > C*R*S
+    ConvProblem(3, 6, 5, 6, 4, 1, 1, groups=2),
+]
+
+
+@pytest.mark.parametrize("blas", [True, False])
+@pytest.mark.parametrize("max_filters", [0, 1 << 20])  # dW = dy col^T / dW^T = col dy^T
+@pytest.mark.parametrize("problem", FILTER_PROBLEMS, ids=lambda p: p.short_shape)
+def test_im2col_filter_gradient_in_both_operand_orders(problem: ConvProblem, max_filters: int,
+                                                       blas: bool, monkeypatch) -> None:
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", 1500)
+    monkeypatch.setattr(_im2col_filter, "TRANSPOSED_MAX_FILTERS", max_filters)
+    if not blas:
+        monkeypatch.setattr(_im2col_filter, "gemm_into", lambda dtype: None)
+    for precision in ("fp64", "fp32"):
+        error, limit = _run("im2col", problem, "bwd_filter", precision, seed=9)
+        assert error <= limit, f"bwd_filter {precision} on {problem}: {error:.3e} > {limit:.3e}"
 
 
 def _naive_columns(p: ConvProblem, x: np.ndarray, taps: np.ndarray) -> np.ndarray:

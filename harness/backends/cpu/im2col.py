@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from harness.reference import ProblemData
-from harness.backends.cpu import _shifted
+from harness.backends.cpu import _im2col_filter, _shifted
 from harness.backends.cpu._columns import AxisPhase, axis_phases, Columns
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                           tap_cols, tap_rows, workspace_of)
@@ -296,37 +296,29 @@ def _col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: 
 
 def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray,
                      dtype: type) -> CpuPrepared:
-    """dW = dy col^T, accumulated over blocks of whole images, col gathered as in fwd.
+    """dW = dy col^T (or its transpose, _im2col_filter says when), accumulated over blocks of
+    output rows, col gathered as in fwd.
 
     With the flat column matrix the junk columns of col meet zeros in dy's copy, so they add
     nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
     columns = Columns.of(p)
-    g, kg, k = p.groups, p.filters_per_group, p.out_channels
-    taps = p.kernel_h * p.kernel_w
-    images, _ = _blocks(p, _row_bytes(p, columns, dtype), True)
-    block_columns = _max_len(images) * p.out_h * columns.kept
+    k, taps = p.out_channels, p.kernel_h * p.kernel_w
+    images, rows = _blocks(p, _row_bytes(p, columns, dtype), True)
+    block_columns = _max_len(images) * _max_len(rows) * columns.kept
     dw = np.empty(p.weight_shape, dtype)
-    shapes = {"planes": columns.planes_shape, "col": (columns.column_elements(block_columns),),
-              "dy": (k * block_columns,), "partial": (g, kg, p.channels_per_group * taps)}
+    taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)
+    shapes = {"planes": columns.planes_shape,
+              **_im2col_filter.scratch_shapes(p, columns, block_columns)}
     if not columns.natural_order:
-        shapes["dw_taps"] = shapes["partial"]
+        shapes["dw_taps"] = taps_shape
     buf = allocate(point, dtype, shapes)
-    planes, col_flat, dy_flat, partial = buf["planes"], buf["col"], buf["dy"], buf["partial"]
-    dw_taps = buf.get("dw_taps", dw.reshape(partial.shape))
+    dw_taps = buf.get("dw_taps", dw.reshape(taps_shape))
+    blocks = [(n0, ni, p0, pr) for n0, ni in images for p0, pr in rows]
+    gradient = _im2col_filter.bind(columns, blocks, x, dy, buf, dw_taps)
     inverse = np.argsort(columns.tap_order)
 
     def kernel() -> None:
-        columns.fill_planes(planes, x)
-        for i, (n0, ni) in enumerate(images):
-            col = columns.gather(planes, col_flat, n0, ni, 0, p.out_h)
-            cols = col.shape[1]
-            dyb = dy_flat[:k * cols].reshape(k, ni, p.out_h, columns.kept)
-            np.copyto(dyb[..., :p.out_w], dy[n0:n0 + ni].transpose(1, 0, 2, 3))
-            dyb[..., p.out_w:] = 0
-            np.matmul(dyb.reshape(g, kg, cols), col.reshape(g, -1, cols).swapaxes(1, 2),
-                      out=dw_taps if i == 0 else partial)
-            if i:
-                np.add(dw_taps, partial, out=dw_taps)
+        gradient()
         if "dw_taps" in buf:
             np.take(dw_taps.reshape(k, p.channels_per_group, taps), inverse, axis=2,
                     out=dw.reshape(k, p.channels_per_group, taps))

@@ -1,0 +1,81 @@
+"""im2col's bwd_filter GEMMs (harness/backends/cpu/im2col.py plans the blocks): per block of
+output rows, dW += dy (K x cols) @ col^T, or dW^T (C*R*S x K) += col @ dy^T where the column
+matrix is the deeper operand (`transposed`).
+
+Both forms accumulate in BLAS (beta = 1: no partial and no add pass per block, and blocks need
+not be whole images). The operand order matters for these skinny GEMMs with long reductions:
+OpenBLAS runs best with the longer of the result's two sides as M. Measured on the 2-core Intel
+Xeon VM (OpenBLAS 0.3.31, 2 threads, 2026-11-24; dy @ col^T / col @ dy^T, GFLOP/s): DeepBench
+row 6 (K = 32, C*R*S = 1600) 140 / 190, row 2 (32, 100) 95 / 127, row 61 (512, 6400) 344 / 400,
+ResNet-50 res2a (64, 576) 211 / 252; where C*R*S < K the other way round: row 55 (64, 25) 100 /
+85, VGG conv1_1 (64, 27) 91 / 85.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from harness.backends.cpu._blas import GemmInto, gemm_into
+from harness.backends.cpu._columns import Columns
+from harness.problem import ConvProblem
+
+# dW^T where the filters are this few (and the column matrix's rows more): measured as in the
+# module's docstring, DeepBench row 61 (512 filters) ran 1.39x slower as dW^T in place (rows
+# 2 and 6, 32 filters, 1.15-1.18x faster).
+TRANSPOSED_MAX_FILTERS = 64
+
+
+def transposed(p: ConvProblem) -> bool:
+    """Whether dW^T = col @ dy^T: the column matrix's rows (M) outnumber the filters (N)."""
+    kg = p.filters_per_group
+    return kg <= TRANSPOSED_MAX_FILTERS and p.channels_per_group * p.kernel_h * p.kernel_w >= kg
+
+
+def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int) -> dict[str, tuple]:
+    """A block's column matrix and dy columns, and dW^T where the GEMM leaves it."""
+    shapes = {"col": (columns.column_elements(block_columns),),
+              "dy": (p.out_channels * block_columns,)}
+    if transposed(p):
+        shapes["dw_t"] = (p.groups, p.channels_per_group * p.kernel_h * p.kernel_w,
+                          p.filters_per_group)
+    return shapes
+
+
+def _numpy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -> None:
+    """gemm_into's contract where NumPy's BLAS is not the bundled OpenBLAS."""
+    if accumulate:
+        c += a @ b
+    else:
+        np.matmul(a, b, out=c)
+
+
+def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], x: np.ndarray,
+         dy: np.ndarray, buf: dict[str, np.ndarray], dw_taps: np.ndarray) -> Callable[[], None]:
+    """The launch: dw_taps (G, Kg, Cg*taps, taps in the column matrix's order) <- the filter
+    gradient, block by block ((n0, images, p0, rows) of dy), through buf's planes, col, dy and
+    dw_t (scratch_shapes)."""
+    p = columns.p
+    g, kg, k, kept = p.groups, p.filters_per_group, p.out_channels, columns.kept
+    gemm: GemmInto = gemm_into(x.dtype) or _numpy_gemm
+    planes, col_flat, dy_flat = buf["planes"], buf["col"], buf["dy"]
+    dw_t = buf.get("dw_t")
+
+    def kernel() -> None:
+        columns.fill_planes(planes, x)
+        for i, (n0, ni, p0, pr) in enumerate(blocks):
+            col = columns.gather(planes, col_flat, n0, ni, p0, pr)
+            cols = col.shape[1]
+            dyb = dy_flat[:k * cols].reshape(k, ni, pr, kept)
+            np.copyto(dyb[..., :p.out_w], dy[n0:n0 + ni, :, p0:p0 + pr].transpose(1, 0, 2, 3))
+            dyb[..., p.out_w:] = 0    # the flat matrix's gap columns must add nothing
+            dyb, col = dyb.reshape(g, kg, cols), col.reshape(g, -1, cols)
+            for j in range(g):
+                if dw_t is None:
+                    gemm(dyb[j], col[j].T, dw_taps[j], i > 0)
+                else:
+                    gemm(col[j], dyb[j].T, dw_t[j], i > 0)
+        if dw_t is not None:
+            np.copyto(dw_taps, dw_t.transpose(0, 2, 1))
+
+    return kernel
