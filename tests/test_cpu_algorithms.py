@@ -370,7 +370,8 @@ def test_im2col_phase_planes_on_odd_strided_shapes(problem: ConvProblem, flat: b
     _check_all(problem, seed=5, names=["im2col"])
 
 
-# bwd_filter's GEMM in both operand orders, stride 1 too (a 1x1 kernel whose plane is the column
+# bwd_filter's GEMM in both operand orders, dy read in place (exact windows) or copied (flat),
+# stride 1 too (a 1x1 kernel whose plane is the column
 # matrix, a K > C*R*S layer, a grouped 3x3 whose bwd_data runs as correlations), over many blocks (each GEMM adds to the last) and through NumPy
 # where the bundled OpenBLAS's accumulating GEMM is missing.
 FILTER_PROBLEMS = STRIDED_PROBLEMS + [
@@ -380,15 +381,23 @@ FILTER_PROBLEMS = STRIDED_PROBLEMS + [
 ]
 
 
+@pytest.mark.parametrize("block_bytes", [1500, im2col.BLOCK_BYTES])  # one image / all a block
+@pytest.mark.parametrize("in_place", [True, False])  # dy read in place / copied
 @pytest.mark.parametrize("blas", [True, False])
 @pytest.mark.parametrize("max_filters", [0, 1 << 20])  # dW = dy col^T / dW^T = col dy^T
 @pytest.mark.parametrize("problem", FILTER_PROBLEMS, ids=lambda p: p.short_shape)
 def test_im2col_filter_gradient_in_both_operand_orders(problem: ConvProblem, max_filters: int,
-                                                       blas: bool, monkeypatch) -> None:
-    monkeypatch.setattr(im2col, "BLOCK_BYTES", 1500)
+                                                       blas: bool, in_place: bool,
+                                                       block_bytes: int, monkeypatch) -> None:
+    _force_column_layout(monkeypatch, flat=True)
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(_in_place, "MIN_COLUMNS", 1 if in_place else 10**9)
     monkeypatch.setattr(_im2col_filter, "TRANSPOSED_MAX_FILTERS", max_filters)
     if not blas:
         monkeypatch.setattr(_im2col_filter, "gemm_into", lambda dtype: None)
+    columns = _im2col_filter.columns_for(problem, np.float64)
+    assert _im2col_filter.reads_dy_in_place(columns, np.float64) == (
+        in_place and blas and not columns.plane_is_column_matrix)
     for precision in ("fp64", "fp32"):
         error, limit = _run("im2col", problem, "bwd_filter", precision, seed=9)
         assert error <= limit, f"bwd_filter {precision} on {problem}: {error:.3e} > {limit:.3e}"

@@ -12,10 +12,12 @@ ResNet-50 res2a (64, 576) 211 / 252; where C*R*S < K the other way round: row 55
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
+from harness.backends.cpu import _in_place
 from harness.backends.cpu._blas import GemmInto, gemm_into
 from harness.backends.cpu._columns import Columns
 from harness.problem import ConvProblem
@@ -32,10 +34,31 @@ def transposed(p: ConvProblem) -> bool:
     return kg <= TRANSPOSED_MAX_FILTERS and p.channels_per_group * p.kernel_h * p.kernel_w >= kg
 
 
-def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int) -> dict[str, tuple]:
-    """A block's column matrix and dy columns, and dW^T where the GEMM leaves it."""
-    shapes = {"col": (columns.column_elements(block_columns),),
-              "dy": (p.out_channels * block_columns,)}
+def columns_for(p: ConvProblem, dtype: type) -> Columns:
+    """Exact windows where dy can be read in place (`reads_dy_in_place`), the rule of
+    Columns.of elsewhere."""
+    columns = Columns.of(p)
+    exact = replace(columns, kept=p.out_w)
+    return exact if reads_dy_in_place(exact, dtype) else columns
+
+
+def reads_dy_in_place(columns: Columns, dtype: type) -> bool:
+    """Whether each image's GEMM reads dy[n] (K x P*Q) as it stands, not a copy with gap zeros:
+    exact windows, a plane that is not the column matrix already, an accumulating BLAS and GEMMs
+    wide enough per image (harness/backends/cpu/_in_place.py's guard; blocks are whole images
+    here). The copy was as large as the gather where K > C*R*S (VGG conv1_1, DeepBench row 55)."""
+    p = columns.p
+    return (columns.kept == p.out_w and not columns.plane_is_column_matrix
+            and gemm_into(dtype) is not None and _in_place.wide_enough(p.out_h * p.out_w))
+
+
+def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int,
+                   dtype: type) -> dict[str, tuple]:
+    """A block's column matrix, its dy columns unless read in place, and dW^T where the GEMM
+    leaves it."""
+    shapes = {"col": (columns.column_elements(block_columns),)}
+    if not reads_dy_in_place(columns, dtype):
+        shapes["dy"] = (p.out_channels * block_columns,)
     if transposed(p):
         shapes["dw_t"] = (p.groups, p.channels_per_group * p.kernel_h * p.kernel_w,
                           p.filters_per_group)
@@ -56,25 +79,36 @@ def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], x: np.ndarra
     gradient, block by block ((n0, images, p0, rows) of dy), through buf's planes, col, dy and
     dw_t (scratch_shapes)."""
     p = columns.p
-    g, kg, k, kept = p.groups, p.filters_per_group, p.out_channels, columns.kept
+    g, kg, k = p.groups, p.filters_per_group, p.out_channels
     gemm: GemmInto = gemm_into(x.dtype) or _numpy_gemm
-    planes, col_flat, dy_flat = buf["planes"], buf["col"], buf["dy"]
+    planes, col_flat = buf["planes"], buf["col"]
     dw_t = buf.get("dw_t")
+    in_place = reads_dy_in_place(columns, x.dtype)
+
+    def operands(col: np.ndarray, n0: int, ni: int, p0: int, pr: int) -> list[tuple]:
+        """(columns, dy) GEMM operand pairs of a block: per image where dy is read in place."""
+        if in_place:
+            pq = p.out_h * p.out_w
+            return [(col[:, i * pq:(i + 1) * pq], dy[n0 + i].reshape(k, pq)) for i in range(ni)]
+        cols = col.shape[1]
+        dyb = buf["dy"][:k * cols].reshape(k, ni, pr, columns.kept)
+        np.copyto(dyb[..., :p.out_w], dy[n0:n0 + ni, :, p0:p0 + pr].transpose(1, 0, 2, 3))
+        dyb[..., p.out_w:] = 0    # the flat matrix's gap columns must add nothing
+        return [(col, dyb.reshape(k, cols))]
 
     def kernel() -> None:
         columns.fill_planes(planes, x)
-        for i, (n0, ni, p0, pr) in enumerate(blocks):
+        first = True
+        for n0, ni, p0, pr in blocks:
             col = columns.gather(planes, col_flat, n0, ni, p0, pr)
-            cols = col.shape[1]
-            dyb = dy_flat[:k * cols].reshape(k, ni, pr, kept)
-            np.copyto(dyb[..., :p.out_w], dy[n0:n0 + ni, :, p0:p0 + pr].transpose(1, 0, 2, 3))
-            dyb[..., p.out_w:] = 0    # the flat matrix's gap columns must add nothing
-            dyb, col = dyb.reshape(g, kg, cols), col.reshape(g, -1, cols)
-            for j in range(g):
-                if dw_t is None:
-                    gemm(dyb[j], col[j].T, dw_taps[j], i > 0)
-                else:
-                    gemm(col[j], dyb[j].T, dw_t[j], i > 0)
+            for col_i, dy_i in operands(col, n0, ni, p0, pr):
+                col_i, dy_i = col_i.reshape(g, -1, col_i.shape[1]), dy_i.reshape(g, kg, -1)
+                for j in range(g):
+                    if dw_t is None:
+                        gemm(dy_i[j], col_i[j].T, dw_taps[j], not first)
+                    else:
+                        gemm(col_i[j], dy_i[j].T, dw_t[j], not first)
+                first = False
         if dw_t is not None:
             np.copyto(dw_taps, dw_t.transpose(0, 2, 1))
 

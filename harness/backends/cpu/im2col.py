@@ -315,14 +315,14 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
 
     With the flat column matrix the junk columns of col meet zeros in dy's copy, so they add
     nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
-    columns = Columns.of(p)
+    columns = _im2col_filter.columns_for(p, dtype)
     k, taps = p.out_channels, p.kernel_h * p.kernel_w
     images, rows = _blocks(p, _row_bytes(p, columns, dtype), True)
     block_columns = _max_len(images) * _max_len(rows) * columns.kept
     dw = np.empty(p.weight_shape, dtype)
     taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)
     shapes = {"planes": columns.planes_shape,
-              **_im2col_filter.scratch_shapes(p, columns, block_columns)}
+              **_im2col_filter.scratch_shapes(p, columns, block_columns, dtype)}
     if not columns.natural_order:
         shapes["dw_taps"] = taps_shape
     buf = allocate(point, dtype, shapes)
