@@ -24,7 +24,8 @@ from harness import backends, reference, threads
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
 from harness.backends.cpu import (_blas, _columns, _im2col_filter, _in_place, _shifted, _tiles,
-                                  _winograd_filter, _workers, direct, fft, im2col, toom_cook, winograd)
+                                  _winograd_filter, _workers, direct, fft, im2col, toom_cook,
+                                  winograd)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -371,9 +372,9 @@ def test_im2col_phase_planes_on_odd_strided_shapes(problem: ConvProblem, flat: b
 
 
 # bwd_filter's GEMM in both operand orders, dy read in place (exact windows) or copied (flat),
-# stride 1 too (a 1x1 kernel whose plane is the column
-# matrix, a K > C*R*S layer, a grouped 3x3 whose bwd_data runs as correlations), over many blocks (each GEMM adds to the last) and through NumPy
-# where the bundled OpenBLAS's accumulating GEMM is missing.
+# stride 1 too (a 1x1 kernel whose plane is the column matrix, a K > C*R*S layer, a grouped 3x3
+# whose bwd_data runs as correlations), over many blocks (each GEMM adds to the last) and
+# through NumPy where the bundled OpenBLAS's accumulating GEMM is missing.
 FILTER_PROBLEMS = STRIDED_PROBLEMS + [
     ConvProblem(2, 3, 7, 9, 40, 2, 3, pad_top=1, pad_right=2),   # K > C*R*S
     ConvProblem(3, 6, 5, 6, 4, 1, 1, groups=2),

@@ -1,14 +1,15 @@
-"""im2col's bwd_filter GEMMs (harness/backends/cpu/im2col.py plans the blocks): per block of
-output rows, dW += dy (K x cols) @ col^T, or dW^T (C*R*S x K) += col @ dy^T where the column
-matrix is the deeper operand (`transposed`).
+"""im2col's bwd_filter GEMMs (harness/backends/cpu/im2col.py plans the blocks of whole images):
+per block, dW += dy (K x cols) @ col^T, or dW^T (C*R*S x K) += col @ dy^T where the filters are
+few (`transposed`); dy read in place where it can be (`reads_dy_in_place`).
 
-Both forms accumulate in BLAS (beta = 1: no partial and no add pass per block, and blocks need
-not be whole images). The operand order matters for these skinny GEMMs with long reductions:
-OpenBLAS runs best with the longer of the result's two sides as M. Measured on the 2-core Intel
-Xeon VM (OpenBLAS 0.3.31, 2 threads, 2026-11-24; dy @ col^T / col @ dy^T, GFLOP/s): DeepBench
-row 6 (K = 32, C*R*S = 1600) 140 / 190, row 2 (32, 100) 95 / 127, row 61 (512, 6400) 344 / 400,
-ResNet-50 res2a (64, 576) 211 / 252; where C*R*S < K the other way round: row 55 (64, 25) 100 /
-85, VGG conv1_1 (64, 27) 91 / 85.
+Both forms accumulate in BLAS (beta = 1: no partial and no add pass per block). The operand
+order matters for these skinny GEMMs with long reductions: in a scratch loop on the 2-core Intel
+Xeon VM (OpenBLAS 0.3.31, 2 threads, 2026-11-24; dy @ col^T / col @ dy^T, GFLOP/s) DeepBench
+row 6 (K = 32, C*R*S = 1600) ran 140 / 190, row 2 (32, 100) 95 / 127, ResNet-50 res2a (64, 576)
+211 / 252; row 55 (64, 25) 100 / 85 and VGG conv1_1 (64, 27) 91 / 85 the other way round. Row
+61 (512, 6400) measured 344 / 400 there, yet ran 1.39x slower as dW^T in the launch, hence
+TRANSPOSED_MAX_FILTERS. Blocks of output rows instead of whole images (allowed by the
+accumulation) ran 1.08-1.09x slower on rows 2 and 6, a tie elsewhere.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from harness.backends.cpu._columns import Columns
 from harness.problem import ConvProblem
 
 # dW^T where the filters are this few (and the column matrix's rows more): measured as in the
-# module's docstring, DeepBench row 61 (512 filters) ran 1.39x slower as dW^T in place (rows
+# module's docstring, DeepBench row 61 (512 filters) ran 1.39x slower as dW^T in the launch (rows
 # 2 and 6, 32 filters, 1.15-1.18x faster).
 TRANSPOSED_MAX_FILTERS = 64
 
