@@ -392,7 +392,7 @@ def test_im2col_filter_gradient_in_both_operand_orders(problem: ConvProblem, max
                                                        block_bytes: int, monkeypatch) -> None:
     _force_column_layout(monkeypatch, flat=True)
     monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
-    monkeypatch.setattr(_in_place, "MIN_COLUMNS", 1 if in_place else 10**9)
+    monkeypatch.setattr(_im2col_filter, "MIN_IMAGE_COLUMNS", 1 if in_place else 10**9)
     monkeypatch.setattr(_im2col_filter, "TRANSPOSED_MAX_FILTERS", max_filters)
     if not blas:
         monkeypatch.setattr(_im2col_filter, "gemm_into", lambda dtype: None)

@@ -18,7 +18,6 @@ from typing import Callable
 
 import numpy as np
 
-from harness.backends.cpu import _in_place
 from harness.backends.cpu._blas import GemmInto, gemm_into
 from harness.backends.cpu._columns import Columns
 from harness.problem import ConvProblem
@@ -27,6 +26,13 @@ from harness.problem import ConvProblem
 # module's docstring, DeepBench row 61 (512 filters) ran 1.39x slower as dW^T in the launch (rows
 # 2 and 6, 32 filters, 1.15-1.18x faster).
 TRANSPOSED_MAX_FILTERS = 64
+# dy is read in place where each image's GEMM reduces over at least this many pixels (here the
+# image's columns are the GEMM's depth, not its width as in _in_place.MIN_COLUMNS). Measured
+# interleaved as in the module's docstring (5 rounds, load about 1), dy copied / in place:
+# DeepBench rows 2 and 55, VGG conv1_1 (13,000-56,000 pixels an image) 1.19-1.44; row 61 (369)
+# 1.04-1.06; ResNet-50 res3a and VGG conv4_1 (784) 1.01-1.02, conv5_1 (196) 1.02, res4a (196)
+# 0.96; res5a, identical code on both sides, 1.04: from 196 to 784 the effect is in the noise.
+MIN_IMAGE_COLUMNS = 256
 
 
 def transposed(p: ConvProblem) -> bool:
@@ -46,11 +52,11 @@ def columns_for(p: ConvProblem, dtype: type) -> Columns:
 def reads_dy_in_place(columns: Columns, dtype: type) -> bool:
     """Whether each image's GEMM reads dy[n] (K x P*Q) as it stands, not a copy with gap zeros:
     exact windows, a plane that is not the column matrix already, an accumulating BLAS and GEMMs
-    wide enough per image (harness/backends/cpu/_in_place.py's guard; blocks are whole images
-    here). The copy was as large as the gather where K > C*R*S (VGG conv1_1, DeepBench row 55)."""
+    deep enough per image (MIN_IMAGE_COLUMNS; blocks are whole images here). The copy was as
+    large as the gather where K > C*R*S (VGG conv1_1, DeepBench row 55)."""
     p = columns.p
     return (columns.kept == p.out_w and not columns.plane_is_column_matrix
-            and gemm_into(dtype) is not None and _in_place.wide_enough(p.out_h * p.out_w))
+            and gemm_into(dtype) is not None and p.out_h * p.out_w >= MIN_IMAGE_COLUMNS)
 
 
 def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int,
