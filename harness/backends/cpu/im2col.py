@@ -311,7 +311,7 @@ def _col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: 
 def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray,
                      dtype: type) -> CpuPrepared:
     """dW = dy col^T (or its transpose, _im2col_filter says when), accumulated over blocks of
-    output rows, col gathered as in fwd.
+    whole images, col gathered as in fwd.
 
     With the flat column matrix the junk columns of col meet zeros in dy's copy, so they add
     nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
