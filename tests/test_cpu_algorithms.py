@@ -24,8 +24,9 @@ from harness import backends, reference, threads
 from harness import precision as precision_table
 from harness.backends.base import Unsupported, WorkspaceExceeded
 from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_spectra, _fft_tiled,
-                                  _fft_tiled_directions, _shifted, _tiles, _winograd_filter,
-                                  _workers, direct, fft, im2col, toom_cook, winograd)
+                                  _fft_tiled_directions, _im2col_filter, _in_place, _shifted,
+                                  _tiles, _winograd_filter, _workers, direct, fft, im2col,
+                                  toom_cook, winograd)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -369,6 +370,56 @@ def test_im2col_phase_planes_on_odd_strided_shapes(problem: ConvProblem, flat: b
     if problem.out_channels < 2 * problem.in_channels:
         monkeypatch.setattr(im2col, "_col2im", _col2im_forbidden)
     _check_all(problem, seed=5, names=["im2col"])
+
+
+# bwd_filter's GEMM in both operand orders, dy read in place (exact windows) or copied (flat),
+# stride 1 too (a 1x1 kernel whose plane is the column matrix, a K > C*R*S layer, a grouped 3x3
+# whose bwd_data runs as correlations), over many blocks (each GEMM adds to the last) and
+# through NumPy where the bundled OpenBLAS's accumulating GEMM is missing.
+FILTER_PROBLEMS = STRIDED_PROBLEMS + [
+    ConvProblem(2, 3, 7, 9, 40, 2, 3, pad_top=1, pad_right=2),   # K > C*R*S
+    ConvProblem(3, 6, 5, 6, 4, 1, 1, groups=2),
+    ConvProblem(2, 6, 7, 8, 4, 3, 3, pad_top=1, pad_left=2, pad_right=1, groups=2),  # K < 2C
+]
+
+
+@pytest.mark.parametrize("block_bytes", [1500, im2col.BLOCK_BYTES])  # one image / all a block
+@pytest.mark.parametrize("in_place", [True, False])  # dy read in place / copied
+@pytest.mark.parametrize("blas", [True, False])
+@pytest.mark.parametrize("max_filters", [0, 1 << 20])  # dW = dy col^T / dW^T = col dy^T
+@pytest.mark.parametrize("problem", FILTER_PROBLEMS, ids=lambda p: p.short_shape)
+def test_im2col_filter_gradient_in_both_operand_orders(problem: ConvProblem, max_filters: int,
+                                                       blas: bool, in_place: bool,
+                                                       block_bytes: int, monkeypatch) -> None:
+    _force_column_layout(monkeypatch, flat=True)
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(_im2col_filter, "MIN_IMAGE_COLUMNS", 1 if in_place else 10**9)
+    monkeypatch.setattr(_im2col_filter, "TRANSPOSED_MAX_FILTERS", max_filters)
+    if not blas:
+        monkeypatch.setattr(_im2col_filter, "gemm_into", lambda dtype: None)
+    columns = _im2col_filter.columns_for(problem, np.float64)
+    assert _im2col_filter.reads_dy_in_place(columns, np.float64) == (
+        in_place and blas and not columns.plane_is_column_matrix)
+    for precision in ("fp64", "fp32"):
+        error, limit = _run("im2col", problem, "bwd_filter", precision, seed=9)
+        assert error <= limit, f"bwd_filter {precision} on {problem}: {error:.3e} > {limit:.3e}"
+
+
+@pytest.mark.skipif(_blas.gemm_into(np.float32) is None, reason="needs the bundled OpenBLAS")
+@pytest.mark.parametrize("block_bytes", [1500, im2col.BLOCK_BYTES])  # row blocks / image blocks
+@pytest.mark.parametrize("problem", FILTER_PROBLEMS, ids=lambda p: p.short_shape)
+def test_im2col_gemm_writes_y_in_place(problem: ConvProblem, block_bytes: int,
+                                       monkeypatch) -> None:
+    """The column path's GEMM writing y (fwd) and dx (stride-1 bwd_data correlations) in place,
+    image by image and group by group, from flat columns switched to exact windows."""
+    _force_column_layout(monkeypatch, flat=True)
+    monkeypatch.setattr(_in_place, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(_shifted, "MIN_CHANNELS", 10**6)
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
+    plan = im2col._Correlation.of(problem, np.float32, np.empty(problem.output_shape, np.float32))
+    assert plan.in_place != plan.columns.plane_is_column_matrix
+    assert plan.columns.kept == problem.out_w or not plan.in_place
+    _check_all(problem, seed=13, names=["im2col"])
 
 
 def _naive_columns(p: ConvProblem, x: np.ndarray, taps: np.ndarray) -> np.ndarray:

@@ -42,7 +42,8 @@ from typing import Callable
 import numpy as np
 
 from harness.reference import ProblemData
-from harness.backends.cpu import _shifted
+from harness.backends.cpu import _im2col_filter, _in_place, _shifted
+from harness.backends.cpu._blas import gemm_into
 from harness.backends.cpu._columns import AxisPhase, axis_phases, Columns
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                           tap_cols, tap_rows, workspace_of)
@@ -103,9 +104,13 @@ class _Correlation:
     images: list[tuple[int, int]]
     row_blocks: list[tuple[int, int]]
     shifted: bool = False
+    in_place: bool = False
 
     @classmethod
-    def of(cls, p: ConvProblem, dtype: type) -> "_Correlation":
+    def of(cls, p: ConvProblem, dtype: type, y: np.ndarray | None = None) -> "_Correlation":
+        """The plan for writing into `y`: exact windows where the GEMM can fill y in place
+        (harness/backends/cpu/_in_place.py), flat columns where they pay (_columns) elsewhere
+        or where y is not given."""
         columns = Columns.of(p)
         # Shifted blocks are sized by the GEMM's output block. Measured interleaved on the
         # 2-core Intel Xeon VM (2026-11-24): 8 MiB ran as fast as 32 MiB on ResNet-50 res2a,
@@ -115,6 +120,11 @@ class _Correlation:
                                            * np.dtype(dtype).itemsize, False), True)
         if _shifted.shifted_pays(p, columns, dtype, shifted.block_columns):
             return shifted
+        exact = None if y is None else _in_place.exact_where_in_place(columns, y)
+        if exact is not None:
+            plan = cls(p, exact, *_blocks(p, _row_bytes(p, exact, dtype), False), in_place=True)
+            if _in_place.wide_enough(min(rows for _, rows in plan.row_blocks) * p.out_w):
+                return plan
         return cls(p, columns, *_blocks(p, _row_bytes(p, columns, dtype), False))
 
     @property
@@ -153,12 +163,16 @@ class _Correlation:
         g, kg, k = p.groups, p.filters_per_group, p.out_channels
         wmat = w.reshape(g, kg, -1)
         kept = columns.kept
+        gemm = gemm_into(y.dtype) if self.in_place else None
 
         def kernel() -> None:
             columns.fill_planes(planes, x)
             for n0, ni in self.images:
                 for p0, pr in self.row_blocks:
                     col = columns.gather(planes, col_flat, n0, ni, p0, pr)
+                    if gemm is not None:
+                        _in_place.gemm_into_y(gemm, wmat, col, y[n0:n0 + ni, :, p0:p0 + pr])
+                        continue
                     cols = col.shape[1]
                     out = out_flat[:k * cols].reshape(g, kg, cols)
                     np.matmul(wmat, col.reshape(g, -1, cols), out=out)
@@ -254,7 +268,7 @@ def _data_parts(p: ConvProblem, dtype: type, w: np.ndarray, dy: np.ndarray, dx: 
                           pad_top=top, pad_left=left, pad_bottom=bottom, pad_right=right,
                           dilation_h=rph.step, dilation_w=cph.step, groups=p.groups,
                           name=p.name)
-        parts.append(_Part(_Correlation.of(sub, dtype), dy[:, :, rows, cols],
+        parts.append(_Part(_Correlation.of(sub, dtype, view), dy[:, :, rows, cols],
                            _sub_weights(p, w, rph, cph), view))
     return parts, zeroed
 
@@ -296,37 +310,29 @@ def _col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: 
 
 def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray,
                      dtype: type) -> CpuPrepared:
-    """dW = dy col^T, accumulated over blocks of whole images, col gathered as in fwd.
+    """dW = dy col^T (or its transpose, _im2col_filter says when), accumulated over blocks of
+    whole images, col gathered as in fwd.
 
     With the flat column matrix the junk columns of col meet zeros in dy's copy, so they add
     nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
-    columns = Columns.of(p)
-    g, kg, k = p.groups, p.filters_per_group, p.out_channels
-    taps = p.kernel_h * p.kernel_w
-    images, _ = _blocks(p, _row_bytes(p, columns, dtype), True)
-    block_columns = _max_len(images) * p.out_h * columns.kept
+    columns = _im2col_filter.columns_for(p, dtype)
+    k, taps = p.out_channels, p.kernel_h * p.kernel_w
+    images, rows = _blocks(p, _row_bytes(p, columns, dtype), True)
+    block_columns = _max_len(images) * _max_len(rows) * columns.kept
     dw = np.empty(p.weight_shape, dtype)
-    shapes = {"planes": columns.planes_shape, "col": (columns.column_elements(block_columns),),
-              "dy": (k * block_columns,), "partial": (g, kg, p.channels_per_group * taps)}
+    taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)
+    shapes = {"planes": columns.planes_shape,
+              **_im2col_filter.scratch_shapes(p, columns, block_columns, dtype)}
     if not columns.natural_order:
-        shapes["dw_taps"] = shapes["partial"]
+        shapes["dw_taps"] = taps_shape
     buf = allocate(point, dtype, shapes)
-    planes, col_flat, dy_flat, partial = buf["planes"], buf["col"], buf["dy"], buf["partial"]
-    dw_taps = buf.get("dw_taps", dw.reshape(partial.shape))
+    dw_taps = buf.get("dw_taps", dw.reshape(taps_shape))
+    blocks = [(n0, ni, p0, pr) for n0, ni in images for p0, pr in rows]
+    gradient = _im2col_filter.bind(columns, blocks, x, dy, buf, dw_taps)
     inverse = np.argsort(columns.tap_order)
 
     def kernel() -> None:
-        columns.fill_planes(planes, x)
-        for i, (n0, ni) in enumerate(images):
-            col = columns.gather(planes, col_flat, n0, ni, 0, p.out_h)
-            cols = col.shape[1]
-            dyb = dy_flat[:k * cols].reshape(k, ni, p.out_h, columns.kept)
-            np.copyto(dyb[..., :p.out_w], dy[n0:n0 + ni].transpose(1, 0, 2, 3))
-            dyb[..., p.out_w:] = 0
-            np.matmul(dyb.reshape(g, kg, cols), col.reshape(g, -1, cols).swapaxes(1, 2),
-                      out=dw_taps if i == 0 else partial)
-            if i:
-                np.add(dw_taps, partial, out=dw_taps)
+        gradient()
         if "dw_taps" in buf:
             np.take(dw_taps.reshape(k, p.channels_per_group, taps), inverse, axis=2,
                     out=dw.reshape(k, p.channels_per_group, taps))
@@ -342,7 +348,7 @@ class Im2col(CpuAlgorithm):
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
         y = np.empty(p.output_shape, dtype)
-        part = _Part(_Correlation.of(p, dtype), data.x.astype(dtype), data.w.astype(dtype), y)
+        part = _Part(_Correlation.of(p, dtype, y), data.x.astype(dtype), data.w.astype(dtype), y)
         kernel, workspace = _correlations(point, dtype, [part], [])
         return CpuPrepared(y, kernel, workspace)
 

@@ -1,0 +1,53 @@
+"""im2col's column-path GEMM written straight into y (harness/backends/cpu/im2col.py).
+
+With exact windows (Q columns an output row, no gap) a block's GEMM result per image is y's
+own block, K rows of rows*Q values one image apart: BLAS writes it in place, reading the image's
+columns of the column matrix as a strided operand. No GEMM output buffer, and no copy out of it
+(that copy was 46-48% of DeepBench row 55's and VGG conv1_1's forward, 20% of row 2's).
+Measured interleaved on the 2-core Intel Xeon VM (2026-11-24, benchmarks/im2col_strided.py,
+after/before, fwd): VGG conv1_1 0.66, DeepBench row 55 0.62; row 2 (flat columns before) 0.84
+with exact windows in place.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from harness.backends.cpu._blas import GemmInto, gemm_into
+from harness.backends.cpu._columns import Columns
+
+# In place only where each image's GEMM of a block is this wide: ResNet-50 res5a (7x7 outputs,
+# 49 columns an image instead of 392 a block) ran 1.37-1.41x slower in place (fwd, bwd_data);
+# the layers above take 2,000-20,000 columns an image.
+MIN_COLUMNS = 1024
+
+
+def rows_contiguous(y: np.ndarray) -> bool:
+    """Whether y's output rows follow one another (not a strided phase of dx)."""
+    _, _, _, q = y.shape
+    return y.strides[3] == y.itemsize and y.strides[2] == q * y.itemsize
+
+
+def exact_where_in_place(columns: Columns, y: np.ndarray) -> Columns | None:
+    """Exact windows (the flat columns' gaps dropped) where y's rows are contiguous and the
+    bundled OpenBLAS's GEMM can write into a view; None where y cannot take the result."""
+    if columns.plane_is_column_matrix or not rows_contiguous(y) or gemm_into(y.dtype) is None:
+        return None     # (a plane that is the column matrix already costs no copy)
+    return replace(columns, kept=columns.p.out_w)
+
+
+def wide_enough(image_columns: int) -> bool:
+    """Whether the GEMM per image of a block (`image_columns` wide) is wide enough."""
+    return image_columns >= MIN_COLUMNS
+
+
+def gemm_into_y(gemm: GemmInto, wmat: np.ndarray, col: np.ndarray, y_block: np.ndarray) -> None:
+    """y_block (images, K, rows, Q) <- W (G, Kg, Cg*R*S) @ col, per image and group."""
+    images, _, rows, q = y_block.shape
+    g, kg, _ = wmat.shape
+    cols = col.reshape(g, -1, images, rows * q)
+    for i in range(images):
+        target = y_block[i].reshape(g, kg, rows * q, copy=False)
+        for j in range(g):
+            gemm(wmat[j], cols[j, :, i], target[j], False)
