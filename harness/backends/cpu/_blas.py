@@ -30,14 +30,20 @@ def _libraries() -> list[str]:
     return sorted(paths, key=lambda path: "numpy" not in path)
 
 
+def symbol(name: str) -> Callable | None:
+    """`name` from the first loaded OpenBLAS library that exports it (NumPy's first), or None."""
+    for path in _libraries():
+        function = getattr(ctypes.CDLL(path), name, None)
+        if function is not None:
+            return function
+    return None
+
+
 @lru_cache(maxsize=None)
 def _cblas_gemm(dtype: np.dtype):
-    symbol, scalar = _SYMBOLS[dtype]
-    for path in _libraries():
-        function = getattr(ctypes.CDLL(path), symbol, None)
-        if function is not None:
-            break
-    else:
+    name, scalar = _SYMBOLS[dtype]
+    function = symbol(name)
+    if function is None:
         return None
     index, pointer = ctypes.c_int64, ctypes.c_void_p
     function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index, scalar,

@@ -19,21 +19,19 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from harness.backends.cpu._blas import _libraries
+from harness.backends.cpu._blas import symbol
 
 _GET, _SET = "scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"
 
 
 @lru_cache(maxsize=None)
 def _thread_calls() -> tuple[Callable[[], int], Callable[[int], None]] | None:
-    for path in _libraries():
-        lib = ctypes.CDLL(path)
-        get, put = getattr(lib, _GET, None), getattr(lib, _SET, None)
-        if get is not None and put is not None:
-            get.restype, get.argtypes = ctypes.c_int, []
-            put.restype, put.argtypes = None, [ctypes.c_int]
-            return get, put
-    return None
+    get, put = symbol(_GET), symbol(_SET)
+    if get is None or put is None:
+        return None
+    get.restype, get.argtypes = ctypes.c_int, []
+    put.restype, put.argtypes = None, [ctypes.c_int]
+    return get, put
 
 
 def blas_threads() -> int:
