@@ -72,13 +72,19 @@ class _StoppingRule:
 
 
 # ---- CPU ----------------------------------------------------------------------------------------
+# A CPU point's warm-up lasts at least this long (and at least `warmup` launches; none where that
+# is 0): the library worker threads that the verified runs and the float64 reference just woke
+# keep spinning after their last call (OpenBLAS for 2^28 cycles, ~110 ms on the 2-core Xeon VM;
+# Intel OpenMP's KMP_BLOCKTIME 200 ms) and take a core from whatever runs next. Measured there:
+# Winograd F4 on ResNet-50 res2a ran 12-15 ms per launch for the first 110 ms after a float64
+# GEMM, 6.6 ms after, and a sweep's median of it read 12.7 ms against 6.8 timed alone.
+CPU_SETTLE_MS = 250.0
 def time_cpu(launch: Callable[[], None], options: TimingOptions,
              flush: Callable[[], None] | None = None) -> Timing:
     """Time `launch` with perf_counter_ns; GC off while timing; `flush` (cold mode) runs untimed
     before each sample. Also reports the process CPU time over the samples and the load average
     around them, from which the executor judges whether the point shared the cores."""
-    for _ in range(options.warmup):
-        launch()
+    _warm_up(launch, options.warmup)
     rule = _StoppingRule(options)
     samples: list[float] = []
     load_before, steal_before = load_average(), stolen_ms()
@@ -107,6 +113,15 @@ def time_cpu(launch: Callable[[], None], options: TimingOptions,
     use = CpuUse(cpu_ms, wall_ms, load_before, load_average(), available_cores(),
                  steal, os.cpu_count() or 1)
     return Timing(tuple(samples), reason, cpu_use=use)
+
+
+def _warm_up(launch: Callable[[], None], launches: int) -> None:
+    """`launches` launches, then more until CPU_SETTLE_MS have passed since the first."""
+    started = time.perf_counter()
+    for _ in range(launches):
+        launch()
+    while launches and (time.perf_counter() - started) * 1e3 < CPU_SETTLE_MS:
+        launch()
 
 
 class CpuCacheFlusher:

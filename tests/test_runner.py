@@ -83,6 +83,26 @@ def test_cpu_timer_stops_for_a_stated_reason():
     assert 5 <= len(timing.samples_ms) <= 50
 
 
+def test_cpu_warm_up_outlasts_the_libraries_spinning_threads():
+    """Worker threads woken by the verified runs spin for ~110-200 ms after their last call and
+    slow what runs next (timer.CPU_SETTLE_MS): the first timed launch starts no sooner than that
+    after the first warm-up launch, whatever the warm-up count; a warm-up of 0 launches none."""
+    from harness import timer
+    calls: list[float] = []
+
+    def launch() -> None:
+        calls.append(time.perf_counter())
+        time.sleep(0.005)
+
+    timing = timer.time_cpu(launch, TimingOptions(budget_ms=0, min_samples=1, max_samples=1,
+                                                  warmup=1))
+    assert len(timing.samples_ms) == 1 and len(calls) > 2
+    assert (calls[-1] - calls[0]) * 1e3 >= timer.CPU_SETTLE_MS
+    calls.clear()
+    timer.time_cpu(launch, TimingOptions(budget_ms=0, min_samples=1, max_samples=1, warmup=0))
+    assert len(calls) == 1
+
+
 def test_run_point_measures_one_point():
     m = runner.run_point(Point(PROBLEMS[0], "fwd", "fp64", "NCHW", "fake", "exact"))
     assert m.ok and m.rel_error == 0 and m.gflops > 0
