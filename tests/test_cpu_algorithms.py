@@ -422,6 +422,52 @@ def test_im2col_gemm_writes_y_in_place(problem: ConvProblem, block_bytes: int,
     _check_all(problem, seed=13, names=["im2col"])
 
 
+MANY_GROUPS = [ConvProblem(2, 12, 9, 7, 12, 3, 3, pad_top=1, pad_left=1, groups=12),  # depthwise
+               ConvProblem(1, 20, 6, 8, 10, 2, 3, stride_h=2, pad_right=2, groups=10),
+               ConvProblem(2, 18, 11, 9, 36, 3, 3, stride_w=2, pad_top=1, groups=9)]
+
+
+@pytest.mark.parametrize("block_bytes", [1500, im2col.BLOCK_BYTES])  # many blocks add up / one
+@pytest.mark.parametrize("few", [False, True])   # the suite's 1-3 groups made "many"
+@pytest.mark.parametrize("problem", MANY_GROUPS + FILTER_PROBLEMS[-2:],
+                         ids=lambda p: p.short_shape)
+def test_im2col_many_groups_batch_their_gemms(problem: ConvProblem, few: bool, block_bytes: int,
+                                              monkeypatch) -> None:
+    """Past _blas.MAX_GROUP_CALLS groups, one np.matmul over the groups (and an add) instead of
+    one BLAS call per group, in bwd_filter and in the forward column path (no in-place y: a
+    call per group there too); every direction still agrees with the reference."""
+    if few:
+        for module in (_im2col_filter, _in_place):
+            monkeypatch.setattr(module, "MAX_GROUP_CALLS", 1)
+    elif problem.groups <= _blas.MAX_GROUP_CALLS:
+        pytest.skip("groups within MAX_GROUP_CALLS")
+    monkeypatch.setattr(_in_place, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
+    assert _im2col_filter.batched(problem) and not _im2col_filter.transposed(problem)
+    shapes = _im2col_filter.scratch_shapes(problem, _im2col_filter.columns_for(problem, np.float64),
+                                           8, np.float64)
+    assert shapes["partial"] == (problem.groups, problem.filters_per_group,
+                                 problem.channels_per_group * problem.kernel_h * problem.kernel_w)
+    plan = im2col._Correlation.of(problem, np.float64, np.empty(problem.output_shape))
+    assert not plan.in_place and plan.out_elements > 0 or plan.shifted
+    _check_all(problem, seed=17, names=["im2col"])
+
+
+@pytest.mark.skipif(_blas.gemm_into(np.float32) is None, reason="needs the bundled OpenBLAS")
+def test_im2col_in_place_plan_allocates_no_gemm_output() -> None:
+    """Where the GEMM writes y in place, the GEMM output buffer is not allocated nor counted
+    (VGG-16 conv1_1 at batch 8 reported 22 MiB of workspace for 10 MiB used)."""
+    problem = ConvProblem(8, 3, 224, 224, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                          pad_right=1)
+    plan = im2col._Correlation.of(problem, np.float32, np.empty(problem.output_shape, np.float32))
+    assert plan.in_place and plan.out_elements == 0
+    prepared = CPU.algorithm("im2col").prepare(_point(problem, "fwd", "fp32", "im2col"),
+                                               reference.make_data(problem, "fp32"))
+    needed = (plan.col_elements + math.prod(plan.columns.planes_shape)) * 4
+    assert prepared.workspace_bytes == needed
+    prepared.release()
+
+
 def _naive_columns(p: ConvProblem, x: np.ndarray, taps: np.ndarray) -> np.ndarray:
     """(C, taps, N, P, Q): what each tap reads, straight from the padded input."""
     xpad = np.pad(x, ((0, 0), (0, 0), (p.pad_top, p.pad_bottom), (p.pad_left, p.pad_right)))

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from harness.backends.cpu._blas import GemmInto, gemm_into
+from harness.backends.cpu._blas import MAX_GROUP_CALLS, GemmInto, gemm_into
 from harness.backends.cpu._columns import Columns
 from harness.problem import ConvProblem
 
@@ -35,10 +35,17 @@ TRANSPOSED_MAX_FILTERS = 64
 MIN_IMAGE_COLUMNS = 256
 
 
+def batched(p: ConvProblem) -> bool:
+    """Whether a block's GEMMs over the groups are one np.matmul and an add (many groups:
+    _blas.MAX_GROUP_CALLS) rather than one accumulating BLAS call per group."""
+    return p.groups > MAX_GROUP_CALLS
+
+
 def transposed(p: ConvProblem) -> bool:
-    """Whether dW^T = col @ dy^T: the column matrix's rows (M) outnumber the filters (N)."""
+    """Whether dW^T = col @ dy^T: the column matrix's rows (M) at least the filters (N)."""
     kg = p.filters_per_group
-    return kg <= TRANSPOSED_MAX_FILTERS and p.channels_per_group * p.kernel_h * p.kernel_w >= kg
+    return (not batched(p) and kg <= TRANSPOSED_MAX_FILTERS
+            and p.channels_per_group * p.kernel_h * p.kernel_w >= kg)
 
 
 def columns_for(p: ConvProblem, dtype: type) -> Columns:
@@ -66,9 +73,11 @@ def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int,
     shapes = {"col": (columns.column_elements(block_columns),)}
     if not reads_dy_in_place(columns, dtype):
         shapes["dy"] = (p.out_channels * block_columns,)
+    taps = p.channels_per_group * p.kernel_h * p.kernel_w
     if transposed(p):
-        shapes["dw_t"] = (p.groups, p.channels_per_group * p.kernel_h * p.kernel_w,
-                          p.filters_per_group)
+        shapes["dw_t"] = (p.groups, taps, p.filters_per_group)
+    if batched(p):
+        shapes["partial"] = (p.groups, p.filters_per_group, taps)
     return shapes
 
 
@@ -89,8 +98,21 @@ def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], x: np.ndarra
     g, kg, k = p.groups, p.filters_per_group, p.out_channels
     gemm: GemmInto = gemm_into(x.dtype) or _numpy_gemm
     planes, col_flat = buf["planes"], buf["col"]
-    dw_t = buf.get("dw_t")
+    dw_t, partial = buf.get("dw_t"), buf.get("partial")
     in_place = reads_dy_in_place(columns, x.dtype)
+
+    def accumulate(col_i: np.ndarray, dy_i: np.ndarray, first: bool) -> None:
+        """dW (+)= dy_i @ col_i^T over the groups ((G, Kg, cols) and (G, Cg*taps, cols))."""
+        if partial is not None:
+            np.matmul(dy_i, col_i.transpose(0, 2, 1), out=dw_taps if first else partial)
+            if not first:
+                np.add(dw_taps, partial, out=dw_taps)
+            return
+        for j in range(g):
+            if dw_t is None:
+                gemm(dy_i[j], col_i[j].T, dw_taps[j], not first)
+            else:
+                gemm(col_i[j], dy_i[j].T, dw_t[j], not first)
 
     def operands(col: np.ndarray, n0: int, ni: int, p0: int, pr: int) -> list[tuple]:
         """(columns, dy) GEMM operand pairs of a block: per image where dy is read in place."""
@@ -109,12 +131,7 @@ def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], x: np.ndarra
         for n0, ni, p0, pr in blocks:
             col = columns.gather(planes, col_flat, n0, ni, p0, pr)
             for col_i, dy_i in operands(col, n0, ni, p0, pr):
-                col_i, dy_i = col_i.reshape(g, -1, col_i.shape[1]), dy_i.reshape(g, kg, -1)
-                for j in range(g):
-                    if dw_t is None:
-                        gemm(dy_i[j], col_i[j].T, dw_taps[j], not first)
-                    else:
-                        gemm(col_i[j], dy_i[j].T, dw_t[j], not first)
+                accumulate(col_i.reshape(g, -1, col_i.shape[1]), dy_i.reshape(g, kg, -1), first)
                 first = False
         if dw_t is not None:
             np.copyto(dw_taps, dw_t.transpose(0, 2, 1))

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from harness.backends.cpu._blas import GemmInto, gemm_into
+from harness.backends.cpu._blas import MAX_GROUP_CALLS, GemmInto, gemm_into
 from harness.backends.cpu._columns import Columns
 
 # In place only where each image's GEMM of a block is this wide: ResNet-50 res5a (7x7 outputs,
@@ -31,8 +31,10 @@ def rows_contiguous(y: np.ndarray) -> bool:
 
 def exact_where_in_place(columns: Columns, y: np.ndarray) -> Columns | None:
     """Exact windows (the flat columns' gaps dropped) where y's rows are contiguous and the
-    bundled OpenBLAS's GEMM can write into a view; None where y cannot take the result."""
-    if columns.plane_is_column_matrix or not rows_contiguous(y) or gemm_into(y.dtype) is None:
+    bundled OpenBLAS's GEMM can write into a view, a call per image and group (so not for many
+    groups: MAX_GROUP_CALLS); None where y cannot take the result."""
+    if (columns.plane_is_column_matrix or not rows_contiguous(y) or gemm_into(y.dtype) is None
+            or columns.p.groups > MAX_GROUP_CALLS):
         return None     # (a plane that is the column matrix already costs no copy)
     return replace(columns, kept=columns.p.out_w)
 

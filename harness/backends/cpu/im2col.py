@@ -139,6 +139,11 @@ class _Correlation:
     def col_elements(self) -> int:
         return 0 if self.shifted else self.columns.column_elements(self.block_columns)
 
+    @property
+    def out_elements(self) -> int:
+        """GEMM output scratch: none where the GEMM writes y in place."""
+        return 0 if self.in_place else self.p.out_channels * self.block_columns
+
     def copies_weights(self, w: np.ndarray) -> bool:
         return self.shifted or _weights_copied(self.columns, w)
 
@@ -197,10 +202,9 @@ def _correlations(point: Point, dtype: type, parts: list[_Part],
     elements no tap reaches), and its workspace in bytes.
 
     Each part has its own planes (and weights, where copied); they share the column matrix and
-    GEMM output buffers, sized for the largest part."""
+    GEMM output buffers, sized for the largest part that uses them."""
     shapes = {"col": (max((part.plan.col_elements for part in parts), default=0),),
-              "out": (max((part.plan.p.out_channels * part.plan.block_columns
-                           for part in parts), default=0),)}
+              "out": (max((part.plan.out_elements for part in parts), default=0),)}
     for i, part in enumerate(parts):
         shapes[f"planes{i}"] = part.plan.columns.planes_shape
         if part.plan.copies_weights(part.w):
