@@ -113,6 +113,17 @@ def test_algorithms_agree_on_3x3_stride_1(problem: ConvProblem, seed: int) -> No
     _check_all(problem, seed)
 
 
+@settings(max_examples=80, deadline=None)
+@given(problem=problems(), seed=st.integers(0, 1000))
+def test_fft_tiled_path_agrees_with_reference(problem: ConvProblem, seed: int) -> None:
+    """The random problems hold at most 9 channel pairs a group, under TILED_MIN_PAIRS: with the
+    rule at 1 they take the tiled FFT (the model's tiling), as the layers of real networks do."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_fft_tiled_directions, "TILED_MIN_PAIRS", 1)
+        assert _fft_tiled_directions.pays(problem)
+        _check_all(problem, seed, names=["fft"])
+
+
 # The blocking and alternative code paths that the small random problems do not reach.
 PATH_PROBLEMS = [
     ConvProblem(5, 4, 11, 9, 6, 3, 3, pad_top=2, pad_left=1, pad_bottom=0, pad_right=3,
