@@ -163,17 +163,23 @@ def inverse_rows(size: int, keep: int, dtype: type) -> np.ndarray:
     return np.concatenate([re, im], axis=0).reshape(2 * keep, 2 * size).astype(dtype)
 
 
-def inverse_cols(size: int, keep: int, dtype: type) -> np.ndarray:
-    """(keep x 2*f2): the first `keep` real outputs of the inverse real DFT from the half
-    spectrum (rows (l, re/im)). Columns 1..f2-1 stand for their mirror images too (weight 2),
-    except DC and, at even sizes, Nyquist (weight 1)."""
-    f2 = size // 2 + 1
-    weight = np.full(f2, 2.0)
+def half_spectrum_weights(size: int) -> np.ndarray:
+    """(f2,): what each column of a real signal's half spectrum stands for in a real inverse:
+    columns 1..f2-1 for their mirror images too (2), DC and, at even sizes, Nyquist (1)."""
+    weight = np.full(size // 2 + 1, 2.0)
     weight[0] = 1.0
     if size % 2 == 0:
         weight[-1] = 1.0
+    return weight
+
+
+def inverse_cols(size: int, keep: int, dtype: type) -> np.ndarray:
+    """(keep x 2*f2): the first `keep` real outputs of the inverse real DFT from the half
+    spectrum (rows (l, re/im)), weighted by half_spectrum_weights."""
+    f2 = size // 2 + 1
     angle = 2 * np.pi * np.outer(np.arange(keep), np.arange(f2)) / size
-    both = np.stack([np.cos(angle), -np.sin(angle)], axis=2) * (weight / size)[:, None]
+    both = (np.stack([np.cos(angle), -np.sin(angle)], axis=2)
+            * (half_spectrum_weights(size) / size)[:, None])
     return both.reshape(keep, 2 * f2).astype(dtype)
 
 

@@ -31,6 +31,7 @@ from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, i
                                           nbytes, workspace_of)
 from harness.backends.cpu import _fft_tiled_directions as tiled
 from harness.backends.cpu._fft_lowering import Lowering as _Lowering, taps
+from harness.backends.cpu._fft_tiled import half_spectrum_weights, real_dft
 from harness.problem import ConvProblem
 from harness.sweep import Point
 
@@ -115,11 +116,9 @@ class _Transform:
         self.einv = _idft(keep, lo.lh, cplx)
         self.flat, self.spec = flat, spec
         if flat is not None:
-            cols = flat.shape[-1]
-            angle = 2 * np.pi * np.outer(np.arange(cols), np.arange(lo.f2)) / lo.lw
-            real = flat.dtype
-            self.row_dft = np.stack([np.cos(angle), -np.sin(angle)], axis=-1).reshape(
-                cols, 2 * lo.f2).astype(real)
+            # (cols x 2*f2): columns (frequency, re/im), the interleaved complex spectrum
+            self.row_dft = np.ascontiguousarray(
+                real_dft(lo.lw, flat.shape[-1], -1, flat.dtype).T)
 
     def forward(self, src: np.ndarray, rows_out: np.ndarray, staged: np.ndarray,
                 out: np.ndarray) -> None:
@@ -153,13 +152,9 @@ class _KernelTransform:
         self.e_rows = _dft(lo.rs, lo.lh, cplx)                 # (lh x rs)
         self.e_cols = _dft(lo.ss, lo.lw, cplx)[:lo.f2]         # (f2 x ss) of a real signal
         self.einv_rows = _idft(lo.rs, lo.lh, cplx)             # (rs x lh)
-        # Real inverse along the columns from the half spectrum: the columns 1..f2-1 stand for
-        # their mirror images too (weight 2), except DC and, at even lw, Nyquist (weight 1).
-        weight = np.full(lo.f2, 2.0)
-        weight[0] = 1.0
-        if lo.lw % 2 == 0:
-            weight[-1] = 1.0
-        self.einv_cols = (_idft(lo.ss, lo.lw, np.complex128)[:, :lo.f2] * weight).astype(cplx)
+        # Real inverse along the columns from the half spectrum.
+        self.einv_cols = (_idft(lo.ss, lo.lw, np.complex128)[:, :lo.f2]
+                          * half_spectrum_weights(lo.lw)).astype(cplx)
 
     def forward(self, taps: np.ndarray, staged: np.ndarray, out: np.ndarray) -> None:
         """taps (rs, ss, planes) real -> staged (rs, f2, planes) -> out (lh, f2, planes)."""
