@@ -81,8 +81,12 @@ def _before_im2col(commit: str):
     """im2col.py at `commit`, importing _columns.py of the same commit (the module it was
     written against) in place of today's."""
     module_at("harness/backends/cpu/_columns.py", "columns_before", commit)
-    return module_at("harness/backends/cpu/im2col.py", "im2col_before", commit,
-                     {"harness.backends.cpu._columns": "columns_before"}).Im2col()
+    renames = {"harness.backends.cpu._columns": "columns_before"}
+    module = module_at("harness/backends/cpu/im2col.py", "im2col_before", commit, renames)
+    if hasattr(module, "_im2col_filter"):   # its bwd_filter GEMMs, of the same commit
+        module._im2col_filter = module_at("harness/backends/cpu/_im2col_filter.py",
+                                          "im2col_filter_before", commit, renames)
+    return module.Im2col()
 
 
 @contextmanager

@@ -456,12 +456,53 @@ def test_im2col_many_groups_batch_their_gemms(problem: ConvProblem, few: bool, b
     monkeypatch.setattr(im2col, "BLOCK_BYTES", block_bytes)
     assert _im2col_filter.batched(problem) and not _im2col_filter.transposed(problem)
     shapes = _im2col_filter.scratch_shapes(problem, _im2col_filter.columns_for(problem, np.float64),
-                                           8, np.float64)
-    assert shapes["partial"] == (problem.groups, problem.filters_per_group,
+                                           8, np.float64, 1)
+    assert shapes["partial0"] == (problem.groups, problem.filters_per_group,
                                  problem.channels_per_group * problem.kernel_h * problem.kernel_w)
     plan = im2col._Correlation.of(problem, np.float64, np.empty(problem.output_shape))
     assert not plan.in_place and plan.out_elements > 0 or plan.shifted
     _check_all(problem, seed=17, names=["im2col"])
+
+
+THREADED_FILTER = [ConvProblem(5, 6, 9, 8, 4, 3, 3, pad_top=1, pad_left=1),    # dW^T
+                   ConvProblem(3, 8, 7, 6, 70, 3, 3, stride_h=2, pad_right=1),  # dW
+                   ConvProblem(4, 9, 6, 7, 9, 3, 3, pad_top=1, groups=9)]       # batched
+
+
+@pytest.mark.parametrize("cores", [2, 3])    # 3 slots for BLAS's 2 threads: one stays unused
+@pytest.mark.parametrize("problem", THREADED_FILTER, ids=lambda p: p.short_shape)
+def test_im2col_filter_gradient_threads_sum_their_blocks(problem: ConvProblem, cores: int,
+                                                         monkeypatch) -> None:
+    """bwd_filter's one-image blocks on several threads, each summing its blocks' GEMMs into an
+    accumulator of its own (dW^T, dW and the batched many-groups form): the accumulators add up
+    to the reference's gradient."""
+    monkeypatch.setattr(_tiles, "available_cores", lambda: cores)
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", 1)     # a block per image
+    monkeypatch.setattr(_im2col_filter, "THREADS_MIN_FLOPS_PER_ELEMENT", 1)
+    images = [(n, 1) for n in range(problem.batch)]
+    assert _im2col_filter.thread_slots(problem, images, True) == cores
+    assert (_im2col_filter.transposed(problem), _im2col_filter.batched(problem)) == (
+        problem.out_channels == 4, problem.groups == 9)
+    _check_all(problem, seed=19, names=["im2col"])
+
+
+def test_im2col_filter_gradient_threads_only_where_an_image_fills_a_block(monkeypatch) -> None:
+    """One thread where an image's column matrix is under im2col.BLOCK_BYTES (ResNet-50's 3x3
+    layers ran up to 2x slower threaded) or the GEMM is skinny (DeepBench row 2, 48 flops an
+    element), one per core on DeepBench row 6 (40 MB an image, 63 flops an element)."""
+    allocated: dict[str, tuple] = {}
+    real = im2col.allocate
+    monkeypatch.setattr(im2col, "allocate", lambda point, dtype, shapes, *rest: (
+        allocated.update(shapes), real(point, dtype, shapes, *rest))[1])
+    res2a = ConvProblem(8, 64, 56, 56, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                        pad_right=1)
+    row_6 = ConvProblem(8, 32, 79, 341, 32, 5, 10, stride_h=2, stride_w=2)
+    row_2 = ConvProblem(8, 1, 161, 700, 32, 5, 20, stride_h=2, stride_w=2)
+    for problem, slots in ((res2a, 1), (row_2, 1), (row_6, min(threads.available_cores(), 8))):
+        allocated.clear()
+        point = Point(problem, "bwd_filter", "fp32", "NCHW", "cpu", "im2col")
+        im2col.Im2col().prepare(point, reference.make_data(problem, "fp32")).release()
+        assert sum(name.startswith("col") for name in allocated) == slots, problem
 
 
 @pytest.mark.skipif(_blas.gemm_into(np.float32) is None, reason="needs the bundled OpenBLAS")

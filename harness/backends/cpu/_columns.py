@@ -161,14 +161,16 @@ class Columns:
                 for index, (rph, cph) in enumerate(product(self.row_phases, self.col_phases))
                 for i in range(len(rph.taps)) for j in range(len(cph.taps))]
 
-    def fill_planes(self, planes: np.ndarray, x: np.ndarray) -> None:
-        """planes <- x split by phase; the padding around the data stays zero from allocation."""
+    def fill_planes(self, planes: np.ndarray, x: np.ndarray,
+                    images: slice = slice(None)) -> None:
+        """planes <- x (its `images` only) split by phase; the padding around the data stays
+        zero from allocation."""
         p, gap = self.p, self.gap
         for index, (rph, cph) in enumerate(product(self.row_phases, self.col_phases)):
             if rph.count and cph.count:
-                target = planes[index, :, :, rph.data_start:rph.data_start + rph.count,
+                target = planes[index, :, images, rph.data_start:rph.data_start + rph.count,
                                 gap:gap + cph.count]
-                source = x[:, :, rph.input_start::p.stride_h, cph.input_start::p.stride_w]
+                source = x[images, :, rph.input_start::p.stride_h, cph.input_start::p.stride_w]
                 np.copyto(target, source.transpose(1, 0, 2, 3))
 
     def gather(self, planes: np.ndarray, col_flat: np.ndarray, n0: int, images: int, p0: int,

@@ -14,18 +14,33 @@ accumulation) ran 1.08-1.09x slower on rows 2 and 6, a tie elsewhere.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Callable
 
 import numpy as np
 
 from harness.backends.cpu._blas import MAX_GROUP_CALLS, GemmInto, gemm_into
 from harness.backends.cpu._columns import Columns
+from harness.backends.cpu._tiles import even_parts, per_slot, slot_count
+from harness.backends.cpu._workers import run_chunks, run_tasks
 from harness.problem import ConvProblem
 
 # dW^T where the filters are this few (and the column matrix's rows more): measured as in the
 # module's docstring, DeepBench row 61 (512 filters) ran 1.39x slower as dW^T in the launch (rows
 # 2 and 6, 32 filters, 1.15-1.18x faster).
 TRANSPOSED_MAX_FILTERS = 64
+# Blocks run on threads only where each holds one image, its column matrix filling a block
+# (im2col.BLOCK_BYTES) alone, so that the gather is a long copy, which one thread ran with a core
+# idle; and where the GEMM does at least THREADS_MIN_FLOPS_PER_ELEMENT per element it streams
+# (2 Kg Cg*R*S / (Kg + Cg*R*S)): skinnier GEMMs are bound by memory, which threads share.
+# Measured interleaved on the 2-core Intel Xeon VM (2026-11-24, threads / one thread with BLAS's
+# two, bwd_filter, benchmarks/im2col_strided.py, 2-4 runs each): DeepBench row 6 (63 flops an
+# element) 0.74-0.76, VGG conv2_1 (209) 0.84-0.87, conv3_1 (419) 0.90-0.91, row 61 (948)
+# 0.94-0.97; row 2 (48) 0.70 and 0.75 in two runs, 1.07 in two (per launch 0.62-1.32), row 55
+# (36) 1.25-1.44. Layers whose images were split finer for threads lost: ResNet-50 res2a to res4a
+# 1.3-2x in most launches (each thread's block took twice as long while the other ran), res5a
+# 1.87x.
+THREADS_MIN_FLOPS_PER_ELEMENT = 56
 # dy is read in place where each image's GEMM reduces over at least this many pixels (here the
 # image's columns are the GEMM's depth, not its width as in _in_place.MIN_COLUMNS). Measured
 # interleaved as in the module's docstring (5 rounds, load about 1), dy copied / in place:
@@ -66,19 +81,31 @@ def reads_dy_in_place(columns: Columns, dtype: type) -> bool:
             and gemm_into(dtype) is not None and p.out_h * p.out_w >= MIN_IMAGE_COLUMNS)
 
 
-def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int,
-                   dtype: type) -> dict[str, tuple]:
-    """A block's column matrix, its dy columns unless read in place, and dW^T where the GEMM
-    leaves it."""
+def thread_slots(p: ConvProblem, images: list[tuple[int, int]], image_fills_block: bool) -> int:
+    """Threads a launch over these image blocks uses: one per core where one image's column
+    matrix fills a block and the GEMM is not bound by memory (see above), else one."""
+    kg, taps = p.filters_per_group, p.channels_per_group * p.kernel_h * p.kernel_w
+    dense = 2 * kg * taps >= THREADS_MIN_FLOPS_PER_ELEMENT * (kg + taps)
+    return slot_count(images) if image_fills_block and dense else 1
+
+
+def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int, dtype: type,
+                   slots: int) -> dict[str, tuple]:
+    """Per thread slot: a block's column matrix, its dy columns unless read in place, a dW
+    accumulator (dW^T where the GEMM leaves it; slot 0 sums into dW itself otherwise) and the
+    batched GEMM's product."""
+    taps = p.channels_per_group * p.kernel_h * p.kernel_w
     shapes = {"col": (columns.column_elements(block_columns),)}
     if not reads_dy_in_place(columns, dtype):
         shapes["dy"] = (p.out_channels * block_columns,)
-    taps = p.channels_per_group * p.kernel_h * p.kernel_w
-    if transposed(p):
-        shapes["dw_t"] = (p.groups, taps, p.filters_per_group)
+    shapes["acc"] = (p.groups, taps, p.filters_per_group) if transposed(p) else (
+        p.groups, p.filters_per_group, taps)
     if batched(p):
         shapes["partial"] = (p.groups, p.filters_per_group, taps)
-    return shapes
+    slotted = per_slot(shapes, slots)
+    if not transposed(p):
+        del slotted["acc0"]
+    return slotted
 
 
 def _numpy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -> None:
@@ -89,51 +116,77 @@ def _numpy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -
         np.matmul(a, b, out=c)
 
 
-def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], x: np.ndarray,
+def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], slots: int, x: np.ndarray,
          dy: np.ndarray, buf: dict[str, np.ndarray], dw_taps: np.ndarray) -> Callable[[], None]:
     """The launch: dw_taps (G, Kg, Cg*taps, taps in the column matrix's order) <- the filter
-    gradient, block by block ((n0, images, p0, rows) of dy), through buf's planes, col, dy and
-    dw_t (scratch_shapes)."""
+    gradient over blocks of whole images ((n0, images, 0, P) of dy), through buf's planes and
+    each of the `slots` threads' scratch (scratch_shapes).
+
+    With several slots the blocks run on the launch's threads (_workers.run_chunks, BLAS at
+    one thread each): a thread splits its own images into phase planes, gathers their columns
+    and sums their GEMMs into an accumulator of its own; the accumulators are added at the end.
+    On one thread the copies left a core idle: DeepBench row 6 spent 22 of 49 ms in them."""
     p = columns.p
     g, kg, k = p.groups, p.filters_per_group, p.out_channels
     gemm: GemmInto = gemm_into(x.dtype) or _numpy_gemm
-    planes, col_flat = buf["planes"], buf["col"]
-    dw_t, partial = buf.get("dw_t"), buf.get("partial")
+    planes = buf["planes"]
+    flip = transposed(p)
+    sums = [buf.get("acc0", dw_taps), *(buf[f"acc{s}"] for s in range(1, slots))]
     in_place = reads_dy_in_place(columns, x.dtype)
 
-    def accumulate(col_i: np.ndarray, dy_i: np.ndarray, first: bool) -> None:
-        """dW (+)= dy_i @ col_i^T over the groups ((G, Kg, cols) and (G, Cg*taps, cols))."""
-        if partial is not None:
-            np.matmul(dy_i, col_i.transpose(0, 2, 1), out=dw_taps if first else partial)
+    def accumulate(slot: int, col_i: np.ndarray, dy_i: np.ndarray, first: bool) -> None:
+        """The slot's sum (+)= dy_i @ col_i^T over the groups ((G, Kg, cols), (G, Cg*taps,
+        cols)), as its transpose col_i @ dy_i^T where `flip`."""
+        acc = sums[slot]
+        if batched(p):
+            product = buf[f"partial{slot}"]
+            np.matmul(dy_i, col_i.transpose(0, 2, 1), out=acc if first else product)
             if not first:
-                np.add(dw_taps, partial, out=dw_taps)
+                np.add(acc, product, out=acc)
             return
         for j in range(g):
-            if dw_t is None:
-                gemm(dy_i[j], col_i[j].T, dw_taps[j], not first)
+            if flip:
+                gemm(col_i[j], dy_i[j].T, acc[j], not first)
             else:
-                gemm(col_i[j], dy_i[j].T, dw_t[j], not first)
+                gemm(dy_i[j], col_i[j].T, acc[j], not first)
 
-    def operands(col: np.ndarray, n0: int, ni: int, p0: int, pr: int) -> list[tuple]:
+    def operands(slot: int, col: np.ndarray, n0: int, ni: int) -> list[tuple]:
         """(columns, dy) GEMM operand pairs of a block: per image where dy is read in place."""
+        pq = p.out_h * p.out_w
         if in_place:
-            pq = p.out_h * p.out_w
             return [(col[:, i * pq:(i + 1) * pq], dy[n0 + i].reshape(k, pq)) for i in range(ni)]
         cols = col.shape[1]
-        dyb = buf["dy"][:k * cols].reshape(k, ni, pr, columns.kept)
-        np.copyto(dyb[..., :p.out_w], dy[n0:n0 + ni, :, p0:p0 + pr].transpose(1, 0, 2, 3))
+        dyb = buf[f"dy{slot}"][:k * cols].reshape(k, ni, p.out_h, columns.kept)
+        np.copyto(dyb[..., :p.out_w], dy[n0:n0 + ni].transpose(1, 0, 2, 3))
         dyb[..., p.out_w:] = 0    # the flat matrix's gap columns must add nothing
         return [(col, dyb.reshape(k, cols))]
 
+    started = [False] * slots
+
+    def work(slot: int, block: tuple[int, int, int, int]) -> None:
+        n0, ni, _, rows = block
+        columns.fill_planes(planes, x, slice(n0, n0 + ni))
+        col = columns.gather(planes, buf[f"col{slot}"], n0, ni, 0, rows)
+        for col_i, dy_i in operands(slot, col, n0, ni):
+            accumulate(slot, col_i.reshape(g, -1, col_i.shape[1]), dy_i.reshape(g, kg, -1),
+                       not started[slot])
+            started[slot] = True
+
     def kernel() -> None:
-        columns.fill_planes(planes, x)
-        first = True
-        for n0, ni, p0, pr in blocks:
-            col = columns.gather(planes, col_flat, n0, ni, p0, pr)
-            for col_i, dy_i in operands(col, n0, ni, p0, pr):
-                accumulate(col_i.reshape(g, -1, col_i.shape[1]), dy_i.reshape(g, kg, -1), first)
-                first = False
-        if dw_t is not None:
-            np.copyto(dw_taps, dw_t.transpose(0, 2, 1))
+        started[:] = [False] * slots
+        run_chunks(blocks, work, slots)
+        used = [acc.reshape(len(acc), -1) for acc, done in zip(sums, started) if done]
+        run_tasks([partial(_add_rows, used, first, count)
+                   for first, count in even_parts(len(used[0]), -(-len(used[0]) // slots))],
+              slots)
+        if flip:
+            np.copyto(dw_taps, sums[0].transpose(0, 2, 1))
 
     return kernel
+
+
+def _add_rows(sums: list[np.ndarray], first: int, count: int) -> None:
+    """sums[0][rows] += the other slots' sums of those rows (a share of the rows a thread)."""
+    rows = slice(first, first + count)
+    for other in sums[1:]:
+        np.add(sums[0][rows], other[rows], out=sums[0][rows])

@@ -321,18 +321,20 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
     nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
     columns = _im2col_filter.columns_for(p, dtype)
     k, taps = p.out_channels, p.kernel_h * p.kernel_w
-    images, rows = _blocks(p, _row_bytes(p, columns, dtype), True)
-    block_columns = _max_len(images) * _max_len(rows) * columns.kept
+    images, _ = _blocks(p, _row_bytes(p, columns, dtype), True)
+    image_bytes = _row_bytes(p, columns, dtype) * p.out_h
+    slots = _im2col_filter.thread_slots(p, images, image_bytes >= BLOCK_BYTES)
+    block_columns = _max_len(images) * p.out_h * columns.kept
     dw = np.empty(p.weight_shape, dtype)
     taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)
     shapes = {"planes": columns.planes_shape,
-              **_im2col_filter.scratch_shapes(p, columns, block_columns, dtype)}
+              **_im2col_filter.scratch_shapes(p, columns, block_columns, dtype, slots)}
     if not columns.natural_order:
         shapes["dw_taps"] = taps_shape
     buf = allocate(point, dtype, shapes)
     dw_taps = buf.get("dw_taps", dw.reshape(taps_shape))
-    blocks = [(n0, ni, p0, pr) for n0, ni in images for p0, pr in rows]
-    gradient = _im2col_filter.bind(columns, blocks, x, dy, buf, dw_taps)
+    blocks = [(n0, ni, 0, p.out_h) for n0, ni in images]
+    gradient = _im2col_filter.bind(columns, blocks, slots, x, dy, buf, dw_taps)
     inverse = np.argsort(columns.tap_order)
 
     def kernel() -> None:
