@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
-from harness import backends, contention, memory, precision, reference, threads
+from harness import backends, contention, memory, precision, reference, threads, verdict
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
@@ -56,6 +56,7 @@ class PointExecutor:
         self.seed = seed
         self._data: OrderedDict[tuple, ProblemData] = OrderedDict()
         self._references: OrderedDict[tuple, Any] = OrderedDict()
+        self._scales: OrderedDict[tuple, reference.TermScales] = OrderedDict()
         self._cache_size = cache_size
         self._flushers: dict[str, Callable[[], None]] = {}
 
@@ -141,23 +142,22 @@ class PointExecutor:
         except Exception as err:  # noqa: BLE001 - backend failure while running: a failed row
             return [_failed(p, algo, err) for p in group]
         setup_ms = (time.perf_counter() - started) * 1e3
-        expected = self._cached_reference(point, data, _array_module(output))
-        rel, max_abs = reference.relative_errors(output, expected, _array_module(output))
-        length = point.problem.reduction_length(point.direction)
+        xp = _array_module(output)
+        expected = self._cached_reference(point, data, xp)
         factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
-        rms = _scaled_rms(point, expected)
-        tol = precision.tolerance(point.precision, length, factor, point.direction, point.output,
-                                  rms)
-        effective = precision.delivered(point.precision, rel, length, factor, point.direction,
-                                        point.output, rms)
+        standard = verdict.Standard(point.precision,
+                                    point.problem.reduction_length(point.direction), factor,
+                                    point.direction, point.output, _scaled_rms(point, expected))
+        judged = verdict.judge(output, expected, partial(self._cached_scales, point, data, xp),
+                               standard, xp)
         family = algo.family if prepared.family is None else prepared.family
-        common = dict(family=family, workspace_bytes=prepared.workspace_bytes, rel_error=rel,
-                      max_abs_error=max_abs, tolerance=tol, setup_ms=setup_ms,
-                      effective_precision=effective, deterministic=deterministic)
-        if effective is None:
-            why = (f"relative L2 error {rel:.3g} exceeds the {point.precision} tolerance "
-                   f"{tol:.3g} (max abs error {max_abs:.3g})")
-            return [Measurement(p, Status.WRONG, why, **common) for p in group]
+        common = dict(family=family, workspace_bytes=prepared.workspace_bytes,
+                      rel_error=judged.rel_error, max_abs_error=judged.max_abs_error,
+                      tolerance=judged.tolerance, setup_ms=setup_ms,
+                      effective_precision=judged.delivered, deterministic=deterministic)
+        if judged.delivered is None:
+            return [Measurement(p, Status.WRONG, _why_wrong(point, judged), **common)
+                    for p in group]
         try:
             timing = self._time(prepared, point)
         except Exception as err:  # noqa: BLE001 - backend failure while timing: a failed row
@@ -208,20 +208,39 @@ class PointExecutor:
         return self._flushers[device]
 
     def _cached_data(self, point: Point) -> ProblemData:
-        key = (point.problem, point.precision, point.op)
-        if key not in self._data:
-            self._data[key] = reference.make_data(point.problem, point.precision, self.seed,
-                                                  point.op)
-            _trim(self._data, self._cache_size)
-        return self._data[key]
+        return _cached(self._data, (point.problem, point.precision, point.op), self._cache_size,
+                       lambda: reference.make_data(point.problem, point.precision, self.seed,
+                                                   point.op))
 
     def _cached_reference(self, point: Point, data: ProblemData, xp: Any) -> Any:
-        key = (point.problem, point.precision, point.direction, point.op, xp.__name__)
-        if key not in self._references:
-            self._references[key] = reference.reference(point.problem, point.direction, data, xp,
-                                                        point.op)
-            _trim(self._references, self._cache_size)
-        return self._references[key]
+        return _cached(self._references, _reference_key(point, xp), self._cache_size,
+                       lambda: reference.reference(point.problem, point.direction, data, xp,
+                                                   point.op))
+
+    def _cached_scales(self, point: Point, data: ProblemData, xp: Any) -> reference.TermScales:
+        """The point's term scales, computed once (a second float64 reference) for every
+        algorithm whose output needs them (verdict.judge)."""
+        return _cached(self._scales, _reference_key(point, xp), self._cache_size,
+                       lambda: reference.term_scales(point.problem, point.direction, data, xp,
+                                                     point.op))
+
+
+def _cached(cache: OrderedDict, key: tuple, size: int, compute: Callable[[], Any]) -> Any:
+    if key not in cache:
+        cache[key] = compute()
+        _trim(cache, size)
+    return cache[key]
+
+
+def _reference_key(point: Point, xp: Any) -> tuple:
+    return (point.problem, point.precision, point.direction, point.op, xp.__name__)
+
+
+def _why_wrong(point: Point, judged: verdict.Judged) -> str:
+    scaled = (f", {judged.conditioned:.3g} times the plain one for data whose terms cancel"
+              if judged.conditioned > 1 else "")
+    return (f"relative L2 error {judged.rel_error:.3g} exceeds the {point.precision} tolerance "
+            f"{judged.tolerance:.3g}{scaled} (max abs error {judged.max_abs_error:.3g})")
 
 
 def algorithm_for(point: Point) -> Algorithm:

@@ -1,5 +1,5 @@
-"""The float64 oracle and the test data (the tolerance an algorithm's error is judged by lives in
-harness/precision.py).
+"""The float64 oracle and the test data, and the scale of the oracle's terms (the tolerance an
+algorithm's error is judged by lives in harness/precision.py, the judging in harness/verdict.py).
 
 Written once against an array module `xp` (numpy on the CPU, cupy on the GPU), so the same code
 checks every backend. It is deliberately plain: the forward pass accumulates one kernel tap at a
@@ -67,14 +67,48 @@ def reference(problem: ConvProblem, direction: str, data: ProblemData, xp: Any =
     raise ValueError(f"unknown direction {direction!r}")
 
 
+def magnitude(problem: ConvProblem, direction: str, data: ProblemData, xp: Any = np,
+              op: str = epilogue.CONV) -> Any:
+    """For every output, the sum of the absolute values of the terms its exact result sums
+    (the reference of the absolute operands, by the same code; a ReLU leaves these sums as they
+    are): an honest float sum's rounding error is bounded by its unit roundoff times this, which
+    is far more than the result where the terms cancel (precision.condition)."""
+    absolute = ProblemData(*(None if a is None else np.abs(a) for a in
+                             (data.x, data.w, data.dy, data.bias, data.residual)))
+    return reference(problem, direction, absolute, xp, op)
+
+
+@dataclass(frozen=True)
+class TermScales:
+    """How large the terms of a point's exact result are, for judging it where the result alone
+    cannot say (harness/verdict.py): the norm of `magnitude` (every output's absolute sum of
+    terms), and the product of the norms of the two operands multiplied (no output of theirs
+    can exceed it, by Cauchy-Schwarz)."""
+    magnitude_norm: float
+    operand_norms: float
+
+
+def term_scales(problem: ConvProblem, direction: str, data: ProblemData, xp: Any = np,
+                op: str = epilogue.CONV) -> TermScales:
+    first, second = {"fwd": (data.x, data.w), "bwd_data": (data.dy, data.w),
+                     "bwd_filter": (data.x, data.dy)}[direction]
+    return TermScales(l2_norm(magnitude(problem, direction, data, xp, op), xp),
+                      l2_norm(first, xp) * l2_norm(second, xp))
+
+
+def l2_norm(array: Any, xp: Any = np) -> float:
+    """The L2 norm of every element of `array`, in float64."""
+    return float(xp.linalg.norm(xp.asarray(array, dtype=xp.float64).ravel()))
+
+
 def relative_errors(result: Any, expected: Any, xp: Any = np) -> tuple[float, float]:
     """(relative L2 error, max absolute error); NaN anywhere makes both infinite."""
     result = xp.asarray(result, dtype=xp.float64)
     diff = result - expected
     if not bool(xp.all(xp.isfinite(result))):
         return float("inf"), float("inf")
-    norm = float(xp.linalg.norm(expected.ravel()))
-    rel = float(xp.linalg.norm(diff.ravel())) / (norm if norm > 0 else 1.0)
+    norm = l2_norm(expected, xp)
+    rel = l2_norm(diff, xp) / (norm if norm > 0 else 1.0)
     return rel, float(xp.max(xp.abs(diff))) if diff.size else 0.0
 
 

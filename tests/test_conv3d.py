@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import backends, reference, runner, store
-from harness import precision as precision_table
+from harness import backends, reference, runner, store, verdict
 from harness.backends.base import WorkspaceExceeded
 from harness.backends.cpu import direct
 from harness.cli import main
@@ -221,9 +220,8 @@ def _direct_3d(p: ConvProblem, direction: str, precision: str, seed: int) -> tup
     prepared = algo.prepare(replace(_point(p, direction, "cpu", "direct"), precision=precision), data)
     prepared.poison()
     prepared.launch()
-    error, _ = reference.relative_errors(prepared.output(), reference.reference(p, direction, data))
-    return error, precision_table.tolerance(precision, p.reduction_length(direction),
-                                            algo.error_factor)
+    judged = verdict.check(p, direction, data, prepared.output(), precision, algo.error_factor)
+    return judged.rel_error, judged.tolerance
 
 
 @pytest.mark.parametrize("precision", ["fp64", "fp32"])

@@ -20,8 +20,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness import backends, reference, threads
-from harness import precision as precision_table
+from harness import backends, reference, threads, verdict
 from harness.backends.base import Unsupported, WorkspaceExceeded
 from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_spectra, _fft_tiled,
                                   _fft_tiled_directions, _im2col_filter, _in_place, _shifted,
@@ -54,11 +53,10 @@ def _run(name: str, problem: ConvProblem, direction: str, precision: str,
     prepared = algo.prepare(point, data)
     prepared.poison()
     prepared.launch()
-    error, _ = reference.relative_errors(prepared.output(), reference.reference(problem, direction,
-                                                                                data))
+    judged = verdict.check(problem, direction, data, prepared.output(), precision,
+                           algo.error_factor)
     prepared.release()
-    limit = precision_table.tolerance(precision, problem.reduction_length(direction), algo.error_factor)
-    return error, limit
+    return judged.rel_error, judged.tolerance
 
 
 def _check_all(problem: ConvProblem, seed: int, names: list[str] = NAMES) -> None:

@@ -18,7 +18,7 @@ LAYERS = [
      "epilogue"},
     {"problem_text"},
     {"env", "sweep"},
-    {"measurement", "suite_checks", "reference"},
+    {"measurement", "suite_checks", "reference", "verdict"},
     {"suite", "suite_overrides"},
     {"models"},
     {"schema"},

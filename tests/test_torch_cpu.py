@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import backends, reference
-from harness import precision as precision_table
+from harness import backends, reference, verdict
 from harness.backends import torch_cpu
 from harness.backends.base import Unsupported
 from harness.problem import ConvProblem
@@ -84,9 +83,9 @@ def _check(problem: ConvProblem, direction: str, precision: str, layout: str) ->
     prepared.poison()
     assert np.isnan(prepared.output()).all()
     prepared.launch()
-    error, _ = reference.relative_errors(prepared.output(),
-                                         reference.reference(problem, direction, data))
-    limit = precision_table.tolerance(precision, problem.reduction_length(direction), algo.error_factor)
+    judged = verdict.check(problem, direction, data, prepared.output(), precision,
+                           algo.error_factor)
+    error, limit = judged.rel_error, judged.tolerance
     assert error <= limit, f"{direction} {precision} {layout} {problem}: {error:.2e} > {limit:.1e}"
     if precision == "fp64":
         assert error < 1e-11

@@ -1,0 +1,171 @@
+"""The condition-aware check (harness/verdict.py): data whose terms cancel widens the tolerance
+by as much as they cancel, so an honest float32 sum passes and a wrong result still fails; an
+exact result of 0 has its own rule; the costly term scales are computed only where they can
+change the verdict."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import backends, executor, precision, reference, verdict
+from harness.measurement import Status
+from harness.problem import ConvProblem
+from harness.sweep import Point, TimingOptions
+
+TERMS = 64
+# dw of one element summing TERMS products x_i * dy_i (a 1x1 kernel over a 1 x TERMS image).
+ONE_WEIGHT = ConvProblem(1, 1, 1, TERMS, 1, 1, 1)
+# The exact dw is this fraction of the terms' absolute sum: about 1/700 of what random data has.
+CANCELLED = 1e-3
+
+
+def _cancelling_data() -> reference.ProblemData:
+    """fp32 data whose dw terms cancel to CANCELLED of their absolute sum: dy's last element
+    is chosen so the products sum to about that (its own product moves the absolute sum a
+    little; rounding dy to fp32 moves the sum by ~1e-7 of the terms, far under what is left)."""
+    rng = np.random.default_rng(7)
+    x = precision.round_to(rng.standard_normal(ONE_WEIGHT.input_shape), "fp32")
+    dy = precision.round_to(rng.standard_normal(ONE_WEIGHT.output_shape), "fp32")
+    products = (x * dy).ravel()
+    target = CANCELLED * np.abs(products).sum()
+    dy.reshape(-1)[-1] = (target - products[:-1].sum()) / x.reshape(-1)[-1]
+    dy = precision.round_to(dy, "fp32")
+    w = np.ones(ONE_WEIGHT.weight_shape)
+    return reference.ProblemData(x=x, w=w, dy=dy)
+
+
+def _sequential_fp32_sum(data: reference.ProblemData) -> np.ndarray:
+    """An honest float32 dw: the products summed one after another, rounded at each step."""
+    products = (data.x * data.dy).ravel().astype(np.float32)
+    return np.cumsum(products, dtype=np.float32)[-1:].reshape(ONE_WEIGHT.weight_shape)
+
+
+def _judge(output: np.ndarray, data: reference.ProblemData, name: str = "fp32",
+           problem: ConvProblem = ONE_WEIGHT, direction: str = "bwd_filter",
+           error_factor: float = 1.0) -> verdict.Judged:
+    return verdict.check(problem, direction, data, output, name, error_factor)
+
+
+def test_the_data_cancels_as_constructed() -> None:
+    data = _cancelling_data()
+    exact = reference.reference(ONE_WEIGHT, "bwd_filter", data)
+    absolute = reference.magnitude(ONE_WEIGHT, "bwd_filter", data)
+    assert abs(exact).sum() / absolute.sum() == pytest.approx(CANCELLED, rel=0.1)
+
+
+def test_an_honest_fp32_sum_of_cancelling_terms_passes() -> None:
+    data = _cancelling_data()
+    honest = _sequential_fp32_sum(data)
+    judged = _judge(honest, data)
+    plain = precision.tolerance("fp32", TERMS)
+    # the case hypothesis found: an honest sum outside the tolerance of random data
+    assert judged.rel_error > plain
+    assert judged.conditioned > 100
+    assert judged.tolerance == pytest.approx(plain * judged.conditioned)
+    assert judged.delivered == "fp32"
+
+
+def test_a_result_off_by_clearly_too_much_still_fails() -> None:
+    data = _cancelling_data()
+    exact = reference.reference(ONE_WEIGHT, "bwd_filter", data)
+    wrong = _judge(exact * 1.1, data)
+    assert wrong.delivered is None and wrong.rel_error > wrong.tolerance
+    # 30 times an honest fp32 sum's error is not fp32; on terms cancelling this much it is what
+    # tf32's rounded operands could give, which the row would say (not `ok` at fp32)
+    honest_error = _judge(_sequential_fp32_sum(data), data).rel_error
+    too_far = _judge(exact * (1 + 30 * honest_error), data)
+    assert too_far.rel_error > too_far.tolerance and too_far.delivered != "fp32"
+
+
+def test_no_condition_widens_a_tolerance_to_pass_an_indexing_bug() -> None:
+    for name in precision.FLOATING:
+        assert precision.tolerance(name, 9, conditioned=1e12) < 0.1, name
+    assert precision.tolerance("bf16", 9, conditioned=1e12) == pytest.approx(0.05)
+    assert precision.tolerance("fp32", 9, conditioned=0.5) == precision.tolerance("fp32", 9)
+
+
+@pytest.mark.parametrize("name", ["direct", "im2col", "fft"])
+def test_cpu_algorithms_on_cancelling_data_pass(name: str) -> None:
+    algo = backends.get("cpu").algorithm(name)
+    data = _cancelling_data()
+    prepared = algo.prepare(Point(ONE_WEIGHT, "bwd_filter", "fp32", "NCHW", "cpu", name), data)
+    prepared.poison()
+    prepared.launch()
+    judged = _judge(prepared.output(), data, error_factor=algo.error_factor)
+    prepared.release()
+    assert judged.delivered == "fp32", judged
+
+
+def test_well_conditioned_data_keeps_the_plain_tolerance() -> None:
+    problem = ConvProblem(2, 8, 9, 9, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+    data = reference.make_data(problem, "fp32", seed=3)
+    for direction in ("fwd", "bwd_data", "bwd_filter"):
+        exact = reference.reference(problem, direction, data)
+        scales = reference.term_scales(problem, direction, data)
+        length = problem.reduction_length(direction)
+        assert precision.condition(reference.l2_norm(exact), scales.magnitude_norm,
+                                   length) == 1.0
+        judged = _judge(exact * 1.1, data, problem=problem, direction=direction)
+        assert judged.delivered is None and judged.conditioned == 1.0
+
+
+def test_term_scales_are_computed_only_where_they_can_change_the_verdict() -> None:
+    data = _cancelling_data()
+    exact = reference.reference(ONE_WEIGHT, "bwd_filter", data)
+    standard = verdict.Standard("fp32", TERMS, direction="bwd_filter")
+
+    def refused() -> reference.TermScales:
+        raise AssertionError("term scales computed for an output within the plain tolerance")
+    assert verdict.judge(exact, exact, refused, standard).delivered == "fp32"
+    with pytest.raises(AssertionError):
+        verdict.judge(exact * 1.1, exact, refused, standard)
+
+
+# dw is exactly 0 from two terms that cancel exactly; and a bwd_data whose every dx element is
+# reached by padding only (no term at all), where the FFT still leaves ~5e-14 of rounding of the
+# outputs it crops: 1.3 to 1.8 times the old tolerance (an absolute error, over seeds 0-5).
+TWO_TERMS = ConvProblem(1, 1, 1, 2, 1, 1, 1)
+ONLY_PADDING = ConvProblem(3, 6, 11, 1, 6, 4, 4, pad_top=3, pad_left=3, pad_bottom=1,
+                           pad_right=3, dilation_h=3, dilation_w=2, groups=2)
+
+
+def test_an_exact_zero_is_judged_against_its_terms() -> None:
+    data = reference.ProblemData(x=np.array([[[[3.0, 3.0]]]]), w=np.ones((1, 1, 1, 1)),
+                                 dy=np.array([[[[1.0, -1.0]]]]))
+    assert not reference.reference(TWO_TERMS, "bwd_filter", data).any()
+    # terms of 3: the scale is 6 / ((2/pi) sqrt(2)) = 6.7, so 1e-7 is 1.5e-8 of it
+    assert _judge(np.full((1, 1, 1, 1), 1e-7), data, problem=TWO_TERMS).delivered == "fp32"
+    wrong = _judge(np.full((1, 1, 1, 1), 0.1), data, problem=TWO_TERMS)
+    assert wrong.delivered is None and wrong.rel_error == pytest.approx(0.1 / 6.66, rel=1e-2)
+
+
+def test_an_exact_zero_with_no_terms_is_judged_against_the_operands() -> None:
+    data = reference.make_data(ONLY_PADDING, "fp64", seed=1)
+    exact = reference.reference(ONLY_PADDING, "bwd_data", data)
+    assert not exact.any()
+    assert reference.term_scales(ONLY_PADDING, "bwd_data", data).magnitude_norm == 0
+    algo = backends.get("cpu").algorithm("fft")
+    prepared = algo.prepare(Point(ONLY_PADDING, "bwd_data", "fp64", "NCHW", "cpu", "fft"), data)
+    prepared.poison()
+    prepared.launch()
+    leak = prepared.output().copy()
+    prepared.release()
+    old = precision.tolerance("fp64", ONLY_PADDING.reduction_length("bwd_data"), 16.0)
+    assert reference.l2_norm(leak) > old          # the old rule called the FFT wrong
+    judged = _judge(leak, data, "fp64", ONLY_PADDING, "bwd_data", algo.error_factor)
+    assert judged.delivered == "fp64", judged
+    misplaced = exact.copy()
+    misplaced.flat[0] = 1.0       # one value of a real output written where none belongs
+    assert _judge(misplaced, data, "fp32", ONLY_PADDING, "bwd_data").delivered is None
+
+
+def test_the_executors_row_says_the_tolerance_it_was_judged_by(monkeypatch) -> None:
+    """Through the executor, as a sweep measures: the honest row is `ok` at fp32 and carries the
+    widened tolerance its error is within."""
+    monkeypatch.setattr(reference, "make_data", lambda *args: _cancelling_data())
+    timing = TimingOptions(budget_ms=0, min_samples=1, max_samples=1, warmup=0)
+    point = Point(ONE_WEIGHT, "bwd_filter", "fp32", "NCHW", "cpu", "direct", timing=timing)
+    row = executor.PointExecutor().measure([point])[0]
+    plain = precision.tolerance("fp32", TERMS)
+    assert row.status == Status.OK and row.effective_precision == "fp32", row.reason
+    assert row.rel_error > plain and row.tolerance > row.rel_error
