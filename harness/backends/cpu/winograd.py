@@ -25,8 +25,8 @@ NumPy spends its time in data movement and in thin GEMMs, and its copies use one
   and channels of a chunk (for F4 that is 4x the multiplies of the separable form, but
   the separable form is two GEMMs with an inner dimension of 6, which OpenBLAS runs 3-4x below
   its peak: measured 10-25% slower on chunks in cache, and slower still over memory);
-- layers of few tiles and many channels (res4, res5 at batch 8) are shared out among the
-  threads by filters instead (BY_FILTERS_MAX_TILES): the input transform in chunks into one
+- layers of few tiles and many channels (res5 at batch 8) are shared out among the
+  threads by filters instead (BY_FILTERS_MAX_CHUNKS): the input transform in chunks into one
   buffer, then each thread the GEMMs, output transform and copy of its filters over all tiles,
   so that the transformed weights are read once per launch.
 
@@ -75,14 +75,16 @@ def _multiply(v: np.ndarray, u: np.ndarray, out: np.ndarray, groups: int) -> Non
 
 
 # ---- the two tile pipelines --------------------------------------------------------------------
-# Layers of up to this many tiles (one group) are shared out among the threads by filters
-# instead of by tiles: each thread's GEMMs read only its filters' transformed weights (chunks of
-# tiles each re-read all of them: 36 MiB on res5 for F4), over all the tiles. The input
-# transform is shared out by tiles first, into one buffer of all the transformed tiles.
-# Measured forward on the 2-core Xeon VM (2026-11-24, batch 8, ms, by tiles -> by filters):
-# res5a F4 (32 tiles) 9.2 -> 6.9, F2 (128) 7.6 -> 6.7, res4a F4 (128) 5.6 -> 5.2; but res3a F4
-# and res4a F2 (392 tiles each) 4.5 -> 5.1 and 5.5 -> 5.7.
-BY_FILTERS_MAX_TILES = 256
+# Layers whose tiles make at most this many chunks (one: the MIN_CHUNK_TILES floor holds all
+# tiles, which one thread then took through thin GEMMs on BLAS's threads), with one group, are
+# shared out among the threads by filters instead: the input transform in chunks into one
+# buffer of all transformed tiles, then each thread the GEMMs of its filters over all tiles,
+# reading only its filters' transformed weights. Measured (2-core Xeon VM, 2026-11-24, batch 8,
+# ms, interleaved, chunks -> by filters): res5a F4 (1 chunk) fwd 8.2 -> 6.7-6.9, bwd_data
+# 7.8 -> 7.0; with 2 chunks by filters ran slower or as fast: res4a F4 fwd 4.97 -> 5.18,
+# bwd_data 5.25 -> 5.77, conv5_1 F4 bwd_data 16.6 -> 18.2, res5a F2 bwd_data 7.6 -> 7.4 (but
+# res5a F2 fwd 7.7 -> 6.5, conv5_1 F4 fwd 17.9 -> 17.2); with 4 (res3a F4) 4.5 -> 5.1.
+BY_FILTERS_MAX_CHUNKS = 1
 
 
 class _Correlation:
@@ -104,11 +106,10 @@ class _Correlation:
         self.aa = kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
         positions, outputs = t.alpha * t.alpha, t.m * t.m
         self.tiles = batch * t.per_image
-        self.by_filters = groups == 1 and self.tiles <= BY_FILTERS_MAX_TILES
+        self.chunks = plan(t, batch, max(channels, filters), dtype, filter_gradient=False)
+        self.by_filters = groups == 1 and len(self.chunks) <= BY_FILTERS_MAX_CHUNKS
         if self.by_filters:
             self.chunks = chunks(t, batch, -(-self.tiles // available_cores()))
-        else:
-            self.chunks = plan(t, batch, max(channels, filters), dtype, filter_gradient=False)
         self.slots = slot_count(self.chunks)
         self.overhang = (t.m * t.th, t.m * t.tw) != (rows, cols)
         most = max(c.tiles(t) for c in self.chunks)
