@@ -40,7 +40,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -260,16 +260,24 @@ def main(argv: list[str] | None = None) -> int:
           + (f", variant = after with {_variant(args.variant)}" if args.variant else "")
           + f"; batch {BATCH}, fp32, NCHW; {args.reps} interleaved rounds, ms; load average at "
           f"start {os.getloadavg()}")
-    rows = []
     layers = ([parse_benchdnn(text) for text in args.descriptor] if args.descriptor
               else _layers(args.suites.split(","), args.all_strides, wanted))
-    for problem in layers:
-        for direction in args.directions.split(","):
-            rows.append(_measure(problem, direction, args.reps, algorithms))
-            print(f"  {rows[-1]['layer']} {direction}: done", file=sys.stderr, flush=True)
-    _print_table(rows)
+    _print_table(sweep(layers, args.directions.split(","),
+                       lambda problem, direction: _measure(problem, direction, args.reps,
+                                                           algorithms)))
     print(f"load average at end {os.getloadavg()}")
     return 0
+
+
+def sweep(layers: list[ConvProblem], directions: list[str],
+          measure: Callable[[ConvProblem, str], dict[str, object]]) -> list[dict[str, object]]:
+    """measure(layer, direction) of every layer and direction, a progress line after each."""
+    rows = []
+    for problem in layers:
+        for direction in directions:
+            rows.append(measure(problem, direction))
+            print(f"  {rows[-1]['layer']} {direction}: done", file=sys.stderr, flush=True)
+    return rows
 
 
 def _cpu_model() -> str:

@@ -93,8 +93,7 @@ class _FilterTransformOnly:
         self._u = np.empty((36, p.groups, p.channels_per_group, p.filters_per_group), np.float32)
         self._slots = available_cores()
         self._tasks = winograd._weight_tasks(_tiles.kron(mats["g"], mats["g"], np.float32),
-                                             self._w, self._u, self._slots,
-                                             swapped=np.empty_like(self._w))
+                                             self._w, self._u, self._slots, swapped=True)
 
     def launch(self) -> None:
         from harness.backends.cpu._workers import run_tasks

