@@ -148,7 +148,8 @@ class PointExecutor:
         standard = verdict.Standard(point.precision,
                                     point.problem.reduction_length(point.direction), factor,
                                     point.direction, point.output, _scaled_rms(point, expected))
-        judged = verdict.judge(output, expected, partial(self._cached_scales, point, data, xp),
+        judged = verdict.judge(output, expected,
+                               partial(self._cached_scales, point, data, expected, xp),
                                standard, xp)
         family = algo.family if prepared.family is None else prepared.family
         common = dict(family=family, workspace_bytes=prepared.workspace_bytes,
@@ -217,12 +218,13 @@ class PointExecutor:
                        lambda: reference.reference(point.problem, point.direction, data, xp,
                                                    point.op))
 
-    def _cached_scales(self, point: Point, data: ProblemData, xp: Any) -> reference.TermScales:
+    def _cached_scales(self, point: Point, data: ProblemData, expected: Any,
+                       xp: Any) -> reference.TermScales:
         """The point's term scales, computed once (a second float64 reference) for every
-        algorithm whose output needs them (verdict.judge)."""
+        algorithm whose output needs them (verdict.judge); `expected` is the point's reference."""
         return _cached(self._scales, _reference_key(point, xp), self._cache_size,
-                       lambda: reference.term_scales(point.problem, point.direction, data, xp,
-                                                     point.op))
+                       lambda: reference.term_scales(point.problem, point.direction, data,
+                                                     expected, xp, point.op))
 
 
 def _cached(cache: OrderedDict, key: tuple, size: int, compute: Callable[[], Any]) -> Any:

@@ -90,13 +90,14 @@ _ACCUMULATION_UNITS = 2.0
 # and over many elements the L2 error is about a third of one (measured in tests). 8 units of
 # fp8 would be 0.5, loose enough to pass a result off by a factor of 1.5; 1.5 units is not.
 _NARROW_OUTPUT_UNITS = 1.5
-# The tolerance above is calibrated on random normal data, where an output of L terms sums
-# products whose absolute values average 2/pi (E|a| E|b| for independent standard normals) while
-# the sum itself is about sqrt(L) in size: the terms' absolute sum is (2/pi) sqrt(L) times the
-# result. Data whose terms cancel more than that (a 1-element dw of a few large terms, found by
-# hypothesis) leaves any honest float sum a larger relative error: a rounding error is bounded
-# by the unit roundoff times the absolute sum of the terms, not by the result.
-_RANDOM_TERMS_PER_RESULT = 2.0 / math.pi
+# The tolerance above is calibrated on random normal data, where an output of L terms is about
+# as large as the root of the sum of its terms' squares (reference.term_spread), the scale of an
+# honest sum's rounding error. Data whose terms cancel more (a 1-element dw of a few large terms,
+# found by hypothesis) leave any honest float sum a larger relative error. A float64 reference
+# carries its own rounding, about this many units of float64 times sqrt(L) times that spread: a
+# result no larger is 0 within the reference's accuracy (an FMA sum of exactly cancelling terms
+# reads 5e-23, not 0).
+_REFERENCE_UNITS = 8.0
 # An indexing bug (a sample skipped, a tap misplaced) errs by 1e-1 or more. The condition never
 # widens a tolerance past half that, so such a result stays wrong on any data: where the terms
 # cancel so much that an honest result may err more, the data cannot tell rounding from a bug
@@ -159,21 +160,21 @@ def refusal(name: str, direction: str) -> str | None:
     return None
 
 
-def well_conditioned_norm(magnitude_norm: float, reduction_length: int) -> float:
-    """The L2 norm an exact result would have on the tolerance's calibration data (random
-    normal) if its terms' absolute sums had the norm `magnitude_norm` (the reference of the
-    absolute operands, reference.magnitude)."""
-    return magnitude_norm / (_RANDOM_TERMS_PER_RESULT * max(reduction_length, 1)**0.5)
-
-
-def condition(result_norm: float, magnitude_norm: float, reduction_length: int) -> float:
+def condition(result_norm: float, spread_norm: float) -> float:
     """How many times more the exact result's terms cancel than on the calibration data (the
-    factor the tolerance is multiplied by); at least 1, so data that cancels less keeps the
-    tolerance as it is. 1 for a result of norm 0: its error is measured against
-    well_conditioned_norm instead (verdict.judge), a ratio to 0 would accept anything."""
+    factor the tolerance is multiplied by): the terms' spread (reference.term_spread) over the
+    result; at least 1, so data that cancels less keeps the tolerance as it is. 1 for a result
+    that is 0 (`is_zero`): its error is measured against the spread instead (verdict.judge), a
+    ratio to 0 would accept anything."""
     if result_norm <= 0:
         return 1.0
-    return max(1.0, well_conditioned_norm(magnitude_norm, reduction_length) / result_norm)
+    return max(1.0, spread_norm / result_norm)
+
+
+def is_zero(result_norm: float, spread_norm: float, reduction_length: int) -> bool:
+    """Whether an exact result of this norm is 0 within the float64 reference's own rounding."""
+    return result_norm <= (_REFERENCE_UNITS * 2.0**-53 * max(reduction_length, 1)**0.5
+                           * spread_norm)
 
 
 def tolerance(name: str, reduction_length: int, error_factor: float = 1.0,

@@ -67,32 +67,36 @@ def reference(problem: ConvProblem, direction: str, data: ProblemData, xp: Any =
     raise ValueError(f"unknown direction {direction!r}")
 
 
-def magnitude(problem: ConvProblem, direction: str, data: ProblemData, xp: Any = np,
-              op: str = epilogue.CONV) -> Any:
-    """For every output, the sum of the absolute values of the terms its exact result sums
-    (the reference of the absolute operands, by the same code; a ReLU leaves these sums as they
-    are): an honest float sum's rounding error is bounded by its unit roundoff times this, which
-    is far more than the result where the terms cancel (precision.condition)."""
-    absolute = ProblemData(*(None if a is None else np.abs(a) for a in
-                             (data.x, data.w, data.dy, data.bias, data.residual)))
-    return reference(problem, direction, absolute, xp, op)
+def term_spread(problem: ConvProblem, direction: str, data: ProblemData, expected: Any,
+                xp: Any = np, op: str = epilogue.CONV) -> Any:
+    """For every output, the root of the sum of the squares of the terms its exact result sums
+    (the reference of the squared operands, by the same code): the scale of an honest float
+    sum's rounding error, whatever the result. On random data it is the result's own size (so
+    the tolerance's calibration holds at any reduction length); where the terms cancel it is far
+    more (precision.condition). Outputs a ReLU zeroed (`expected` 0) carry no error: their
+    spread is dropped, or it would read a ReLU's halved result as cancellation."""
+    squared = ProblemData(*(None if a is None else np.square(a) for a in
+                            (data.x, data.w, data.dy, data.bias, data.residual)))
+    spread = xp.sqrt(reference(problem, direction, squared, xp, op))
+    if direction == "fwd" and epilogue.has_relu(op):
+        spread = spread * (expected > 0)
+    return spread
 
 
 @dataclass(frozen=True)
 class TermScales:
     """How large the terms of a point's exact result are, for judging it where the result alone
-    cannot say (harness/verdict.py): the norm of `magnitude` (every output's absolute sum of
-    terms), and the product of the norms of the two operands multiplied (no output of theirs
-    can exceed it, by Cauchy-Schwarz)."""
-    magnitude_norm: float
+    cannot say (harness/verdict.py): the norm of `term_spread`, and the product of the norms of
+    the two operands multiplied (no output of theirs can exceed it, by Cauchy-Schwarz)."""
+    spread_norm: float
     operand_norms: float
 
 
-def term_scales(problem: ConvProblem, direction: str, data: ProblemData, xp: Any = np,
-                op: str = epilogue.CONV) -> TermScales:
+def term_scales(problem: ConvProblem, direction: str, data: ProblemData, expected: Any,
+                xp: Any = np, op: str = epilogue.CONV) -> TermScales:
     first, second = {"fwd": (data.x, data.w), "bwd_data": (data.dy, data.w),
                      "bwd_filter": (data.x, data.dy)}[direction]
-    return TermScales(l2_norm(magnitude(problem, direction, data, xp, op), xp),
+    return TermScales(l2_norm(term_spread(problem, direction, data, expected, xp, op), xp),
                       l2_norm(first, xp) * l2_norm(second, xp))
 
 
