@@ -23,6 +23,13 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def cores_for(count: int) -> int:
+    """Cores a point run at thread count `count` may use (ALL: every core available here): what
+    a CPU algorithm sizes its per-thread scratch by when it prepares the point."""
+    cores = available_cores()
+    return cores if count == ALL else max(1, min(count, cores))
+
+
 def label(count: int) -> str:
     return "all" if count == ALL else str(count)
 

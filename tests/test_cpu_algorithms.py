@@ -474,11 +474,11 @@ def test_im2col_filter_gradient_threads_sum_their_blocks(problem: ConvProblem, c
     """bwd_filter's one-image blocks on several threads, each summing its blocks' GEMMs into an
     accumulator of its own (dW^T, dW and the batched many-groups form): the accumulators add up
     to the reference's gradient."""
-    monkeypatch.setattr(_tiles, "available_cores", lambda: cores)
+    monkeypatch.setattr("harness.threads.available_cores", lambda: cores)
     monkeypatch.setattr(im2col, "BLOCK_BYTES", 1)     # a block per image
     monkeypatch.setattr(_im2col_filter, "THREADS_MIN_FLOPS_PER_ELEMENT", 1)
     images = [(n, 1) for n in range(problem.batch)]
-    assert _im2col_filter.thread_slots(problem, images, True) == cores
+    assert _im2col_filter.thread_slots(problem, images, True, cores) == cores
     assert (_im2col_filter.transposed(problem), _im2col_filter.batched(problem)) == (
         problem.out_channels == 4, problem.groups == 9)
     _check_all(problem, seed=19, names=["im2col"])
@@ -501,6 +501,31 @@ def test_im2col_filter_gradient_threads_only_where_an_image_fills_a_block(monkey
         point = Point(problem, "bwd_filter", "fp32", "NCHW", "cpu", "im2col")
         im2col.Im2col().prepare(point, reference.make_data(problem, "fp32")).release()
         assert sum(name.startswith("col") for name in allocated) == slots, problem
+    allocated.clear()       # a point run at one thread (--threads 1) allocates for one
+    point = Point(row_6, "bwd_filter", "fp32", "NCHW", "cpu", "im2col", threads=1)
+    im2col.Im2col().prepare(point, reference.make_data(row_6, "fp32")).release()
+    assert sum(name.startswith("col") for name in allocated) == 1
+
+
+@pytest.mark.parametrize("name", ["winograd_f2x2_3x3", "winograd_f4x4_3x3"])
+def test_winograd_scratch_follows_the_points_thread_count(name: str, monkeypatch) -> None:
+    """Per-thread scratch is sized for the threads a point may use (--threads), not for every
+    core: at one thread a launch uses one slot and reports only its scratch."""
+    monkeypatch.setattr("harness.threads.available_cores", lambda: 4)
+    monkeypatch.setattr(_tiles, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(_tiles, "MIN_FILTER_CHUNK_TILES", 2)
+    problem = ConvProblem(8, 16, 20, 20, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                          pad_right=1)
+    algo = backends.get("cpu").algorithm(name)
+    data = reference.make_data(problem, "fp32")
+    for direction in DIRECTIONS:
+        used = {}
+        for count in (1, threads.ALL):
+            run = algo.prepare(Point(problem, direction, "fp32", "NCHW", "cpu", name,
+                                     threads=count), data)
+            used[count] = run.workspace_bytes
+            run.release()
+        assert used[1] < used[threads.ALL], direction
 
 
 @pytest.mark.skipif(_blas.gemm_into(np.float32) is None, reason="needs the bundled OpenBLAS")
@@ -763,7 +788,7 @@ def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypa
     """Chunks spread over up to 3 threads (more than this machine's cores, so slots are shared
     out unevenly) and over one, each thread with its own scratch and, for bwd_filter, its own
     accumulator."""
-    monkeypatch.setattr(_tiles, "available_cores", lambda: threads)
+    monkeypatch.setattr("harness.threads.available_cores", lambda: threads)
     monkeypatch.setattr(_workers, "blas_threads", lambda: threads)
     for name in ("MIN_CHUNK_TILES", "MIN_FILTER_CHUNK_TILES"):
         monkeypatch.setattr(_tiles, name, 2)
@@ -778,7 +803,7 @@ def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypa
 def test_winograd_by_filters(problem: ConvProblem, threads: int, monkeypatch) -> None:
     """The path by filters (few tiles, one group) on odd shapes: the input transform in chunks
     of one tile row (bands of uneven images), filters shared out unevenly among 3 threads."""
-    monkeypatch.setattr(_tiles, "available_cores", lambda: threads)
+    monkeypatch.setattr("harness.threads.available_cores", lambda: threads)
     monkeypatch.setattr(_workers, "blas_threads", lambda: threads)
     monkeypatch.setattr(winograd, "BY_FILTERS_MAX_CHUNKS", 10**9)
     monkeypatch.setattr(winograd, "chunks", lambda t, batch, tiles: _tiles.chunks(t, batch, 1))
@@ -860,9 +885,11 @@ def test_winograd_takes_few_tile_layers_whole_at_batch_8() -> None:
                                               (512, 7, True, True)]:
         problem = ConvProblem(8, channels, size, size, channels, 3, 3, pad_top=1, pad_left=1,
                               pad_bottom=1, pad_right=1)
-        core = winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size, np.float32)
+        core = winograd._Correlation(mats, 4, 1, channels, channels, 8, size, size, np.float32,
+                                     2)
         assert core.by_filters == by_filters
-        assert (len(_winograd_filter.FilterGradient(mats, 4, problem, np.float32).chunks) == 1) == whole
+        gradient = _winograd_filter.FilterGradient(mats, 4, problem, np.float32, 2)
+        assert (len(gradient.chunks) == 1) == whole
 
 
 # ---- FFT: odd shapes, large kernels (issue 16) -------------------------------------------------

@@ -81,12 +81,14 @@ def reads_dy_in_place(columns: Columns, dtype: type) -> bool:
             and gemm_into(dtype) is not None and p.out_h * p.out_w >= MIN_IMAGE_COLUMNS)
 
 
-def thread_slots(p: ConvProblem, images: list[tuple[int, int]], image_fills_block: bool) -> int:
-    """Threads a launch over these image blocks uses: one per core where one image's column
-    matrix fills a block and the GEMM is not bound by memory (see above), else one."""
+def thread_slots(p: ConvProblem, images: list[tuple[int, int]], image_fills_block: bool,
+                 cores: int) -> int:
+    """Threads a launch over these image blocks uses: one per core (of `cores`) where one
+    image's column matrix fills a block and the GEMM is not bound by memory (see above), else
+    one."""
     kg, taps = p.filters_per_group, p.channels_per_group * p.kernel_h * p.kernel_w
     dense = 2 * kg * taps >= THREADS_MIN_FLOPS_PER_ELEMENT * (kg + taps)
-    return slot_count(images) if image_fills_block and dense else 1
+    return slot_count(images, cores) if image_fills_block and dense else 1
 
 
 def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int, dtype: type,

@@ -11,7 +11,6 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from harness.threads import available_cores
 
 
 @dataclass(frozen=True)
@@ -136,21 +135,22 @@ MIN_FILTER_CHUNK_TILES = 192
 FILTER_CHUNK_BYTES = 8 << 20
 
 
-def plan(t: Tiling, batch: int, widest: int, dtype: type, filter_gradient: bool) -> list[Chunk]:
+def plan(t: Tiling, batch: int, widest: int, dtype: type, filter_gradient: bool,
+         cores: int) -> list[Chunk]:
     """The chunks of a launch whose tiles carry up to `widest` channels: about CHUNK_BYTES of
     tiles each but at least MIN_CHUNK_TILES, or for bwd_filter one chunk per thread within
     FILTER_CHUNK_BYTES but at least MIN_FILTER_CHUNK_TILES (the whole batch if it has fewer)."""
     tile_bytes = t.alpha * t.alpha * widest * np.dtype(dtype).itemsize
     if not filter_gradient:
         return chunks(t, batch, max(MIN_CHUNK_TILES, CHUNK_BYTES // tile_bytes))
-    per_thread = -(-batch * t.per_image // available_cores())
+    per_thread = -(-batch * t.per_image // cores)
     return chunks(t, batch, max(MIN_FILTER_CHUNK_TILES,
                                 min(FILTER_CHUNK_BYTES // tile_bytes, per_thread)))
 
 
-def slot_count(chunk_list: list[Chunk]) -> int:
+def slot_count(chunk_list: list[Chunk], cores: int) -> int:
     """Threads (scratch slots) a launch may use: one per core, at most one per chunk."""
-    return max(1, min(available_cores(), len(chunk_list)))
+    return max(1, min(cores, len(chunk_list)))
 
 
 def per_slot(sizes: dict[str, int], slots: int) -> dict[str, int]:

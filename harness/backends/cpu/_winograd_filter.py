@@ -54,15 +54,16 @@ class FilterGradient:
     the end). Its tile buffer "front" holds the input tiles, then the dy tiles; "back" the
     transformed input tiles and "dy_t" the transformed dy tiles, the GEMMs' two operands."""
 
-    def __init__(self, mats: dict[str, np.ndarray], m: int, p: ConvProblem, dtype: type):
+    def __init__(self, mats: dict[str, np.ndarray], m: int, p: ConvProblem, dtype: type,
+                 cores: int):
         self.p, self.t = p, (t := Tiling.of(m, p.out_h, p.out_w))
         self.bb = kron(mats["bt"], mats["bt"], dtype)      # (a*a, a*a)
         self.gg = kron(mats["g_f"], mats["g_f"], dtype)    # (a*a, m*m)
         self.aa = kron(mats["at_f"], mats["at_f"], dtype)  # (9, a*a)
         positions = t.alpha * t.alpha
         c, k = p.in_channels, p.out_channels
-        self.chunks = plan(t, p.batch, max(c, k), dtype, filter_gradient=True)
-        self.slots = slot_count(self.chunks)
+        self.chunks = plan(t, p.batch, max(c, k), dtype, True, cores)
+        self.slots = slot_count(self.chunks, cores)
         most = max(chunk.tiles(t) for chunk in self.chunks)
         acc = positions * k * p.channels_per_group
         slot = {"front": positions * most * max(c, k), "back": positions * most * c,

@@ -48,6 +48,7 @@ from harness.backends.cpu._columns import AxisPhase, axis_phases, Columns
 from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                           tap_cols, tap_rows, workspace_of)
 from harness.problem import ConvProblem
+from harness.threads import cores_for
 from harness.sweep import Point
 
 # Column-matrix block size, measured on the 2-core development VM (2 MiB L2 per core, shared
@@ -323,7 +324,8 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
     k, taps = p.out_channels, p.kernel_h * p.kernel_w
     images, _ = _blocks(p, _row_bytes(p, columns, dtype), True)
     image_bytes = _row_bytes(p, columns, dtype) * p.out_h
-    slots = _im2col_filter.thread_slots(p, images, image_bytes >= BLOCK_BYTES)
+    slots = _im2col_filter.thread_slots(p, images, image_bytes >= BLOCK_BYTES,
+                                        cores_for(point.threads))
     block_columns = _max_len(images) * p.out_h * columns.kept
     dw = np.empty(p.weight_shape, dtype)
     taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)

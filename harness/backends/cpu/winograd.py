@@ -58,7 +58,7 @@ from harness.backends.cpu._winograd_filter import FilterGradient
 from harness.backends.cpu._workers import run_chunks, run_tasks
 from harness.backends.cpu._common import CpuAlgorithm, CpuPrepared, allocate, workspace_of
 from harness.problem import ConvProblem
-from harness.threads import available_cores
+from harness.threads import cores_for
 from harness.sweep import Point
 
 
@@ -99,18 +99,18 @@ class _Correlation:
     blocks of filters through the GEMMs, the output transform and the copy into `out`."""
 
     def __init__(self, mats: dict[str, np.ndarray], m: int, groups: int, channels: int,
-                 filters: int, batch: int, rows: int, cols: int, dtype: type):
+                 filters: int, batch: int, rows: int, cols: int, dtype: type, cores: int):
         self.t = t = Tiling.of(m, rows, cols)
         self.groups, self.channels, self.filters = groups, channels, filters
         self.bb = kron(mats["bt"], mats["bt"], dtype)    # (a*a, a*a)
         self.aa = kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
         positions, outputs = t.alpha * t.alpha, t.m * t.m
         self.tiles = batch * t.per_image
-        self.chunks = plan(t, batch, max(channels, filters), dtype, filter_gradient=False)
+        self.chunks = plan(t, batch, max(channels, filters), dtype, False, cores)
         self.by_filters = groups == 1 and len(self.chunks) <= BY_FILTERS_MAX_CHUNKS
         if self.by_filters:
-            self.chunks = chunks(t, batch, -(-self.tiles // available_cores()))
-        self.slots = slot_count(self.chunks)
+            self.chunks = chunks(t, batch, -(-self.tiles // cores))
+        self.slots = slot_count(self.chunks, cores)
         self.overhang = (t.m * t.th, t.m * t.tw) != (rows, cols)
         most = max(c.tiles(t) for c in self.chunks)
         if self.by_filters:
@@ -222,7 +222,7 @@ class _Winograd(CpuAlgorithm):
         p = point.problem
         mats = self._mats()
         core = _Correlation(mats, self.m, p.groups, p.in_channels, p.out_channels, p.batch,
-                            p.out_h, p.out_w, dtype)
+                            p.out_h, p.out_w, dtype, cores_for(point.threads))
         # Per position the chunks by tiles take U as (C/g x K/g), the blocks by filters as
         # (K/g x C/g): the layout in which each reads it contiguously (5-10% faster GEMMs).
         swap = not core.by_filters
@@ -244,7 +244,7 @@ class _Winograd(CpuAlgorithm):
         p = point.problem
         mats = self._mats()
         core = _Correlation(mats, self.m, p.groups, p.out_channels, p.in_channels, p.batch,
-                            p.in_h, p.in_w, dtype)
+                            p.in_h, p.in_w, dtype, cores_for(point.threads))
         # Rotating the kernel by 180 degrees reverses its 9 taps, i.e. the columns of G (x) G.
         g_rotated = np.ascontiguousarray(kron(mats["g"], mats["g"], dtype)[:, ::-1])
         # The rotated kernel's channel axes are swapped: per position the core takes U as
@@ -267,7 +267,7 @@ class _Winograd(CpuAlgorithm):
 
     def bwd_filter(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
-        core = FilterGradient(self._mats(), self.m, p, dtype)
+        core = FilterGradient(self._mats(), self.m, p, dtype, cores_for(point.threads))
         buf = allocate(point, dtype, _flat(core.sizes))
         x, dy = data.x.astype(dtype), data.dy.astype(dtype)
         dw = np.empty(p.weight_shape, dtype)
