@@ -139,7 +139,8 @@ def plan(t: Tiling, batch: int, widest: int, dtype: type, filter_gradient: bool,
          cores: int) -> list[Chunk]:
     """The chunks of a launch whose tiles carry up to `widest` channels: about CHUNK_BYTES of
     tiles each but at least MIN_CHUNK_TILES, or for bwd_filter one chunk per thread within
-    FILTER_CHUNK_BYTES but at least MIN_FILTER_CHUNK_TILES (the whole batch if it has fewer)."""
+    FILTER_CHUNK_BYTES but at least MIN_FILTER_CHUNK_TILES (the whole batch if it has fewer);
+    `cores`: the threads the point may use (threads.cores_for)."""
     tile_bytes = t.alpha * t.alpha * widest * np.dtype(dtype).itemsize
     if not filter_gradient:
         return chunks(t, batch, max(MIN_CHUNK_TILES, CHUNK_BYTES // tile_bytes))

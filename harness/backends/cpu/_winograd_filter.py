@@ -62,7 +62,7 @@ class FilterGradient:
         self.aa = kron(mats["at_f"], mats["at_f"], dtype)  # (9, a*a)
         positions = t.alpha * t.alpha
         c, k = p.in_channels, p.out_channels
-        self.chunks = plan(t, p.batch, max(c, k), dtype, True, cores)
+        self.chunks = plan(t, p.batch, max(c, k), dtype, filter_gradient=True, cores=cores)
         self.slots = slot_count(self.chunks, cores)
         most = max(chunk.tiles(t) for chunk in self.chunks)
         acc = positions * k * p.channels_per_group

@@ -106,7 +106,8 @@ class _Correlation:
         self.aa = kron(mats["at"], mats["at"], dtype)    # (m*m, a*a)
         positions, outputs = t.alpha * t.alpha, t.m * t.m
         self.tiles = batch * t.per_image
-        self.chunks = plan(t, batch, max(channels, filters), dtype, False, cores)
+        self.chunks = plan(t, batch, max(channels, filters), dtype, filter_gradient=False,
+                           cores=cores)
         self.by_filters = groups == 1 and len(self.chunks) <= BY_FILTERS_MAX_CHUNKS
         if self.by_filters:
             self.chunks = chunks(t, batch, -(-self.tiles // cores))
