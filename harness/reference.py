@@ -105,13 +105,15 @@ def l2_norm(array: Any, xp: Any = np) -> float:
     return float(xp.linalg.norm(xp.asarray(array, dtype=xp.float64).ravel()))
 
 
-def relative_errors(result: Any, expected: Any, xp: Any = np) -> tuple[float, float]:
-    """(relative L2 error, max absolute error); NaN anywhere makes both infinite."""
+def relative_errors(result: Any, expected: Any, xp: Any = np,
+                    norm: float | None = None) -> tuple[float, float]:
+    """(relative L2 error, max absolute error); NaN anywhere makes both infinite. `norm`:
+    expected's L2 norm where the caller has it already."""
     result = xp.asarray(result, dtype=xp.float64)
     diff = result - expected
     if not bool(xp.all(xp.isfinite(result))):
         return float("inf"), float("inf")
-    norm = l2_norm(expected, xp)
+    norm = l2_norm(expected, xp) if norm is None else norm
     rel = l2_norm(diff, xp) / (norm if norm > 0 else 1.0)
     return rel, float(xp.max(xp.abs(diff))) if diff.size else 0.0
 

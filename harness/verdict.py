@@ -57,8 +57,8 @@ def judge(output: Any, expected: Any, scales: Callable[[], reference.TermScales]
     same point, asked for only where it can change the verdict: an output outside the plain
     tolerance, or any output of an exact result of norm 0 (whose relative error is an absolute
     one, which would pass a wrong result on small data)."""
-    rel, max_abs = reference.relative_errors(output, expected, xp)
     result_norm = reference.l2_norm(expected, xp)
+    rel, max_abs = reference.relative_errors(output, expected, xp, result_norm)
     plain = standard.delivered(rel, 1.0)
     if rel == float("inf") or (plain == standard.precision and result_norm > 0):
         return Judged(rel, max_abs, standard.tolerance(1.0), 1.0, plain)

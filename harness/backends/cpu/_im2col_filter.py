@@ -118,11 +118,11 @@ def _numpy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -
         np.matmul(a, b, out=c)
 
 
-def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], slots: int, x: np.ndarray,
+def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndarray,
          dy: np.ndarray, buf: dict[str, np.ndarray], dw_taps: np.ndarray) -> Callable[[], None]:
     """The launch: dw_taps (G, Kg, Cg*taps, taps in the column matrix's order) <- the filter
-    gradient over blocks of whole images ((n0, images, 0, P) of dy), through buf's planes and
-    each of the `slots` threads' scratch (scratch_shapes).
+    gradient over blocks of whole images ((n0, count) of dy), through buf's planes and each of
+    the `slots` threads' scratch (scratch_shapes).
 
     With several slots the blocks run on the launch's threads (_workers.run_chunks, BLAS at
     one thread each): a thread splits its own images into phase planes, gathers their columns
@@ -165,10 +165,10 @@ def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], slots: int, 
 
     started = [False] * slots
 
-    def work(slot: int, block: tuple[int, int, int, int]) -> None:
-        n0, ni, _, rows = block
+    def work(slot: int, block: tuple[int, int]) -> None:
+        n0, ni = block
         columns.fill_planes(planes, x, slice(n0, n0 + ni))
-        col = columns.gather(planes, buf[f"col{slot}"], n0, ni, 0, rows)
+        col = columns.gather(planes, buf[f"col{slot}"], n0, ni, 0, p.out_h)
         for col_i, dy_i in operands(slot, col, n0, ni):
             accumulate(slot, col_i.reshape(g, -1, col_i.shape[1]), dy_i.reshape(g, kg, -1),
                        not started[slot])
@@ -176,11 +176,12 @@ def bind(columns: Columns, blocks: list[tuple[int, int, int, int]], slots: int, 
 
     def kernel() -> None:
         started[:] = [False] * slots
-        run_chunks(blocks, work, slots)
+        run_chunks(images, work, slots)
         used = [acc.reshape(len(acc), -1) for acc, done in zip(sums, started) if done]
-        run_tasks([partial(_add_rows, used, first, count)
-                   for first, count in even_parts(len(used[0]), -(-len(used[0]) // slots))],
-              slots)
+        if len(used) > 1:
+            run_tasks([partial(_add_rows, used, first, count)
+                       for first, count in even_parts(len(used[0]), -(-len(used[0]) // slots))],
+                      slots)
         if flip:
             np.copyto(dw_taps, sums[0].transpose(0, 2, 1))
 

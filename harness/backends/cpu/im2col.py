@@ -322,9 +322,9 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
     nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
     columns = _im2col_filter.columns_for(p, dtype)
     k, taps = p.out_channels, p.kernel_h * p.kernel_w
-    images, _ = _blocks(p, _row_bytes(p, columns, dtype), True)
-    image_bytes = _row_bytes(p, columns, dtype) * p.out_h
-    slots = _im2col_filter.thread_slots(p, images, image_bytes >= BLOCK_BYTES,
+    row_bytes = _row_bytes(p, columns, dtype)
+    images, _ = _blocks(p, row_bytes, True)
+    slots = _im2col_filter.thread_slots(p, images, row_bytes * p.out_h >= BLOCK_BYTES,
                                         cores_for(point.threads))
     block_columns = _max_len(images) * p.out_h * columns.kept
     dw = np.empty(p.weight_shape, dtype)
@@ -335,8 +335,7 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
         shapes["dw_taps"] = taps_shape
     buf = allocate(point, dtype, shapes)
     dw_taps = buf.get("dw_taps", dw.reshape(taps_shape))
-    blocks = [(n0, ni, 0, p.out_h) for n0, ni in images]
-    gradient = _im2col_filter.bind(columns, blocks, slots, x, dy, buf, dw_taps)
+    gradient = _im2col_filter.bind(columns, images, slots, x, dy, buf, dw_taps)
     inverse = np.argsort(columns.tap_order)
 
     def kernel() -> None:
