@@ -26,6 +26,7 @@ from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_spectra, 
                                   _fft_tiled_directions, _im2col_filter, _in_place, _shifted,
                                   _tiles, _winograd_filter, _workers, direct, fft, im2col,
                                   toom_cook, winograd)
+from harness.backends.cpu._common import split
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -407,8 +408,9 @@ def test_im2col_filter_gradient_in_both_operand_orders(problem: ConvProblem, max
     if not blas:
         monkeypatch.setattr(_im2col_filter, "gemm_into", lambda dtype: None)
     columns = _im2col_filter.columns_for(problem, np.float64)
+    folded = _im2col_filter.fold_of(problem, columns) > 1
     assert _im2col_filter.reads_dy_in_place(columns, np.float64) == (
-        in_place and blas and not columns.plane_is_column_matrix)
+        in_place and blas and not columns.plane_is_column_matrix and not folded)
     for precision in ("fp64", "fp32"):
         error, limit = _run("im2col", problem, "bwd_filter", precision, seed=9)
         assert error <= limit, f"bwd_filter {precision} on {problem}: {error:.3e} > {limit:.3e}"
@@ -429,6 +431,108 @@ def test_im2col_gemm_writes_y_in_place(problem: ConvProblem, block_bytes: int,
     assert plan.in_place != plan.columns.plane_is_column_matrix
     assert plan.columns.kept == problem.out_w or not plan.in_place
     _check_all(problem, seed=13, names=["im2col"])
+
+
+FOLDING = [ConvProblem(2, 6, 7, 8, 4, 3, 3, pad_top=1, pad_left=2, pad_right=1, groups=2),
+           ConvProblem(3, 4, 9, 23, 3, 3, 6, stride_h=2, stride_w=2, pad_left=1, pad_right=2),
+           ConvProblem(2, 3, 8, 17, 2, 2, 4, dilation_w=2, pad_left=3, pad_right=1),  # step 2
+           STRIDED_PROBLEMS[6]]                                 # stride 3, dilation 3: one phase
+
+
+def _folds(problem: ConvProblem) -> list[int]:
+    return [f for f in _columns.Columns.of(problem).fold_sizes if f > 1]
+
+
+@pytest.mark.parametrize("problem", FOLDING, ids=lambda p: p.short_shape)
+def test_im2col_folded_rows_are_the_tap_rows_shifted(problem: ConvProblem, monkeypatch) -> None:
+    """Each row of a folded column matrix, read `step` * j columns on, is the column-matrix
+    row of the j-th tap it stands for, image by image."""
+    _force_column_layout(monkeypatch, flat=True)
+    columns = _columns.Columns.of(problem)
+    x = np.random.default_rng(3).standard_normal(problem.input_shape)
+    planes = np.zeros(columns.planes_shape)
+    columns.fill_planes(planes, x)
+    n, c, taps = problem.batch, problem.in_channels, problem.kernel_h * problem.kernel_w
+    span = problem.out_h * columns.width
+    col = columns.gather(planes, np.empty(c * taps * n * span), 0, n, 0, problem.out_h)
+    step = columns.col_phases[0].step
+    assert _folds(problem)
+    for fold in _folds(problem):
+        run = columns.folded_run(fold)
+        folded = columns.gather_folded(planes, np.empty(c * taps * n * run), 0, n, fold)
+        assert folded.shape == (c * taps // fold, n * run)
+        row = 0
+        for rph, cph in itertools.product(columns.row_phases, columns.col_phases):
+            for i, j in itertools.product(range(len(rph.taps)), range(len(cph.taps))):
+                tap = row + i * len(cph.taps) + j
+                folded_row = (row + i * len(cph.taps)) // fold + j // fold
+                shift = j % fold * step
+                for image in range(n):
+                    expected = col.reshape(c, taps, n, span)[:, tap, image]
+                    got = folded.reshape(c, taps // fold, n, run)[:, folded_row, image,
+                                                                   shift:shift + span]
+                    np.testing.assert_array_equal(got, expected)
+            row += len(rph.taps) * len(cph.taps)
+
+
+@pytest.mark.parametrize("problem", FOLDING, ids=lambda p: p.short_shape)
+def test_im2col_shifted_dy_is_dy_on_the_flat_grid_shifted(problem: ConvProblem,
+                                                          monkeypatch) -> None:
+    """The folded GEMM's dy operand, written over scratch full of NaN (what an earlier block
+    of another size leaves): row (g, j, k) of each image is dy[k] on the flat plane's grid,
+    shifted j * step columns, and zero everywhere else."""
+    _force_column_layout(monkeypatch, flat=True)
+    columns = _columns.Columns.of(problem)
+    p, step = problem, columns.col_phases[0].step
+    dy = np.random.default_rng(4).standard_normal(p.output_shape)
+    for fold in _folds(problem):
+        run = columns.folded_run(fold)
+        scratch = np.full(p.out_channels * fold * p.batch * run, np.nan)
+        got = _im2col_filter._shifted_dy(columns, fold, dy, scratch)
+        expected = np.zeros((p.groups, fold, p.filters_per_group, p.batch, run))
+        for j in range(fold):
+            grid = expected[:, j, ..., j * step:j * step + p.out_h * columns.width]
+            grid = grid.reshape(*grid.shape[:-1], p.out_h, columns.width)
+            grid[..., :p.out_w] = dy.reshape(p.batch, p.groups, p.filters_per_group, p.out_h,
+                                             p.out_w).transpose(1, 2, 0, 3, 4)
+        np.testing.assert_array_equal(got, expected.reshape(got.shape))
+
+
+@pytest.mark.parametrize("images", [1, 2, 3])   # a block: 2 makes blocks of 2 images and 1
+@pytest.mark.parametrize("blas", [True, False])
+@pytest.mark.parametrize("problem", FOLDING, ids=lambda p: p.short_shape)
+def test_im2col_filter_gradient_at_every_fold(problem: ConvProblem, blas: bool, images: int,
+                                              monkeypatch) -> None:
+    """bwd_filter with `fold` taps a column-matrix row, at every fold the layer allows (dy
+    copied once per fold, shifted): the same gradient as the reference, with groups, and with
+    blocks of several images and a smaller last one (whose shifted dy lies elsewhere in the
+    scratch, so the zeros around each shift must be written, not left from allocation)."""
+    _force_column_layout(monkeypatch, flat=True)
+    problem = replace(problem, batch=3)
+    monkeypatch.setattr(im2col, "_blocks", lambda p, row_bytes, whole_rows: (
+        split(p.batch, images), split(p.out_h, p.out_h)))
+    monkeypatch.setattr(_im2col_filter, "TRANSPOSED_MAX_FILTERS", 1 << 20)
+    if not blas:
+        monkeypatch.setattr(_im2col_filter, "gemm_into", lambda dtype: None)
+    for fold in _folds(problem):
+        monkeypatch.setattr(_im2col_filter, "fold_of", lambda p, columns: fold)
+        for precision in ("fp64", "fp32"):
+            error, limit = _run("im2col", problem, "bwd_filter", precision, seed=21)
+            assert error <= limit, f"fold {fold} {precision} on {problem}: {error:.3e}"
+
+
+def test_im2col_filter_folds_only_where_it_copies_far_less() -> None:
+    """DeepBench row 6 folds 5 taps a row (480 rows copied a pixel for 1600); ResNet-50 res2a
+    (384 for 576, measured slower), DeepBench row 2 (114 for 100) and many filters (dW, not
+    dW^T) do not."""
+    row_6 = ConvProblem(8, 32, 79, 341, 32, 5, 10, stride_h=2, stride_w=2)
+    res2a = ConvProblem(8, 64, 56, 56, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                        pad_right=1)
+    row_2 = ConvProblem(8, 1, 161, 700, 32, 5, 20, stride_h=2, stride_w=2)
+    many = replace(row_6, out_channels=128)
+    assert [_im2col_filter.fold_of(p, _columns.Columns.of(p))
+            for p in (row_6, res2a, row_2, many)] == [5, 1, 1, 1]
+    assert _im2col_filter.columns_for(row_6, np.float32).kept == _columns.Columns.of(row_6).width
 
 
 MANY_GROUPS = [ConvProblem(2, 12, 9, 7, 12, 3, 3, pad_top=1, pad_left=1, groups=12),  # depthwise

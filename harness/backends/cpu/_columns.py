@@ -198,4 +198,44 @@ class Columns:
             first += tr * ts
         return col.reshape(c * taps, -1)
 
+    @property
+    def fold_sizes(self) -> list[int]:
+        """How many taps of a kernel row one row of a folded column matrix may stand for (1
+        where it cannot be folded): divisors of the tap count every column phase has. Taps j
+        and j + 1 of a phase read flat runs `step` elements apart, so with a flat matrix
+        (kept == width) tap j + 1's row is tap j's row shifted by `step` columns, and one
+        row `step` * (fold - 1) columns longer serves `fold` taps (`gather_folded`)."""
+        if self.kept != self.width or self.plane_is_column_matrix:
+            return [1]
+        common = math.gcd(*(len(ph.taps) for ph in self.col_phases))
+        return [d for d in range(1, common + 1) if common % d == 0]
+
+    def folded_run(self, fold: int) -> int:
+        """Columns a folded row has per image: the flat run of out_h rows plus the shift."""
+        return self.p.out_h * self.width + (fold - 1) * self.col_phases[0].step
+
+    def gather_folded(self, planes: np.ndarray, col_flat: np.ndarray, n0: int, images: int,
+                      fold: int) -> np.ndarray:
+        """The (C*R*S / fold, images * folded_run) folded column matrix of whole images: row
+        (c, plane, i, jb) is the run of tap (i, jb * fold) of the plane, whose following
+        fold - 1 taps read it `step`, 2 * `step`, ... columns on. One copy per plane."""
+        p, width = self.p, self.width
+        c, n = p.in_channels, p.batch
+        run, plane = self.folded_run(fold), self.rows * width
+        rows = c * p.kernel_h * p.kernel_w // fold
+        col = col_flat[:rows * images * run].reshape(c, rows // c, images, run)
+        item, elements = planes.itemsize, planes.reshape(-1)
+        first = 0
+        for index, (rph, cph) in enumerate(product(self.row_phases, self.col_phases)):
+            tr, tf = len(rph.taps), len(cph.taps) // fold
+            start = (index * c * n + n0) * plane + self.run_start(rph, cph)
+            runs = as_strided(elements[start:], shape=(c, tr, tf, images, run),
+                              strides=(n * plane * item, rph.step * width * item,
+                                       fold * cph.step * item, plane * item, item),
+                              writeable=False)
+            np.copyto(col[:, first:first + tr * tf].reshape((c, tr, tf, images, run),
+                                                            copy=False), runs)
+            first += tr * tf
+        return col.reshape(rows, -1)
+
 

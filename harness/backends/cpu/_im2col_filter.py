@@ -48,6 +48,11 @@ THREADS_MIN_FLOPS_PER_ELEMENT = 56
 # 1.04-1.06; ResNet-50 res3a and VGG conv4_1 (784) 1.01-1.02, conv5_1 (196) 1.02, res4a (196)
 # 0.96; res5a, identical code on both sides, 1.04: from 196 to 784 the effect is in the noise.
 MIN_IMAGE_COLUMNS = 256
+# bwd_filter folds taps (fold_of) where that copies at most this share of the rows it copied
+# unfolded (dy read in place). Measured interleaved on the 2-core Intel Xeon VM (2026-11-25,
+# benchmarks/im2col_strided.py, 11 rounds, folded / unfolded): DeepBench row 6 (480 rows for
+# 1600, fold 5) 0.63; ResNet-50 res2a (384 for 576, fold 3) 1.05 slower.
+FOLD_MAX_ROWS = 0.5
 
 
 def batched(p: ConvProblem) -> bool:
@@ -64,11 +69,39 @@ def transposed(p: ConvProblem) -> bool:
 
 
 def columns_for(p: ConvProblem, dtype: type) -> Columns:
-    """Exact windows where dy can be read in place (`reads_dy_in_place`), the rule of
-    Columns.of elsewhere."""
+    """Flat columns where they fold (`fold_of`); exact windows where dy can be read in place
+    (`reads_dy_in_place`); the rule of Columns.of elsewhere."""
     columns = Columns.of(p)
+    if fold_of(p, columns) > 1:
+        return columns
     exact = replace(columns, kept=p.out_w)
     return exact if reads_dy_in_place(exact, dtype) else columns
+
+
+def fold_of(p: ConvProblem, columns: Columns) -> int:
+    """Taps of a kernel row that one row of the column matrix stands for (1: none folded).
+
+    Folding `fold` taps into a row (Columns.gather_folded) turns dW^T's GEMM (Cg*R*S x cols) @
+    (cols x Kg) into (Cg*R*S / fold x cols') @ (cols' x fold*Kg), dy copied once per fold
+    with the matching shift: the same flops in a squarer GEMM, and Cg*R*S / fold + fold*Kg
+    rows copied a pixel instead of Cg*R*S (dy read in place) or Cg*R*S + Kg. Taken where dW^T
+    is the GEMM's result (few filters, `transposed`), at the divisor of Columns.fold_sizes
+    that copies least (which also brings the GEMM's sides closest), and only where that is at
+    most FOLD_MAX_ROWS of the unfolded copy. Measured in a scratch loop, one thread, OpenBLAS
+    0.3.31, 2-core Intel Xeon VM (2026-11-25), GFLOP/s: DeepBench row 6's (1600 x 6498) @
+    (6498 x 32) 93, folded by 5 (320 x 6502) @ (6502 x 160) 142; ResNet-50 res2a's (576 x
+    3300) @ (3300 x 64) 130, folded by 3 (192 x 192) 145; row 2's (100 x 6500) @ (6500 x
+    32) 103, folded by 2 (50 x 64) 101."""
+    if not transposed(p):
+        return 1
+    kg, depth = p.filters_per_group, p.channels_per_group * p.kernel_h * p.kernel_w
+    fold = min(columns.fold_sizes, key=lambda f: depth / f + kg * f)
+    return fold if depth / fold + kg * fold <= FOLD_MAX_ROWS * depth else 1
+
+
+def image_columns(columns: Columns, fold: int) -> int:
+    """GEMM columns per image: a folded row's run, or out_h rows of `kept`."""
+    return columns.folded_run(fold) if fold > 1 else columns.p.out_h * columns.kept
 
 
 def reads_dy_in_place(columns: Columns, dtype: type) -> bool:
@@ -92,14 +125,15 @@ def thread_slots(p: ConvProblem, images: list[tuple[int, int]], image_fills_bloc
 
 
 def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int, dtype: type,
-                   slots: int) -> dict[str, tuple]:
-    """Per thread slot: a block's column matrix, its dy columns unless read in place, a dW
-    accumulator (dW^T where the GEMM leaves it; slot 0 sums into dW itself otherwise) and the
-    batched GEMM's product."""
+                   slots: int, fold: int = 1) -> dict[str, tuple]:
+    """Per thread slot: a block's column matrix (1 / fold of the rows where folded), its dy
+    columns unless read in place (fold shifted copies where folded), a dW accumulator (dW^T
+    where the GEMM leaves it; slot 0 sums into dW itself otherwise) and the batched GEMM's
+    product."""
     taps = p.channels_per_group * p.kernel_h * p.kernel_w
-    shapes = {"col": (columns.column_elements(block_columns),)}
-    if not reads_dy_in_place(columns, dtype):
-        shapes["dy"] = (p.out_channels * block_columns,)
+    shapes = {"col": (columns.column_elements(block_columns) // fold,)}
+    if fold > 1 or not reads_dy_in_place(columns, dtype):
+        shapes["dy"] = (p.out_channels * fold * block_columns,)
     shapes["acc"] = (p.groups, taps, p.filters_per_group) if transposed(p) else (
         p.groups, p.filters_per_group, taps)
     if batched(p):
@@ -119,17 +153,18 @@ def _numpy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -
 
 
 def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndarray,
-         dy: np.ndarray, buf: dict[str, np.ndarray], dw_taps: np.ndarray) -> Callable[[], None]:
+         dy: np.ndarray, buf: dict[str, np.ndarray], dw_taps: np.ndarray,
+         fold: int = 1) -> Callable[[], None]:
     """The launch: dw_taps (G, Kg, Cg*taps, taps in the column matrix's order) <- the filter
     gradient over blocks of whole images ((n0, count) of dy), through buf's planes and each of
-    the `slots` threads' scratch (scratch_shapes).
+    the `slots` threads' scratch (scratch_shapes), `fold` taps a column-matrix row (fold_of).
 
     With several slots the blocks run on the launch's threads (_workers.run_chunks, BLAS at
     one thread each): a thread splits its own images into phase planes, gathers their columns
     and sums their GEMMs into an accumulator of its own; the accumulators are added at the end.
     On one thread the copies left a core idle: DeepBench row 6 spent 22 of 49 ms in them."""
     p = columns.p
-    g, kg, k = p.groups, p.filters_per_group, p.out_channels
+    g, k = p.groups, p.out_channels
     gemm: GemmInto = gemm_into(x.dtype) or _numpy_gemm
     planes = buf["planes"]
     flip = transposed(p)
@@ -138,8 +173,11 @@ def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndar
 
     def accumulate(slot: int, col_i: np.ndarray, dy_i: np.ndarray, first: bool) -> None:
         """The slot's sum (+)= dy_i @ col_i^T over the groups ((G, Kg, cols), (G, Cg*taps,
-        cols)), as its transpose col_i @ dy_i^T where `flip`."""
+        cols)), as its transpose col_i @ dy_i^T where `flip` (folded: (G, fold*Kg, cols) and
+        (G, Cg*taps / fold, cols))."""
         acc = sums[slot]
+        if flip:    # folded: row (c, tap / fold) times column (tap % fold, k) is dW^T[c, tap, k]
+            acc = acc.reshape(g, col_i.shape[1], dy_i.shape[1])
         if batched(p):
             product = buf[f"partial{slot}"]
             np.matmul(dy_i, col_i.transpose(0, 2, 1), out=acc if first else product)
@@ -155,6 +193,8 @@ def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndar
     def operands(slot: int, col: np.ndarray, n0: int, ni: int) -> list[tuple]:
         """(columns, dy) GEMM operand pairs of a block: per image where dy is read in place."""
         pq = p.out_h * p.out_w
+        if fold > 1:
+            return [(col, _shifted_dy(columns, fold, dy[n0:n0 + ni], buf[f"dy{slot}"]))]
         if in_place:
             return [(col[:, i * pq:(i + 1) * pq], dy[n0 + i].reshape(k, pq)) for i in range(ni)]
         cols = col.shape[1]
@@ -168,9 +208,11 @@ def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndar
     def work(slot: int, block: tuple[int, int]) -> None:
         n0, ni = block
         columns.fill_planes(planes, x, slice(n0, n0 + ni))
-        col = columns.gather(planes, buf[f"col{slot}"], n0, ni, 0, p.out_h)
+        col = (columns.gather_folded(planes, buf[f"col{slot}"], n0, ni, fold) if fold > 1
+               else columns.gather(planes, buf[f"col{slot}"], n0, ni, 0, p.out_h))
         for col_i, dy_i in operands(slot, col, n0, ni):
-            accumulate(slot, col_i.reshape(g, -1, col_i.shape[1]), dy_i.reshape(g, kg, -1),
+            cols = col_i.shape[1]
+            accumulate(slot, col_i.reshape(g, -1, cols), dy_i.reshape(g, -1, cols),
                        not started[slot])
             started[slot] = True
 
@@ -186,6 +228,27 @@ def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndar
             np.copyto(dw_taps, sums[0].transpose(0, 2, 1))
 
     return kernel
+
+
+def _shifted_dy(columns: Columns, fold: int, dy: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """dy's block (images, K, P, Q) as the folded GEMM's (G * fold * Kg, images * run) operand:
+    row (g, j, k) is dy[k] on the flat plane's grid (zeros in the gap columns) shifted j * step
+    columns on, zeros before and after, so that it meets tap j of each folded row's taps."""
+    p = columns.p
+    g, kg, images = p.groups, p.filters_per_group, len(dy)
+    run, span = columns.folded_run(fold), p.out_h * columns.width
+    step = columns.col_phases[0].step
+    shifted = flat[:p.out_channels * fold * images * run].reshape(g, fold, kg, images, run)
+    source = dy.reshape(images, g, kg, p.out_h, p.out_w).transpose(1, 2, 0, 3, 4)
+    for j in range(fold):
+        rows = shifted[:, j]
+        rows[..., :j * step] = 0
+        rows[..., j * step + span:] = 0
+        grid = rows[..., j * step:j * step + span].reshape(g, kg, images, p.out_h, -1,
+                                                            copy=False)
+        np.copyto(grid[..., :p.out_w], source)
+        grid[..., p.out_w:] = 0
+    return shifted.reshape(p.out_channels * fold, -1)
 
 
 def _add_rows(sums: list[np.ndarray], first: int, count: int) -> None:

@@ -321,21 +321,22 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
     With the flat column matrix the junk columns of col meet zeros in dy's copy, so they add
     nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
     columns = _im2col_filter.columns_for(p, dtype)
+    fold = _im2col_filter.fold_of(p, columns)
     k, taps = p.out_channels, p.kernel_h * p.kernel_w
+    per_image = _im2col_filter.image_columns(columns, fold)
     row_bytes = _row_bytes(p, columns, dtype)
-    images, _ = _blocks(p, row_bytes, True)
+    images, _ = _blocks(p, -(-row_bytes * per_image // (columns.kept * fold * p.out_h)), True)
     slots = _im2col_filter.thread_slots(p, images, row_bytes * p.out_h >= BLOCK_BYTES,
                                         cores_for(point.threads))
-    block_columns = _max_len(images) * p.out_h * columns.kept
     dw = np.empty(p.weight_shape, dtype)
     taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)
-    shapes = {"planes": columns.planes_shape,
-              **_im2col_filter.scratch_shapes(p, columns, block_columns, dtype, slots)}
+    shapes = {"planes": columns.planes_shape, **_im2col_filter.scratch_shapes(
+        p, columns, _max_len(images) * per_image, dtype, slots, fold)}
     if not columns.natural_order:
         shapes["dw_taps"] = taps_shape
     buf = allocate(point, dtype, shapes)
     dw_taps = buf.get("dw_taps", dw.reshape(taps_shape))
-    gradient = _im2col_filter.bind(columns, images, slots, x, dy, buf, dw_taps)
+    gradient = _im2col_filter.bind(columns, images, slots, x, dy, buf, dw_taps, fold)
     inverse = np.argsort(columns.tap_order)
 
     def kernel() -> None:
