@@ -92,9 +92,12 @@ def problems(draw, winograd_shape: bool = False) -> ConvProblem:
                           groups * draw(st.integers(1, 3)), kh, kw, stride_h=sh, stride_w=sw,
                           pad_top=pads[0], pad_left=pads[1], pad_bottom=pads[2],
                           pad_right=pads[3], dilation_h=dh, dilation_w=dw, groups=groups)
-    # The runner's test is a relative L2 error. Over a handful of elements it measures chance
-    # cancellation (a 1-element dw that happens to be near 0) more than the algorithm, so every
-    # direction's result here has at least 8 elements.
+    # The runner's test is a relative L2 error, so every direction's result here has at least 8
+    # elements. Cancellation no longer needs this (harness/verdict.py judges it by the terms'
+    # spread; 1,500 examples without the limit passed), but the FFT's rounding is normwise over
+    # the whole input, elements no output reads included: with 1 to 6 outputs that read one
+    # input column of two (dilation 2, padding 2), fft fwd fp64 erred 3.5e-14 against a term
+    # tolerance of 2.0e-14 (hypothesis seed 7, 2026-11-25).
     assume(min(math.prod(problem.output_shape), math.prod(problem.input_shape),
                math.prod(problem.weight_shape)) >= 8)
     return problem
@@ -406,7 +409,8 @@ def test_im2col_filter_gradient_in_both_operand_orders(problem: ConvProblem, max
     monkeypatch.setattr(_im2col_filter, "MIN_IMAGE_COLUMNS", 1 if in_place else 10**9)
     monkeypatch.setattr(_im2col_filter, "TRANSPOSED_MAX_FILTERS", max_filters)
     if not blas:
-        monkeypatch.setattr(_im2col_filter, "gemm_into", lambda dtype: None)
+        for module in (_im2col_filter, _blas):
+            monkeypatch.setattr(module, "gemm_into", lambda dtype: None)
     columns = _im2col_filter.columns_for(problem, np.float64)
     folded = _im2col_filter.fold_of(problem, columns) > 1
     assert _im2col_filter.reads_dy_in_place(columns, np.float64) == (
@@ -513,7 +517,8 @@ def test_im2col_filter_gradient_at_every_fold(problem: ConvProblem, blas: bool, 
         split(p.batch, images), split(p.out_h, p.out_h)))
     monkeypatch.setattr(_im2col_filter, "TRANSPOSED_MAX_FILTERS", 1 << 20)
     if not blas:
-        monkeypatch.setattr(_im2col_filter, "gemm_into", lambda dtype: None)
+        for module in (_im2col_filter, _blas):
+            monkeypatch.setattr(module, "gemm_into", lambda dtype: None)
     for fold in _folds(problem):
         monkeypatch.setattr(_im2col_filter, "fold_of", lambda p, columns: fold)
         for precision in ("fp64", "fp32"):
@@ -1067,7 +1072,7 @@ def test_fft_tiled_path_without_openblas(monkeypatch) -> None:
     """Where NumPy's BLAS is not the bundled OpenBLAS, the kernel transforms' strided GEMMs
     fall back to np.matmul (strided kernel taps: dilation and stride, groups)."""
     monkeypatch.setattr(_fft_tiled_directions, "TILED_MIN_PAIRS", 1)
-    monkeypatch.setattr(_fft_spectra, "gemm_into", lambda dtype: None)
+    monkeypatch.setattr(_blas, "gemm_into", lambda dtype: None)
     _check_all(FFT_TILED_PROBLEMS[-1], seed=23, names=["fft"])
     _check_all(FFT_TILED_PROBLEMS[0], seed=23, names=["fft"])
 

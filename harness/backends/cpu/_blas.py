@@ -108,3 +108,17 @@ def gemm_into(dtype: type) -> GemmInto | None:
                  b.ctypes.data, ldb, 1.0 if accumulate else 0.0, c.ctypes.data, ldc)
 
     return gemm
+
+
+def numpy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -> None:
+    """gemm_into's contract through np.matmul, where NumPy's BLAS is not the bundled OpenBLAS:
+    correct, at the cost of a product buffer (and a copy where c is a strided view)."""
+    if accumulate:
+        c += a @ b
+    else:
+        np.matmul(a, b, out=c)
+
+
+def gemm_or_numpy(dtype: type) -> GemmInto:
+    """gemm_into(dtype), or numpy_gemm where BLAS cannot be called directly."""
+    return gemm_into(dtype) or numpy_gemm

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from harness.backends.cpu._blas import gemm_into
+from harness.backends.cpu._blas import gemm_or_numpy
 from harness.backends.cpu._fft_tiled import (TWO, Tiling, complex_dft, inverse_cols,
                                              inverse_rows, real_dft)
 
@@ -53,9 +53,7 @@ def contract(four: np.ndarray, two: np.ndarray, out: np.ndarray, scratch: np.nda
 def _gemm_by(dtype: type) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
     """c <- a @ b into a strided view c (a row of a tap-major buffer): BLAS's own GEMM, which
     writes such a view in place, else NumPy's matmul (correct, maybe through a copy)."""
-    gemm = gemm_into(dtype)
-    if gemm is None:
-        return lambda a, b, c: np.matmul(a, b, out=c)
+    gemm = gemm_or_numpy(dtype)
     return lambda a, b, c: gemm(a, b, c, False)
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from harness.backends.cpu._blas import MAX_GROUP_CALLS, GemmInto, gemm_into
+from harness.backends.cpu._blas import MAX_GROUP_CALLS, gemm_into, gemm_or_numpy
 from harness.backends.cpu._columns import Columns
 from harness.backends.cpu._tiles import even_parts, per_slot, slot_count
 from harness.backends.cpu._workers import run_chunks, run_tasks
@@ -144,14 +144,6 @@ def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int, dtype: 
     return slotted
 
 
-def _numpy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -> None:
-    """gemm_into's contract where NumPy's BLAS is not the bundled OpenBLAS."""
-    if accumulate:
-        c += a @ b
-    else:
-        np.matmul(a, b, out=c)
-
-
 def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndarray,
          dy: np.ndarray, buf: dict[str, np.ndarray], dw_taps: np.ndarray,
          fold: int = 1) -> Callable[[], None]:
@@ -165,7 +157,7 @@ def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndar
     On one thread the copies left a core idle: DeepBench row 6 spent 22 of 49 ms in them."""
     p = columns.p
     g, k = p.groups, p.out_channels
-    gemm: GemmInto = gemm_into(x.dtype) or _numpy_gemm
+    gemm = gemm_or_numpy(x.dtype)
     planes = buf["planes"]
     flip = transposed(p)
     sums = [buf.get("acc0", dw_taps), *(buf[f"acc{s}"] for s in range(1, slots))]
