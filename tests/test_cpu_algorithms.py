@@ -12,6 +12,7 @@ import itertools
 from dataclasses import replace
 import math
 import os
+import threading
 import time
 from fractions import Fraction
 
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from harness import backends, reference, threads, verdict
 from harness.backends.base import Unsupported, WorkspaceExceeded
-from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_spectra, _fft_tiled,
+from harness.backends.cpu import (_blas, _columns, _fft_lowering, _fft_tiled,
                                   _fft_tiled_directions, _im2col_filter, _in_place, _shifted,
                                   _tiles, _winograd_filter, _workers, direct, fft, im2col,
                                   toom_cook, winograd)
@@ -502,19 +503,40 @@ def test_im2col_shifted_dy_is_dy_on_the_flat_grid_shifted(problem: ConvProblem,
         np.testing.assert_array_equal(got, expected.reshape(got.shape))
 
 
+@pytest.mark.parametrize("cores", [1, 2])      # threads: each slot its own col and dy scratch
 @pytest.mark.parametrize("images", [1, 2, 3])   # a block: 2 makes blocks of 2 images and 1
 @pytest.mark.parametrize("blas", [True, False])
 @pytest.mark.parametrize("problem", FOLDING, ids=lambda p: p.short_shape)
 def test_im2col_filter_gradient_at_every_fold(problem: ConvProblem, blas: bool, images: int,
-                                              monkeypatch) -> None:
+                                              cores: int, monkeypatch) -> None:
     """bwd_filter with `fold` taps a column-matrix row, at every fold the layer allows (dy
-    copied once per fold, shifted): the same gradient as the reference, with groups, and with
+    copied once per fold, shifted): the same gradient as the reference, with groups, with
     blocks of several images and a smaller last one (whose shifted dy lies elsewhere in the
-    scratch, so the zeros around each shift must be written, not left from allocation)."""
+    scratch, so the zeros around each shift must be written, not left from allocation), and
+    with blocks on two threads."""
     _force_column_layout(monkeypatch, flat=True)
     problem = replace(problem, batch=3)
     monkeypatch.setattr(im2col, "_blocks", lambda p, row_bytes, whole_rows: (
         split(p.batch, images), split(p.out_h, p.out_h)))
+    monkeypatch.setattr("harness.threads.available_cores", lambda: cores)
+    monkeypatch.setattr(im2col, "BLOCK_BYTES", 1)     # every image fills a block
+    monkeypatch.setattr(_im2col_filter, "THREADS_MIN_FLOPS_PER_ELEMENT", 0)
+    launched, scratch = [], {}    # threads per launch; scratch addresses each thread wrote
+    real = _im2col_filter.run_chunks
+    monkeypatch.setattr(_im2col_filter, "run_chunks", lambda chunks, work, most: (
+        launched.append(min(most, _workers.blas_threads(), len(chunks))),
+        real(chunks, work, most))[1])
+
+    def recorded(function, position):
+        def call(*args):     # by launch: a later launch's buffers may reuse freed addresses
+            scratch.setdefault(len(launched), {}).setdefault(threading.get_ident(), set()).add(
+                args[position].ctypes.data)
+            return function(*args)
+        return call
+
+    monkeypatch.setattr(_im2col_filter, "_shifted_dy", recorded(_im2col_filter._shifted_dy, 3))
+    monkeypatch.setattr(_columns.Columns, "gather_folded",
+                        recorded(_columns.Columns.gather_folded, 2))
     monkeypatch.setattr(_im2col_filter, "TRANSPOSED_MAX_FILTERS", 1 << 20)
     if not blas:
         for module in (_im2col_filter, _blas):
@@ -524,6 +546,12 @@ def test_im2col_filter_gradient_at_every_fold(problem: ConvProblem, blas: bool, 
         for precision in ("fp64", "fp32"):
             error, limit = _run("im2col", problem, "bwd_filter", precision, seed=21)
             assert error <= limit, f"fold {fold} {precision} on {problem}: {error:.3e}"
+    threaded = cores > 1 and images < problem.batch and _workers.blas_threads() > 1
+    assert max(launched) == (2 if threaded else 1)
+    for by_thread in scratch.values():    # no two threads gather or copy dy into one scratch
+        assert len(by_thread) == (2 if threaded else 1)
+        first, *second = by_thread.values()
+        assert not first & set().union(*second)
 
 
 def test_im2col_filter_folds_only_where_it_copies_far_less() -> None:

@@ -104,6 +104,16 @@ def image_columns(columns: Columns, fold: int) -> int:
     return columns.folded_run(fold) if fold > 1 else columns.p.out_h * columns.kept
 
 
+def image_bytes(columns: Columns, fold: int, dtype: type) -> int:
+    """Scratch an image's block holds: its column matrix, and where folded its fold shifted dy
+    copies too (as large as a third of the folded matrix on DeepBench row 6)."""
+    p = columns.p
+    rows = p.in_channels * p.kernel_h * p.kernel_w // fold
+    if fold > 1:
+        rows += fold * p.out_channels
+    return rows * image_columns(columns, fold) * np.dtype(dtype).itemsize
+
+
 def reads_dy_in_place(columns: Columns, dtype: type) -> bool:
     """Whether each image's GEMM reads dy[n] (K x P*Q) as it stands, not a copy with gap zeros:
     exact windows, a plane that is not the column matrix already, an accumulating BLAS and GEMMs
@@ -117,8 +127,8 @@ def reads_dy_in_place(columns: Columns, dtype: type) -> bool:
 def thread_slots(p: ConvProblem, images: list[tuple[int, int]], image_fills_block: bool,
                  cores: int) -> int:
     """Threads a launch over these image blocks uses: one per core (of `cores`) where one
-    image's column matrix fills a block and the GEMM is not bound by memory (see above), else
-    one."""
+    image's scratch (image_bytes) fills a block and the GEMM is not bound by memory (see
+    above), else one."""
     kg, taps = p.filters_per_group, p.channels_per_group * p.kernel_h * p.kernel_w
     dense = 2 * kg * taps >= THREADS_MIN_FLOPS_PER_ELEMENT * (kg + taps)
     return slot_count(images, cores) if image_fills_block and dense else 1

@@ -324,9 +324,9 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
     fold = _im2col_filter.fold_of(p, columns)
     k, taps = p.out_channels, p.kernel_h * p.kernel_w
     per_image = _im2col_filter.image_columns(columns, fold)
-    row_bytes = _row_bytes(p, columns, dtype)
-    images, _ = _blocks(p, -(-row_bytes * per_image // (columns.kept * fold * p.out_h)), True)
-    slots = _im2col_filter.thread_slots(p, images, row_bytes * p.out_h >= BLOCK_BYTES,
+    image_bytes = _im2col_filter.image_bytes(columns, fold, dtype)
+    images, _ = _blocks(p, -(-image_bytes // p.out_h), True)
+    slots = _im2col_filter.thread_slots(p, images, image_bytes >= BLOCK_BYTES,
                                         cores_for(point.threads))
     dw = np.empty(p.weight_shape, dtype)
     taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)
