@@ -4,7 +4,7 @@ Not a test: a script whose printed table goes into the closing note with the mac
 
     .venv/bin/python benchmarks/im2col_strided.py [--reps 11] [--layers train_61,res3a]
         [--directions fwd,bwd_data] [--all-strides] [--suites cpu_compare]
-        [--before COMMIT] [--variant _shifted.MIN_CHANNELS=1000000 ...] [--descriptor DESC ...]
+        [--before COMMIT] [--variant _shifted.MIN_CHANNELS=1000000 ...] (a number: integer or float) [--descriptor DESC ...]
 
 The layers are the stride > 1 layers of the suites (cpu_compare and resnet50 by default; every
 layer of them with --all-strides), at batch 8, fp32, NCHW, in all three directions. "before" is
@@ -90,7 +90,7 @@ def _before_im2col(commit: str):
 
 
 @contextmanager
-def _constants(changes: dict[str, int]) -> Iterator[None]:
+def _constants(changes: dict[str, float]) -> Iterator[None]:
     """Module constants of harness.backends.cpu ("im2col.BLOCK_BYTES") changed, for preparing a
     variant (plans read them at prepare time; the launch keeps what it was prepared with)."""
     saved = {}
@@ -106,7 +106,7 @@ def _constants(changes: dict[str, int]) -> Iterator[None]:
             setattr(target, constant, value)
 
 
-def _algorithms(before: str, variant: dict[str, int]) -> dict[str, tuple[object, dict]]:
+def _algorithms(before: str, variant: dict[str, float]) -> dict[str, tuple[object, dict]]:
     """Each implementation's algorithm and the im2col constants it is prepared under."""
     after = backends.get("cpu").algorithm("im2col")
     chosen = {"before": (_before_im2col(before), {}), "after": (after, {})}
@@ -216,19 +216,20 @@ def _print_table(rows: list[dict[str, object]]) -> None:
                 print(f"class {klass:3s} {direction:10s}: {figures}  ({len(chosen)} points)")
 
 
-def _variant(pairs: list[str]) -> dict[str, int]:
+def _variant(pairs: list[str]) -> dict[str, float]:
     changes = {}
     for pair in pairs:
         name, _, value = pair.partition("=")
         module, _, constant = name.rpartition(".")
         try:
             known = hasattr(importlib.import_module(f"harness.backends.cpu.{module}"), constant)
-        except ImportError:
+            number = float(value)
+        except (ImportError, ValueError):
             known = False
-        if not known or not value.isdigit():
-            raise SystemExit(f"--variant {pair}: want MODULE.NAME=INTEGER, NAME a constant of "
+        if not known:
+            raise SystemExit(f"--variant {pair}: want MODULE.NAME=NUMBER, NAME a constant of "
                              f"harness/backends/cpu/MODULE.py")
-        changes[name] = int(value)
+        changes[name] = int(number) if number.is_integer() and "." not in value else number
     return changes
 
 
