@@ -37,13 +37,15 @@ def layer_class(row: pd.Series) -> str:
     return "A" if three_by_three and wide else "B"
 
 
-def ratios(df: pd.DataFrame, peer_runs: list[pd.DataFrame] = ()) -> pd.DataFrame:
+def ratios(df: pd.DataFrame, peer_runs: list[pd.DataFrame] = (), pick: str = "min"
+           ) -> pd.DataFrame:
     """Each own row's median over torch_cpu's at its point: the sweep's own torch_cpu row, or
-    with `peer_runs` the fastest torch_cpu median of the sweep and those runs (oneDNN at its
-    best seen, the ratio least flattering to convbench)."""
+    with `peer_runs` the fastest (`pick` "min": oneDNN at its best seen, the ratio least
+    flattering to convbench) or the median ("median": one run's outlier either way left out)
+    torch_cpu median of the sweep and those runs."""
     ok = verified(df)
     peers = pd.concat([ok[ok.backend == PEER], *(verified(r[r.backend == PEER]) for r in peer_runs)])
-    peer = peers.groupby(KEYS)["median_ms"].min().rename("peer_ms")
+    peer = peers.groupby(KEYS)["median_ms"].agg(pick).rename("peer_ms")
     own = ok[ok.backend != PEER]
     best = own.sort_values("median_ms").drop_duplicates(KEYS).assign(algorithm="best own")
     rows = pd.concat([own, best]).join(peer, on=KEYS)
@@ -60,6 +62,19 @@ def class_table(rows: pd.DataFrame) -> pd.DataFrame:
     table = rows.groupby(["klass", "direction", "algorithm"])["ratio"].agg(
         geomean=geomean, layers="size")
     return table["geomean"].unstack("algorithm").round(2)
+
+
+def point_table(rows: pd.DataFrame) -> str:
+    table = rows.pivot_table(index=["klass", "layer", "direction"], columns="algorithm",
+                             values="ratio")
+    table["oneDNN ms"] = rows.drop_duplicates(["layer", "direction"]).set_index(
+        ["klass", "layer", "direction"]).peer_ms
+    first = [c for c in ("best own", "im2col", "winograd_f4x4_3x3", "winograd_f2x2_3x3")
+             if c in table]
+    table = table[first + [c for c in table if c not in first]]
+    with pd.option_context("display.width", 200, "display.max_columns", 20,
+                           "display.max_rows", 500):
+        return table.round(2).to_string()
 
 
 # A row's own relative noise (schema `noise`: the median's standard error / median) at or below
@@ -104,6 +119,9 @@ def main() -> None:
     parser.add_argument("results")
     parser.add_argument("--standalone", nargs="+", default=[],
                         help="results of torch_cpu alone (several: their own agreement too)")
+    parser.add_argument("--per-point", action="store_true",
+                        help="also each point's ratios (against the median oneDNN of the runs "
+                             "where there are 2+ alone runs), with oneDNN's ms")
     args = parser.parse_args()
     df = store.load(args.results)
     env = df.iloc[0]
@@ -116,10 +134,15 @@ def main() -> None:
     if args.standalone:
         alone = [store.load(f) for f in args.standalone]
         print("\n".join(standalone_check(df, alone)))
-        print(f"against each point's fastest torch_cpu median of the sweep and the {len(alone)} "
-              "alone run(s):")
-        with pd.option_context("display.width", 200, "display.max_columns", 20):
-            print(class_table(ratios(df, alone)).to_string())
+        for pick, what in (("min", "fastest"), ("median", "median"))[:1 + (len(alone) > 1)]:
+            print(f"against each point's {what} torch_cpu median of the sweep and the "
+                  f"{len(alone)} alone run(s):")
+            with pd.option_context("display.width", 200, "display.max_columns", 20):
+                print(class_table(ratios(df, alone, pick)).to_string())
+    if args.per_point:
+        pick = "median" if len(args.standalone) > 1 else "min"
+        print(f"per point, time / oneDNN ({'in the sweep' if not args.standalone else pick + ' of the runs'}):")
+        print(point_table(ratios(df, [store.load(f) for f in args.standalone], pick)))
 
 
 if __name__ == "__main__":

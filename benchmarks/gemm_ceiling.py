@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from cpu_classes import layer_class  # noqa: E402
-from harness import backends, reference  # noqa: E402
+from harness import backends, cpu_memory, reference  # noqa: E402
 from harness.suite import load_suite  # noqa: E402
 from harness.sweep import Point  # noqa: E402
 
@@ -95,6 +95,7 @@ def _time(launches: dict[str, object], reps: int) -> dict[str, float]:
 
 
 def main() -> None:
+    cpu_memory.keep_freed_memory()   # as convbench runs measure (harness/cpu_memory.py)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--suite", default="cpu_compare")

@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 
 from _before import module_at  # noqa: E402
 from cpu_classes import layer_class  # noqa: E402
-from harness import backends, reference  # noqa: E402
+from harness import backends, cpu_memory, reference  # noqa: E402
 from harness.problem import ConvProblem  # noqa: E402
 from harness.problem_text import parse_benchdnn  # noqa: E402
 from harness.suite import load_suite  # noqa: E402
@@ -234,6 +234,7 @@ def _variant(pairs: list[str]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    cpu_memory.keep_freed_memory()   # as convbench runs measure (harness/cpu_memory.py)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=11, help="timed launches of each per point")
     parser.add_argument("--layers", default="", help="comma-separated parts of layer names")

@@ -15,7 +15,7 @@ ENV_FIELDS = (
     "numpy", "pandas", "torch", "cupy", "cudnn", "cudnn_frontend", "git_commit",
     "gpu_name", "gpu_sm_count", "gpu_l2_bytes", "gpu_memory_bytes", "gpu_max_sm_clock_mhz",
     "gpu_sm_clock_mhz", "gpu_max_mem_clock_mhz", "gpu_driver", "cuda_runtime", "gpu_ecc",
-    "gpu_mig",
+    "gpu_mig", "malloc",
 )
 # What must match before two runs' timings are compared (compare refuses otherwise).
 COMPARABILITY_FIELDS = ("cpu_model", "gpu_name", "gpu_driver", "cudnn", "cupy", "cuda_runtime")
@@ -23,8 +23,10 @@ COMPARABILITY_FIELDS = ("cpu_model", "gpu_name", "gpu_driver", "cudnn", "cupy", 
 
 def fingerprint(include_gpu: bool = True) -> dict[str, Any]:
     """Everything known about this machine and its libraries; unknown values are None."""
+    from harness import cpu_memory
     env: dict[str, Any] = {name: None for name in ENV_FIELDS}
     env.update(_host())
+    env["malloc"] = cpu_memory.current()
     if include_gpu:
         for probe in _GPU_PROBES:
             env.update(_quietly(probe))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 from typing import Callable, Iterable, Iterator, Mapping
 
-from harness import backends, threads
+from harness import backends, cpu_memory, threads
 from harness.executor import PointExecutor
 from harness.measurement import HungKey, Measurement, Status
 from harness.stats import samples_floor
@@ -144,6 +144,7 @@ class Measurer:
     Held across calls, it keeps test data and the GPU worker processes warm."""
 
     def __init__(self, seed: int = 0, hung_engines: Iterable[HungKey] = ()):
+        cpu_memory.keep_freed_memory()     # before any point allocates (harness/cpu_memory.py)
         self._local = PointExecutor(seed)
         self._remotes: list = []
         self._seed = seed

@@ -14,7 +14,8 @@ HARNESS = Path(__file__).resolve().parents[1] / "harness"
 # for their modules unless a module is named on its own.
 LAYERS = [
     # facts and pure helpers: no harness imports of their own (cudnn_lib: a ctypes binding)
-    {"problem", "precision", "stats", "locks", "threads", "contention", "backends.cudnn_lib",
+    {"problem", "precision", "stats", "locks", "threads", "contention", "cpu_memory",
+     "backends.cudnn_lib",
      "epilogue"},
     {"problem_text"},
     {"env", "sweep"},

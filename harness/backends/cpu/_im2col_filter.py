@@ -1,6 +1,8 @@
 """im2col's bwd_filter GEMMs (harness/backends/cpu/im2col.py plans the blocks of whole images):
 per block, dW += dy (K x cols) @ col^T, or dW^T (C*R*S x K) += col @ dy^T where the filters are
-few (`transposed`); dy read in place where it can be (`reads_dy_in_place`).
+few (`transposed`), with several taps of a kernel row folded into one row of col and dy
+copied once per folded tap where that copies far fewer rows (`fold_of`); dy read in place
+where it can be (`reads_dy_in_place`).
 
 Both forms accumulate in BLAS (beta = 1: no partial and no add pass per block). The operand
 order matters for these skinny GEMMs with long reductions: in a scratch loop on the 2-core Intel
