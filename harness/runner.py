@@ -144,7 +144,6 @@ class Measurer:
     Held across calls, it keeps test data and the GPU worker processes warm."""
 
     def __init__(self, seed: int = 0, hung_engines: Iterable[HungKey] = ()):
-        cpu_memory.keep_freed_memory()     # before any point allocates (harness/cpu_memory.py)
         self._local = PointExecutor(seed)
         self._remotes: list = []
         self._seed = seed
@@ -169,6 +168,7 @@ class Measurer:
     def _measure(self, group: list[Point], skip: frozenset[str],
                  emit: Callable[[Measurement], None]) -> None:
         if backends.get(group[0].backend).device != "cuda":
+            cpu_memory.keep_freed_memory()     # before a CPU point allocates: harness/cpu_memory.py
             for unit in self._local.units(group, skip):
                 _emit_all(unit.measure(), emit)
             return

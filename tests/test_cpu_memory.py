@@ -47,8 +47,22 @@ def test_freed_memory_is_reused_without_page_faults() -> None:
     assert kept * 20 < default, (default, kept)
 
 
-def test_measuring_sets_it_and_the_environment_says_so() -> None:
+def test_a_cpu_point_sets_it_and_the_environment_says_so(monkeypatch) -> None:
+    """Measuring a CPU point applies the settings (a GPU-only run leaves the allocator as it
+    was: the groups of GPU points never reach it); every row's environment names the policy
+    CPU points are measured under."""
     from harness import runner
+    from harness.problem import ConvProblem
+    from harness.sweep import Point
+    applied = []
+    monkeypatch.setattr(cpu_memory, "_applied", applied)
+    monkeypatch.setattr(cpu_memory, "_apply", lambda: "set")
+    described = cpu_memory.policy()
+    assert env.fingerprint()["malloc"] == described
+    if sys.platform.startswith("linux") and cpu_memory._mallopt() is not None:
+        assert described.startswith("glibc heap")
     runner.run_points([], lambda row: None)
-    assert env.fingerprint()["malloc"] == cpu_memory.current() == cpu_memory.keep_freed_memory()
-    assert cpu_memory.current() != cpu_memory.DEFAULT or not sys.platform.startswith("linux")
+    assert applied == []
+    point = Point(ConvProblem(1, 2, 5, 5, 2, 3, 3), "fwd", "fp32", "NCHW", "cpu", "direct")
+    runner.run_points([point], lambda row: None)
+    assert applied == ["set"] and cpu_memory.policy() == "set"
