@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness import backends
+from harness import backends, cpu_memory
 from harness.measurement import Measurement, Status
 from harness.sweep import Point
 
@@ -283,7 +283,7 @@ def _local(workers: int | None, gpu: bool) -> tuple[Any, Any]:
     if not gpu:
         cluster = LocalCluster(n_workers=workers or DEFAULT_CPU_WORKERS, threads_per_worker=1,
                                processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR)
+                               silence_logs=logging.ERROR, env=dict(cpu_memory.WORKER_ENV))
         return Client(cluster), cluster
     gpus = visible_gpus()
     if not gpus:
@@ -297,7 +297,7 @@ def _local(workers: int | None, gpu: bool) -> tuple[Any, Any]:
     # (harness.memory); a limit would only pause a worker that is merely waiting.
     spec = {f"gpu{device}": {"cls": Nanny, "options": {
         "nthreads": 1, "resources": {"GPU": 1}, "memory_limit": 0,
-        "env": {"CUDA_VISIBLE_DEVICES": device}}}
+        "env": {"CUDA_VISIBLE_DEVICES": device, **cpu_memory.WORKER_ENV}}}
         for device in gpus[:workers or len(gpus)]}
     cluster = SpecCluster(workers=spec, silence_logs=logging.ERROR, scheduler={
         "cls": Scheduler, "options": {"dashboard_address": ":0"}})

@@ -10,12 +10,14 @@ NumPy's frees) and 17-18 ms in runs of torch_cpu alone, its fwd 17.8 ms against 
 With this module's settings a run of torch_cpu alone took 6.7 and 5.9 ms there (and row 2's fwd
 5.2 ms against 7.2-8.2).
 
-So before the first CPU point is measured the process asks glibc to serve blocks up to MMAP_MAX_BYTES
-from its heap and to keep TOP_PAD_BYTES beyond the heap's top when it shrinks: back-to-back
-launches then reuse warm pages, which is what the measurement design calls warm, in every
-process alike. The cost is memory held: the process keeps its peak heap, which is why a run of
-GPU points only is left as it was. Elsewhere (no glibc) nothing changes and the environment
-says so.
+So before it measures anything a process asks glibc to serve blocks up to MMAP_MAX_BYTES from
+its heap, to keep TOP_PAD_BYTES beyond the heap's top when it shrinks, and to use one arena for
+every thread (a thread's own arena maps blocks over 64 MiB afresh whatever the threshold: Dask
+runs points in worker threads, the CPU algorithms run chunks on threads): back-to-back launches
+then reuse warm pages, which is what the measurement design calls warm, in every process alike.
+After each group of points (`trim`) the process gives its free heap back, so that each point
+starts from the same state and the free memory the next point is checked against is what the
+machine really has. Elsewhere (no glibc) nothing changes and the environment says so.
 """
 from __future__ import annotations
 
@@ -24,53 +26,57 @@ import ctypes.util
 import sys
 
 # mallopt parameters (glibc's malloc.h)
-_M_TOP_PAD, _M_MMAP_THRESHOLD = -2, -3
+_M_TOP_PAD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -2, -3, -8
 TOP_PAD_BYTES = 1 << 30
 MMAP_MAX_BYTES = 1 << 30
+DEFAULT = "glibc default"
+# What a worker process is started with (harness/cluster.py): its threads exist before it
+# measures, and a thread that already has an arena of its own keeps it.
+WORKER_ENV = {"MALLOC_ARENA_MAX": "1"}
+_DESCRIPTION = (f"glibc: one arena, heap up to {MMAP_MAX_BYTES >> 20} MiB a block, top pad "
+                f"{TOP_PAD_BYTES >> 20} MiB, trimmed after each group of points")
 
 _applied: list[str] = []
 
 
 def keep_freed_memory() -> str:
-    """Apply the settings once in this process (the runner does, before its first CPU point);
-    returns what `policy` describes, or why nothing changed."""
+    """Apply the settings once in this process, before it measures (and before it takes the
+    environment that its rows record); what `current` reports from then on."""
     if not _applied:
         _applied.append(_apply())
     return _applied[0]
 
 
-def policy() -> str:
-    """What CPU points here are measured under, for the environment record: the applied result
-    once applied, else what applying would set (GPU points are not affected either way)."""
-    if _applied:
-        return _applied[0]
-    return _why_unchanged() or _DESCRIPTION
+def current() -> str:
+    """What this process's allocator does with freed memory, for the environment record: what
+    keep_freed_memory applied, or the allocator's default where it has not run."""
+    return _applied[0] if _applied else DEFAULT
 
 
-_DESCRIPTION = (f"glibc heap up to {MMAP_MAX_BYTES >> 20} MiB a block, top pad "
-                f"{TOP_PAD_BYTES >> 20} MiB")
+def trim() -> None:
+    """Give the heap's free memory back to the kernel (after a group of points: the launches of
+    one point stay warm, and every point starts alike)."""
+    if _applied and _applied[0] == _DESCRIPTION:
+        _libc().malloc_trim(0)
 
 
-def _mallopt():
+def _libc():
     try:
-        function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
         return None
-    function.argtypes, function.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return function
-
-
-def _why_unchanged() -> str | None:
-    if not sys.platform.startswith("linux"):
-        return f"unchanged ({sys.platform})"
-    return None if _mallopt() is not None else "unchanged (no glibc mallopt)"
 
 
 def _apply() -> str:
-    why = _why_unchanged()
-    if why is not None:
-        return why
-    mallopt = _mallopt()
-    if not (mallopt(_M_MMAP_THRESHOLD, MMAP_MAX_BYTES) and mallopt(_M_TOP_PAD, TOP_PAD_BYTES)):
+    if not sys.platform.startswith("linux"):
+        return f"unchanged ({sys.platform})"
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt") or not hasattr(libc, "malloc_trim"):
+        return "unchanged (no glibc mallopt)"
+    mallopt = libc.mallopt
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    if not (mallopt(_M_ARENA_MAX, 1) and mallopt(_M_MMAP_THRESHOLD, MMAP_MAX_BYTES)
+            and mallopt(_M_TOP_PAD, TOP_PAD_BYTES)):
         return "unchanged (mallopt refused)"
     return _DESCRIPTION

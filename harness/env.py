@@ -26,7 +26,7 @@ def fingerprint(include_gpu: bool = True) -> dict[str, Any]:
     from harness import cpu_memory
     env: dict[str, Any] = {name: None for name in ENV_FIELDS}
     env.update(_host())
-    env["malloc"] = cpu_memory.policy()
+    env["malloc"] = cpu_memory.current()
     if include_gpu:
         for probe in _GPU_PROBES:
             env.update(_quietly(probe))

@@ -184,7 +184,9 @@ def _skip_if_unavailable(backend: str, benchmark: Any) -> None:
 def _session_env(config: pytest.Config) -> dict[str, Any]:
     """The environment fingerprint, probed once per session."""
     if _ENV_KEY not in config.stash:
+        from harness import cpu_memory
         from harness.env import fingerprint
+        cpu_memory.keep_freed_memory()     # as runner.run_point will: the rows record it
         config.stash[_ENV_KEY] = {k: _json_ready(v) for k, v in fingerprint().items()}
     return config.stash[_ENV_KEY]
 

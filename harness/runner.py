@@ -121,7 +121,11 @@ def groups(points: Iterable[Point]) -> Iterator[list[Point]]:
 
 def run_point(point: Point, seed: int = 0) -> Measurement:
     """Measure a single point in this process (used by the pytest plugin and tests)."""
-    return PointExecutor(seed).measure([point])[0]
+    cpu_memory.keep_freed_memory()
+    try:
+        return PointExecutor(seed).measure([point])[0]
+    finally:
+        cpu_memory.trim()
 
 
 def shards(points: Iterable[Point]) -> list[list[Point]]:
@@ -144,6 +148,7 @@ class Measurer:
     Held across calls, it keeps test data and the GPU worker processes warm."""
 
     def __init__(self, seed: int = 0, hung_engines: Iterable[HungKey] = ()):
+        cpu_memory.keep_freed_memory()     # before any point allocates: harness/cpu_memory.py
         self._local = PointExecutor(seed)
         self._remotes: list = []
         self._seed = seed
@@ -162,13 +167,13 @@ class Measurer:
             skip = frozenset(variant for p in group
                              for variant in (measured_variants or {}).get(p.point_id, ()))
             self._measure(group, skip, on_result)
+            cpu_memory.trim()
             if on_group_done is not None:
                 on_group_done([p.point_id for p in group])
 
     def _measure(self, group: list[Point], skip: frozenset[str],
                  emit: Callable[[Measurement], None]) -> None:
         if backends.get(group[0].backend).device != "cuda":
-            cpu_memory.keep_freed_memory()     # before a CPU point allocates: harness/cpu_memory.py
             for unit in self._local.units(group, skip):
                 _emit_all(unit.measure(), emit)
             return

@@ -45,8 +45,10 @@ def _layer_names(problem) -> set[str]:
 def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tuple[Any, bool]:
     """Run `points` here or on `cluster` (harness.cluster.Cluster), appending rows to the output
     as they finish; (this run's rows, interrupted)."""
+    from harness import cpu_memory
     from harness import env as envmod
     from harness import runner, store
+    cpu_memory.keep_freed_memory()     # before the environment that the rows record
     env = envmod.fingerprint()
     writer = store.ResultWriter(output.path, output.mode)
     resuming = output.mode is store.WriteMode.RESUME

@@ -92,6 +92,7 @@ from harness.compare.verdicts import (CHANGED, CompareOptions, Comparison,
                                       IncomparableResults, MATCHED, RowResult, SuiteVerdict,
                                       Verdict, interval_text, judge_suite, parse_layer_thresholds,
                                       parse_threshold, pct)
+from harness import cpu_memory
 from harness.env import COMPARABILITY_FIELDS
 
 
@@ -198,7 +199,7 @@ METHOD_COLUMNS = ("gpu_timer",)
 
 def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMismatch]:
     """The COMPARABILITY_FIELDS (and timing methods) whose recorded values differ between the
-    two frames."""
+    two frames, and how freed memory was kept where both have CPU rows."""
     found = []
     columns = [(name, f"env_{name}") for name in COMPARABILITY_FIELDS]
     columns += [(name, name) for name in METHOD_COLUMNS]
@@ -206,7 +207,21 @@ def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMis
         b, n = _distinct(base, column), _distinct(new, column)
         if b != n:
             found.append(EnvMismatch(name, b, n))
+    b, n = _cpu_allocator(base), _cpu_allocator(new)
+    if b and n and b != n:
+        found.append(EnvMismatch("malloc", b, n))
     return found
+
+
+def _cpu_allocator(df: pd.DataFrame) -> tuple[str, ...]:
+    """How the CPU rows' process kept freed memory (harness/cpu_memory.py: oneDNN's times moved
+    up to 5x with it); rows from before it was recorded read as the allocator's default. GPU
+    rows (no load average) are not affected and not looked at."""
+    if "load_avg" not in df.columns:
+        return ()
+    cpu = df[df["load_avg"].notna()]
+    column = cpu["env_malloc"] if "env_malloc" in cpu.columns else pd.Series(pd.NA, cpu.index)
+    return tuple(sorted({cpu_memory.DEFAULT if pd.isna(v) else str(v) for v in column}))
 
 
 __all__ = [
