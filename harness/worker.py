@@ -42,8 +42,9 @@ def _lost_context(measurements: list[Measurement]) -> bool:
 def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
     """Measures groups unit by unit, saying which unit it starts before it starts it, so the
     pool knows what hung or took the process down."""
-    from harness import backends
+    from harness import backends, cpu_memory
     from harness.executor import PointExecutor
+    cpu_memory.keep_freed_memory()     # as the process that records the rows' environment did
     backends.register_all(registry)
     executor = PointExecutor(seed)
     while True:
@@ -62,6 +63,7 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
                 return  # the context is unusable: the pool goes on in a fresh process
         connection.send(("done", None))
         _return_cached_memory()
+        cpu_memory.trim()
 
 
 # Cached, unused GPU memory a worker keeps for its next group; beyond it the pool's free blocks
