@@ -78,5 +78,5 @@ def _apply() -> str:
     libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     if not (mallopt(_M_ARENA_MAX, 1) and mallopt(_M_MMAP_THRESHOLD, MMAP_MAX_BYTES)
             and mallopt(_M_TOP_PAD, TOP_PAD_BYTES)):
-        return "unchanged (mallopt refused)"
+        return "not all set (mallopt refused one)"   # those before it may have taken
     return _DESCRIPTION

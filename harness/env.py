@@ -10,6 +10,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from harness import cpu_memory
+
 ENV_FIELDS = (
     "hostname", "os", "python", "cpu_model", "cpu_cores", "blas", "blas_threads",
     "numpy", "pandas", "torch", "cupy", "cudnn", "cudnn_frontend", "git_commit",
@@ -23,7 +25,6 @@ COMPARABILITY_FIELDS = ("cpu_model", "gpu_name", "gpu_driver", "cudnn", "cupy", 
 
 def fingerprint(include_gpu: bool = True) -> dict[str, Any]:
     """Everything known about this machine and its libraries; unknown values are None."""
-    from harness import cpu_memory
     env: dict[str, Any] = {name: None for name in ENV_FIELDS}
     env.update(_host())
     env["malloc"] = cpu_memory.current()

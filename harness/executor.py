@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
-from harness import backends, contention, memory, precision, reference, threads, verdict
+from harness import (backends, contention, cpu_memory, memory, precision, reference, threads,
+                     verdict)
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
@@ -53,6 +54,7 @@ class PointExecutor:
     """Measures points in this process, caching test data and references between neighbours."""
 
     def __init__(self, seed: int = 0, cache_size: int = 4):
+        cpu_memory.keep_freed_memory()     # before any point allocates: harness/cpu_memory.py
         self.seed = seed
         self._data: OrderedDict[tuple, ProblemData] = OrderedDict()
         self._references: OrderedDict[tuple, Any] = OrderedDict()

@@ -121,7 +121,6 @@ def groups(points: Iterable[Point]) -> Iterator[list[Point]]:
 
 def run_point(point: Point, seed: int = 0) -> Measurement:
     """Measure a single point in this process (used by the pytest plugin and tests)."""
-    cpu_memory.keep_freed_memory()
     try:
         return PointExecutor(seed).measure([point])[0]
     finally:
@@ -148,7 +147,6 @@ class Measurer:
     Held across calls, it keeps test data and the GPU worker processes warm."""
 
     def __init__(self, seed: int = 0, hung_engines: Iterable[HungKey] = ()):
-        cpu_memory.keep_freed_memory()     # before any point allocates: harness/cpu_memory.py
         self._local = PointExecutor(seed)
         self._remotes: list = []
         self._seed = seed

@@ -44,7 +44,6 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
     pool knows what hung or took the process down."""
     from harness import backends, cpu_memory
     from harness.executor import PointExecutor
-    cpu_memory.keep_freed_memory()     # as the process that records the rows' environment did
     backends.register_all(registry)
     executor = PointExecutor(seed)
     while True:
