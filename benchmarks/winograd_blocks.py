@@ -6,7 +6,7 @@ the yardsticks.
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
 
     .venv/bin/python benchmarks/winograd_blocks.py [--rounds 11] [--layers res2a,conv3_1]
-        [--directions fwd,bwd_data] [--warm-ms 60] [--check]
+        [--directions fwd,bwd_data] [--warm-ms 60] [--check] [--before COMMIT]
 
 Layers: the "class A" rows of suites/cpu_compare.toml (3x3, stride 1, at least 64 channels in
 and out), at the suite's batch 8, fp32, NCHW. For each layer and direction every algorithm is
@@ -49,10 +49,11 @@ COLUMNS = ("im2col", "torch", "F2 old", "F2 new", "F4 old", "F4 new", "F4 U")
 BEFORE_CHUNKS = "e370f71"
 
 
-def _old_winograd():
-    """winograd.py as it was before this change, as its own module (from git)."""
-    module_at("harness/backends/cpu/_tiles.py", "tiles_before", BEFORE_CHUNKS)
-    return module_at("harness/backends/cpu/winograd.py", "winograd_before", BEFORE_CHUNKS,
+def _old_winograd(commit: str):
+    """winograd.py as it was at `commit`, as its own module (from git), with the _tiles.py of
+    that commit."""
+    module_at("harness/backends/cpu/_tiles.py", "tiles_before", commit)
+    return module_at("harness/backends/cpu/winograd.py", "winograd_before", commit,
                      renames={"harness.backends.cpu._tiles": "tiles_before"})
 
 
@@ -62,10 +63,10 @@ def class_a_layers() -> list[ConvProblem]:
             and min(p.in_channels, p.out_channels) >= 64]
 
 
-def _algorithms() -> dict[str, object]:
+def _algorithms(before: str) -> dict[str, object]:
     from harness.backends.cpu import winograd
 
-    old = _old_winograd()
+    old = _old_winograd(before)
     cpu = backends.get("cpu")
     found = {"im2col": cpu.algorithm("im2col"),
              "F2 old": old.WinogradF2(), "F2 new": winograd.WinogradF2(),
@@ -226,6 +227,8 @@ def _summary(medians: dict[str, list[dict[str, float]]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11, help="timed launches per algorithm")
+    parser.add_argument("--before", default=BEFORE_CHUNKS,
+                        help="the commit whose winograd.py is 'old' (default: before the chunks)")
     parser.add_argument("--layers", default="", help="comma-separated substrings of layer names")
     parser.add_argument("--directions", default=",".join(DIRECTIONS))
     parser.add_argument("--warm-ms", type=float, default=60.0,
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     wanted = [w for w in args.layers.split(",") if w]
     layers = [p for p in class_a_layers() if not wanted or any(w in p.label for w in wanted)]
-    algorithms = _algorithms()
+    algorithms = _algorithms(args.before)
     print(f"cores {len(os.sched_getaffinity(0))}, batch 8, fp32, NCHW, {args.rounds} rounds; "
           f"{args.warm_ms:g} ms of warm-up launches before each timed one; "
           f"load average at start {os.getloadavg()}")

@@ -935,14 +935,18 @@ def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypa
         _check_all(problem, seed=9, names=WINOGRAD_NAMES)
 
 
+@pytest.mark.parametrize("fused_bytes", [1, 10**9], ids=["filter-by-filter", "all-at-once"])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("problem", WINOGRAD_ODD_PROBLEMS, ids=lambda p: p.short_shape)
-def test_winograd_by_filters(problem: ConvProblem, threads: int, monkeypatch) -> None:
+def test_winograd_by_filters(problem: ConvProblem, threads: int, fused_bytes: int,
+                             monkeypatch) -> None:
     """The path by filters (few tiles, one group) on odd shapes: the input transform in chunks
-    of one tile row (bands of uneven images), filters shared out unevenly among 3 threads."""
+    of one tile row (bands of uneven images), filters shared out unevenly among 3 threads, each
+    thread's weights transformed one filter at a time or all at once (FUSED_U_BYTES)."""
     monkeypatch.setattr("harness.threads.available_cores", lambda: threads)
     monkeypatch.setattr(_workers, "blas_threads", lambda: threads)
     monkeypatch.setattr(winograd, "BY_FILTERS_MAX_CHUNKS", 10**9)
+    monkeypatch.setattr(winograd, "FUSED_U_BYTES", fused_bytes)
     monkeypatch.setattr(winograd, "chunks", lambda t, batch, tiles: _tiles.chunks(t, batch, 1))
     _check_all(problem, seed=11, names=WINOGRAD_NAMES)
 

@@ -28,7 +28,8 @@ NumPy spends its time in data movement and in thin GEMMs, and its copies use one
 - layers of few tiles and many channels (res5 at batch 8) are shared out among the
   threads by filters instead (BY_FILTERS_MAX_CHUNKS): the input transform in chunks into one
   buffer, then each thread the GEMMs, output transform and copy of its filters over all tiles,
-  so that the transformed weights are read once per launch.
+  transforming its filters' weights a few at a time beside their GEMMs (FUSED_U_BYTES), so
+  that the transformed weights are read once per launch, from cache.
 
 The filter transform U = G g G^T stays inside the timed launch: a training step transforms new
 weights every time, and oneDNN, the peer these algorithms are compared with, transforms them
@@ -43,9 +44,10 @@ Directions (stride 1, dilation 1, 3x3 only):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
-from typing import Callable, ClassVar, Sequence
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -85,6 +87,14 @@ def _multiply(v: np.ndarray, u: np.ndarray, out: np.ndarray, groups: int) -> Non
 # bwd_data 5.25 -> 5.77, conv5_1 F4 bwd_data 16.6 -> 18.2, res5a F2 bwd_data 7.6 -> 7.4 (but
 # res5a F2 fwd 7.7 -> 6.5, conv5_1 F4 fwd 17.9 -> 17.2); with 4 (res3a F4) 4.5 -> 5.1.
 BY_FILTERS_MAX_CHUNKS = 1
+# By filters, each thread transforms its filters' weights a few at a time, about this many bytes
+# of U, and runs their GEMMs while that U is still in its 2 MiB L2, instead of writing all of U
+# (36 MiB on res5a) out to memory first. Measured on one thread, half of res5a's filters
+# (transform and GEMMs, ms): all at once 6.0; 16 filters at a time (1.2 MiB) 5.1, 8 6.5, 32 6.6,
+# 64 6.7. In the launch (2-core Xeon VM, 2026-11-25, interleaved, benchmarks/winograd_blocks.py
+# --before): res5a F4 bwd_data 11.9 -> 9.5 ms, fwd 8.9 -> 9.0 (its GEMMs of 32 tiles, not U's
+# traffic, bound it); U's 36 MiB of workspace are gone.
+FUSED_U_BYTES = 5 << 18
 
 
 class _Correlation:
@@ -111,6 +121,8 @@ class _Correlation:
         self.by_filters = groups == 1 and len(self.chunks) <= BY_FILTERS_MAX_CHUNKS
         if self.by_filters:
             self.chunks = chunks(t, batch, -(-self.tiles // cores))
+            unit = positions * channels * np.dtype(dtype).itemsize
+            self.filters_per_transform = max(1, FUSED_U_BYTES // unit)
         self.slots = slot_count(self.chunks, cores)
         self.overhang = (t.m * t.th, t.m * t.tw) != (rows, cols)
         most = max(c.tiles(t) for c in self.chunks)
@@ -119,28 +131,33 @@ class _Correlation:
             # (res4a F2, 1 thread, half the filters: 2.95 ms in one block, 3.64 in 2, 5.23 in 4).
             self.blocks = even_parts(filters, -(-filters // self.slots))
             widest = max(n for _, n in self.blocks) * self.tiles
+            fused = min(self.filters_per_transform, filters) * channels
             slot = {"front": max(most * positions * channels, widest * positions),
-                    "back": widest * outputs}
+                    "back": widest * outputs, "u_part": positions * fused, "taps": 9 * fused}
             shared = {"v": positions * self.tiles * channels}
         else:
             slot = {"front": most * positions * max(channels, filters),
                     "back": most * max(positions * channels, outputs * filters)}
-            shared = {}
+            shared = {"u": positions * channels * filters // groups}
         if self.overhang:
             slot["crop"] = slot["back"] if self.by_filters else most * outputs * filters
         self.sizes = {"plane": int(np.prod(t.plane(batch, channels))), **shared,
                       **per_slot(slot, self.slots)}
 
     def __call__(self, buf: dict[str, np.ndarray], src: np.ndarray, top: int, left: int,
-                 u: np.ndarray, out: np.ndarray, before: Sequence[Callable[[], None]]) -> None:
-        """`before`: tasks (the filter transform) that write u, run beside placing src."""
+                 weights: "_Weights", out: np.ndarray) -> None:
         plane = scratch(buf["plane"], self.t.plane(src.shape[0], self.channels))
-        run_tasks([*before, *place_tasks(src, top, left, plane, self.slots)], self.slots)
+        placing = place_tasks(src, top, left, plane, self.slots)
         windows = self.t.input_windows(plane)
         if not self.by_filters:
+            # U of every (channel, filter) pair first, beside placing src.
+            g = self.groups
+            u = scratch(buf["u"], (self.t.alpha ** 2, g, self.channels // g, self.filters // g))
+            run_tasks([*weights.all_into(u, self.slots), *placing], self.slots)
             run_chunks(self.chunks, lambda slot, chunk: self._chunk(buf, slot, chunk, windows,
                                                                      u, out), self.slots)
             return
+        run_tasks(placing, self.slots)
         t = self.t
         v = scratch(buf["v"], (t.alpha * t.alpha, self.tiles, self.channels))
 
@@ -151,7 +168,8 @@ class _Correlation:
                             part)
 
         run_chunks(self.chunks, transform, self.slots)
-        run_chunks(self.blocks, lambda slot, block: self._filters(buf, slot, block, v, u, out),
+        run_chunks(self.blocks,
+                   lambda slot, block: self._filters(buf, slot, block, v, weights, out),
                    self.slots)
 
     def _chunk(self, buf: dict[str, np.ndarray], slot: int, chunk: Chunk, windows: np.ndarray,
@@ -170,14 +188,17 @@ class _Correlation:
                     out[chunk.n0:chunk.n1, :, m * chunk.u0:])
 
     def _filters(self, buf: dict[str, np.ndarray], slot: int, block: tuple[int, int],
-                 v: np.ndarray, u: np.ndarray, out: np.ndarray) -> None:
-        """Filters f0..f0+n-1 of every tile: per position U[ab]^T (n x C) @ V[ab]^T (C x tiles)
-        (filters as the GEMM's rows, not tiles: on one thread, half of res5a's filters, F4 2.80
-        ms against 3.87, F2 3.65 against 3.89), the output transform, and the copy into out."""
+                 v: np.ndarray, weights: "_Weights", out: np.ndarray) -> None:
+        """Filters f0..f0+n-1 of every tile, a few at a time (FUSED_U_BYTES): their U, then per
+        position U[ab] (few x C) @ V[ab]^T (C x tiles) (filters as the GEMM's rows, not tiles:
+        on one thread, half of res5a's filters, F4 2.80 ms against 3.87, F2 3.65 against
+        3.89); then the output transform of all n, and the copy into out."""
         (f0, n), t = block, self.t
         positions, outputs = t.alpha * t.alpha, t.m * t.m
         products = scratch(buf[f"front{slot}"], (positions, n, self.tiles))
-        np.matmul(u[:, 0, :, f0:f0 + n].swapaxes(1, 2), v.swapaxes(1, 2), out=products)
+        for first, count in even_parts(n, self.filters_per_transform):
+            u = weights.filters_into(f0 + first, count, buf[f"taps{slot}"], buf[f"u_part{slot}"])
+            np.matmul(u, v.swapaxes(1, 2), out=products[:, first:first + count])
         y = scratch(buf[f"back{slot}"], (outputs, n, self.tiles))
         np.matmul(self.aa, products.reshape(positions, -1), out=y.reshape(outputs, -1))
         self._write(buf[f"crop{slot}"] if self.overhang else None,
@@ -224,20 +245,13 @@ class _Winograd(CpuAlgorithm):
         mats = self._mats()
         core = _Correlation(mats, self.m, p.groups, p.in_channels, p.out_channels, p.batch,
                             p.out_h, p.out_w, dtype, cores_for(point.threads))
-        # Per position the chunks by tiles take U as (C/g x K/g), the blocks by filters as
-        # (K/g x C/g): the layout in which each reads it contiguously (5-10% faster GEMMs).
-        swap = not core.by_filters
-        positions, cg, kg = (self.m + 2) ** 2, p.channels_per_group, p.filters_per_group
-        u_shape = (positions, p.groups) + ((cg, kg) if swap else (kg, cg))
-        buf = allocate(point, dtype, dict(_flat(core.sizes), u=u_shape))
+        buf = allocate(point, dtype, _flat(core.sizes))
         x, w = data.x.astype(dtype), data.w.astype(dtype)
         y = np.empty(p.output_shape, dtype)
-        u = buf["u"] if swap else buf["u"].swapaxes(-1, -2)   # (C/g x K/g) per position either way
-        weights = _weight_tasks(kron(mats["g"], mats["g"], dtype), w, buf["u"], core.slots,
-                                swapped=swap)
+        weights = _Weights(kron(mats["g"], mats["g"], dtype), w, rotated=False)
 
         def kernel() -> None:
-            core(buf, x, p.pad_top, p.pad_left, u, y, before=weights)
+            core(buf, x, p.pad_top, p.pad_left, weights, y)
 
         return CpuPrepared(y, kernel, workspace_of(buf))
 
@@ -248,21 +262,15 @@ class _Winograd(CpuAlgorithm):
                             p.in_h, p.in_w, dtype, cores_for(point.threads))
         # Rotating the kernel by 180 degrees reverses its 9 taps, i.e. the columns of G (x) G.
         g_rotated = np.ascontiguousarray(kron(mats["g"], mats["g"], dtype)[:, ::-1])
-        # The rotated kernel's channel axes are swapped: per position the core takes U as
-        # (K/g x C/g), u's unswapped layout; its blocks by filters read it as (C/g x K/g).
-        swap = core.by_filters
-        positions, cg, kg = (self.m + 2) ** 2, p.channels_per_group, p.filters_per_group
-        u_shape = (positions, p.groups) + ((cg, kg) if swap else (kg, cg))
-        buf = allocate(point, dtype, dict(_flat(core.sizes), u=u_shape))
+        buf = allocate(point, dtype, _flat(core.sizes))
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
-        u = buf["u"].swapaxes(-1, -2) if swap else buf["u"]   # (K/g x C/g) per position
-        weights = _weight_tasks(g_rotated, w, buf["u"], core.slots, swapped=swap)
+        weights = _Weights(g_rotated, w, rotated=True)
 
         def kernel() -> None:
             # Full convolution = correlation of dy, with 2 - pad zeros around it, and the
             # rotated kernel.
-            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, u, dx, before=weights)
+            core(buf, dy, 2 - p.pad_top, 2 - p.pad_left, weights, dx)
 
         return CpuPrepared(dx, kernel, workspace_of(buf))
 
@@ -282,6 +290,39 @@ class _Winograd(CpuAlgorithm):
 def _flat(sizes: dict[str, int]) -> dict[str, tuple[int]]:
     """Scratch is allocated flat so that a chunk's view (a prefix) is contiguous."""
     return {name: (size,) for name, size in sizes.items()}
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """A correlation's weights as the core transforms them: w (K, C/g, 3, 3), G (x) G (its
+    columns reversed for a rotated kernel), and whether the kernel is bwd_data's rotated one,
+    whose filters are w's second axis (the problem's channels) and channels its first."""
+    g_kron: np.ndarray
+    w: np.ndarray
+    rotated: bool
+
+    def all_into(self, u: np.ndarray, parts: int) -> list[Callable[[], None]]:
+        """Tasks writing U of every pair into u (positions, G, channels/g, filters/g): for a
+        rotated kernel that is w's own order, (G, K/g, C/g)."""
+        return _weight_tasks(self.g_kron, self.w, u, parts, swapped=not self.rotated)
+
+    def filters_into(self, first: int, count: int, stage: np.ndarray,
+                     u_part: np.ndarray) -> np.ndarray:
+        """U of filters first..first+count-1 (one group), written into the scratch u_part, as a
+        (positions, count, channels) view. A rotated kernel's filters are a column block of w:
+        it is copied whole rows at a time into `stage` (K, count, taps), and its U left as
+        (positions, K, count), read transposed (copying it transposed into (count, K, taps),
+        runs of 9 values, took 2.9 of res5a F4 bwd_data's 11.6 ms)."""
+        positions = len(self.g_kron)
+        taps = self.w.reshape(self.w.shape[0], self.w.shape[1], -1)
+        source = taps[first:first + count]
+        if self.rotated:
+            source = scratch(stage, (taps.shape[0], count, taps.shape[2]))
+            np.copyto(source, taps[:, first:first + count])
+        u = scratch(u_part, (positions,) + source.shape[:2])
+        np.matmul(self.g_kron, source.reshape(-1, source.shape[2]).T,
+                  out=u.reshape(positions, -1))
+        return u.swapaxes(1, 2) if self.rotated else u
 
 
 def _weight_tasks(g_kron: np.ndarray, w: np.ndarray, u: np.ndarray, parts: int,
