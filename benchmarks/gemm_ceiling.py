@@ -7,14 +7,14 @@ nothing for the copies with this BLAS.
 Not a test: a script whose table goes into the closing note with the machine it ran on.
 
     .venv/bin/python benchmarks/gemm_ceiling.py [--reps 9] [--suite cpu_compare] [--class A|B]
-        [--gemms fwd,bwd_filter]
+        [--gemms fwd,bwd_data,bwd_filter]
 
-Per layer (batch 8, fp32) and GEMM (`_gemms` gives the shapes: fwd's W @ col, bwd_filter's
-dy @ col^T), each in both operand orders, in column blocks of 8 MiB of output as im2col's, and
-folded (the same flops in a squarer GEMM), by NumPy's OpenBLAS and by MKL (torch.mm), all
-threads, the fastest of each library kept; oneDNN's time for the directions the GEMM stands for
-(`_peers`) through the torch_cpu backend. Interleaved round by round, a pause before each timed
-launch (OpenBLAS and OpenMP workers spin after a call).
+Per layer (batch 8, fp32) and direction, its GEMM (`_gemms` gives the shapes: fwd's W @ col,
+bwd_data's rotated W @ dy's columns, bwd_filter's dy @ col^T) in both operand orders, in column
+blocks of 8 MiB of output as im2col's, and folded (the same flops in a squarer GEMM), by
+NumPy's OpenBLAS and by MKL (torch.mm), all threads, the fastest of each library kept; and
+oneDNN's time for the direction through the torch_cpu backend. Interleaved round by round, a
+pause before each timed launch (OpenBLAS and OpenMP workers spin after a call).
 """
 from __future__ import annotations
 
@@ -56,16 +56,20 @@ def _gemms(p, direction: str) -> dict[str, object]:
     """The layer's GEMM for `direction`, every way timed: OpenBLAS (NumPy) and MKL (torch.mm on
     the same memory), both operand orders, OpenBLAS in 8 MiB output blocks, and folded.
 
-    fwd (and bwd_data of a stride-1 layer with C = K: the rotated kernel's correlation is the
-    same shape): W (K x C*R*S) @ col (C*R*S x N*P*Q); folded moves the kernel row's S taps from
-    the depth to the rows, (S*K x C*R) @ (C*R x columns), the same flops in a squarer GEMM, its
-    shifted sum left out. bwd_filter: dW = dy (K x N*P*Q) @ col^T (N*P*Q x C*R*S), reducing over
-    the pixels; folded (fold taps of a kernel row as the result's columns, as
-    _im2col_filter.fold_of) is (C*R*S/fold x pixels) @ (pixels x fold*K), its extra columns
-    left out. Leaving out what folding costs makes each fastest time a lower bound."""
+    fwd: W (K x C*R*S) @ col (C*R*S x N*P*Q); folded moves the kernel row's S taps from the
+    depth to the rows, (S*K x C*R) @ (C*R x columns), the same flops in a squarer GEMM, its
+    shifted sum left out. bwd_data (stride 1: one correlation of dy with the rotated kernel):
+    W' (C x K*R*S) @ dy's columns (K*R*S x N*H*W), folded likewise. bwd_filter: dW = dy (K x
+    N*P*Q) @ col^T (N*P*Q x C*R*S), reducing over the pixels; folded (fold taps of a kernel row
+    as the result's columns, as _im2col_filter.fold_of) is (C*R*S/fold x pixels) @ (pixels x
+    fold*K), its extra columns left out. Leaving out what folding costs makes each fastest time
+    a lower bound."""
     import torch
     crs, pixels = p.in_channels * p.kernel_h * p.kernel_w, p.batch * p.out_h * p.out_w
-    if direction == "bwd_filter":
+    if direction == "bwd_data":
+        o = _operands(p, p.in_channels, p.out_channels * p.kernel_h * p.kernel_w,
+                      p.batch * p.in_h * p.in_w, p.kernel_w)
+    elif direction == "bwd_filter":
         k = p.out_channels
         o = _operands(p, k, pixels, crs, 1)
         rng = np.random.default_rng(1)
@@ -93,11 +97,10 @@ def _gemms(p, direction: str) -> dict[str, object]:
             "mkl folded": lambda: torch.mm(t["a_fold"], t["b_fold"], out=t["out_fold"])}
 
 
-def _onednn(p, directions: tuple[str, ...]) -> dict[str, object]:
+def _onednn(p, direction: str) -> dict[str, object]:
     algo = backends.get("torch_cpu").algorithm("conv2d")
-    data = reference.make_data(p, "fp32")
-    return {f"oneDNN {d}": algo.prepare(Point(p, d, "fp32", "NCHW", "torch_cpu", "conv2d"),
-                                        data).launch for d in directions}
+    point = Point(p, direction, "fp32", "NCHW", "torch_cpu", "conv2d")
+    return {f"oneDNN {direction}": algo.prepare(point, reference.make_data(p, "fp32")).launch}
 
 
 def _time(launches: dict[str, object], reps: int) -> dict[str, float]:
@@ -117,32 +120,22 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-_GEMMS = ("fwd", "bwd_filter")
+_GEMMS = ("fwd", "bwd_data", "bwd_filter")
 
 
-def _peers(p, gemm_direction: str) -> tuple[str, ...]:
-    """The oneDNN directions a GEMM stands for: fwd's is also bwd_data's where the rotated
-    kernel's correlation has the same shape (stride 1, C = K: every class-A layer); elsewhere
-    bwd_data's GEMM has another shape and is not timed here."""
-    same = (p.stride_h, p.stride_w) == (1, 1) and p.in_channels == p.out_channels
-    return ("fwd", "bwd_data") if gemm_direction == "fwd" and same else (gemm_direction,)
-
-
-def _layer_rows(p, gemm_direction: str, reps: int) -> tuple[str, dict[str, float]]:
-    """One line of the table and the ratio GEMM alone / oneDNN per (library, direction)."""
-    peers = _peers(p, gemm_direction)
-    ms = _time({**_gemms(p, gemm_direction), **_onednn(p, peers)}, reps)
+def _layer_rows(p, direction: str, reps: int) -> tuple[str, dict[str, float]]:
+    """One line of the table and the ratio GEMM alone / oneDNN per library."""
+    ms = _time({**_gemms(p, direction), **_onednn(p, direction)}, reps)
     best = {lib: min((ms[n], n) for n in ms if n.startswith(lib)) for lib in _LIBRARIES}
     gflop = 2 * p.out_channels * p.in_channels * p.kernel_h * p.kernel_w * p.batch \
         * p.out_h * p.out_w / 1e9
-    ratios = {f"{lib} {d}": best[lib][0] / ms[f"oneDNN {d}"] for lib in _LIBRARIES for d in peers}
+    onednn = ms[f"oneDNN {direction}"]
+    ratios = {f"{lib} {direction}": best[lib][0] / onednn for lib in _LIBRARIES}
     fastest = min(best.values())
-    line = (f"{p.label:26s} {gemm_direction:10s} {gflop:6.2f} {best['openblas'][0]:9.2f} "
-            f"{best['mkl'][0]:7.2f} {gflop / fastest[0] * 1e3:8.0f} "
-            + " ".join(f"{d}: oneDNN {ms[f'oneDNN {d}']:7.2f} OpenBLAS/oneDNN "
-                       f"{ratios[f'openblas {d}']:5.2f} MKL/oneDNN {ratios[f'mkl {d}']:5.2f}"
-                       for d in peers)
-            + f"  fastest: {fastest[1]}")
+    line = (f"{p.label:26s} {direction:10s} {gflop:6.2f} {best['openblas'][0]:9.2f} "
+            f"{best['mkl'][0]:7.2f} {gflop / fastest[0] * 1e3:8.0f} {onednn:7.2f} "
+            f"{ratios[f'openblas {direction}']:9.2f} {ratios[f'mkl {direction}']:7.2f}  "
+            f"{fastest[1]}")
     return line, ratios
 
 
@@ -153,20 +146,25 @@ def main() -> None:
     parser.add_argument("--suite", default="cpu_compare")
     parser.add_argument("--class", dest="klass", default="A", choices=("A", "B"))
     parser.add_argument("--gemms", default="fwd",
-                        help="comma-separated: fwd (stands for fwd and bwd_data), bwd_filter")
+                        help="comma-separated: fwd, bwd_data (stride 1 only), bwd_filter")
     args = parser.parse_args()
     gemm_directions = args.gemms.split(",")
     unknown = set(gemm_directions) - set(_GEMMS)
     if unknown:
         raise SystemExit(f"--gemms: unknown {sorted(unknown)}; choose from {list(_GEMMS)}")
     ratios: dict[str, list[float]] = {}
-    print(f"{'layer':26s} {'GEMM of':10s} {'GFLOP':>6s} {'OpenBLAS':>9s} {'MKL':>7s} "
-          f"{'GFLOP/s':>8s} (ms; best of each library's shapes)")
+    print(f"{'layer':26s} {'direction':10s} {'GFLOP':>6s} {'OpenBLAS':>9s} {'MKL':>7s} "
+          f"{'GFLOP/s':>8s} {'oneDNN':>7s} {'OpenBLAS/':>9s} {'MKL/':>7s}  fastest shape "
+          "(ms; each library's fastest GEMM shape; ratios over oneDNN)")
     for problem in load_suite(args.suite).problems:
         p = problem.with_batch(8)
         if layer_class(p) != args.klass:
             continue
         for gemm_direction in gemm_directions:
+            if gemm_direction == "bwd_data" and (p.stride_h, p.stride_w) != (1, 1):
+                print(f"{p.label:26s} bwd_data   (stride > 1: phase correlations or col2im, "
+                      "not one GEMM; not timed)")
+                continue
             line, layer_ratios = _layer_rows(p, gemm_direction, args.reps)
             print(line, flush=True)
             for name, value in layer_ratios.items():
