@@ -935,7 +935,10 @@ def test_winograd_chunks_on_threads(problem: ConvProblem, threads: int, monkeypa
         _check_all(problem, seed=9, names=WINOGRAD_NAMES)
 
 
-@pytest.mark.parametrize("fused_bytes", [1, 10**9], ids=["filter-by-filter", "all-at-once"])
+# FUSED_U_BYTES: one filter a transform, 2 (F2) or 1 (F4) of 5 channels fp32 (parts of uneven
+# length where a block has an odd count), or all of a block's at once.
+@pytest.mark.parametrize("fused_bytes", [1, 700, 10**9],
+                         ids=["filter-by-filter", "uneven-parts", "all-at-once"])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("problem", WINOGRAD_ODD_PROBLEMS, ids=lambda p: p.short_shape)
 def test_winograd_by_filters(problem: ConvProblem, threads: int, fused_bytes: int,

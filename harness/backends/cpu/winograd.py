@@ -91,7 +91,8 @@ BY_FILTERS_MAX_CHUNKS = 1
 # of U, and runs their GEMMs while that U is still in its 2 MiB L2, instead of writing all of U
 # (36 MiB on res5a) out to memory first. Measured on one thread, half of res5a's filters
 # (transform and GEMMs, ms): all at once 6.0; 16 filters at a time (1.2 MiB) 5.1, 8 6.5, 32 6.6,
-# 64 6.7. In the launch (2-core Xeon VM, 2026-11-25, interleaved, benchmarks/winograd_blocks.py
+# 64 6.7. 1.25 MiB makes it 17 of 512 channels, so a thread's 256 go 16 at a time (even_parts).
+# In the launch (2-core Xeon VM, 2026-11-25, interleaved, benchmarks/winograd_blocks.py
 # --before): res5a F4 bwd_data 11.9 -> 9.5 ms, fwd 8.9 -> 9.0 (its GEMMs of 32 tiles, not U's
 # traffic, bound it); U's 36 MiB of workspace are gone.
 FUSED_U_BYTES = 5 << 18
@@ -99,8 +100,10 @@ FUSED_U_BYTES = 5 << 18
 
 class _Correlation:
     """out (N, F, Ho, Wo) = stride-1 3x3 correlation, tile by tile, of an NCHW source with C
-    channels placed at (top, left) in an otherwise zero plane, given the transformed weights as
-    one (C/groups x F/groups) matrix per tile position and group.
+    channels placed at (top, left) in an otherwise zero plane, with the weights it transforms
+    itself (`_Weights`; `rotated`: bwd_data's kernel, whose filters are w's second axis): U,
+    one (C/groups x F/groups) matrix per tile position and group, all at once before the
+    chunks, or by filters a few filters at a time.
 
     Per chunk, two tile buffers of its thread take turns (each step reads one and writes the
     other): tiles, then transformed tiles, then their products with U, then the output tiles,
@@ -109,7 +112,8 @@ class _Correlation:
     blocks of filters through the GEMMs, the output transform and the copy into `out`."""
 
     def __init__(self, mats: dict[str, np.ndarray], m: int, groups: int, channels: int,
-                 filters: int, batch: int, rows: int, cols: int, dtype: type, cores: int):
+                 filters: int, batch: int, rows: int, cols: int, dtype: type, cores: int,
+                 rotated: bool = False):
         self.t = t = Tiling.of(m, rows, cols)
         self.groups, self.channels, self.filters = groups, channels, filters
         self.bb = kron(mats["bt"], mats["bt"], dtype)    # (a*a, a*a)
@@ -130,10 +134,13 @@ class _Correlation:
             # One block per thread: smaller blocks re-read all of V per block, and ran slower
             # (res4a F2, 1 thread, half the filters: 2.95 ms in one block, 3.64 in 2, 5.23 in 4).
             self.blocks = even_parts(filters, -(-filters // self.slots))
-            widest = max(n for _, n in self.blocks) * self.tiles
-            fused = min(self.filters_per_transform, filters) * channels
+            block = max(n for _, n in self.blocks)
+            widest = block * self.tiles
+            fused = min(self.filters_per_transform, block) * channels
             slot = {"front": max(most * positions * channels, widest * positions),
-                    "back": widest * outputs, "u_part": positions * fused, "taps": 9 * fused}
+                    "back": widest * outputs, "u_part": positions * fused}
+            if rotated:     # its filters' taps are staged (_Weights.filters_into)
+                slot["taps"] = 9 * fused
             shared = {"v": positions * self.tiles * channels}
         else:
             slot = {"front": most * positions * max(channels, filters),
@@ -146,6 +153,7 @@ class _Correlation:
 
     def __call__(self, buf: dict[str, np.ndarray], src: np.ndarray, top: int, left: int,
                  weights: "_Weights", out: np.ndarray) -> None:
+        """out <- src (*) the weights, through the scratch `buf` (self.sizes)."""
         plane = scratch(buf["plane"], self.t.plane(src.shape[0], self.channels))
         placing = place_tasks(src, top, left, plane, self.slots)
         windows = self.t.input_windows(plane)
@@ -197,7 +205,8 @@ class _Correlation:
         positions, outputs = t.alpha * t.alpha, t.m * t.m
         products = scratch(buf[f"front{slot}"], (positions, n, self.tiles))
         for first, count in even_parts(n, self.filters_per_transform):
-            u = weights.filters_into(f0 + first, count, buf[f"taps{slot}"], buf[f"u_part{slot}"])
+            u = weights.filters_into(f0 + first, count, buf.get(f"taps{slot}"),
+                                     buf[f"u_part{slot}"])
             np.matmul(u, v.swapaxes(1, 2), out=products[:, first:first + count])
         y = scratch(buf[f"back{slot}"], (outputs, n, self.tiles))
         np.matmul(self.aa, products.reshape(positions, -1), out=y.reshape(outputs, -1))
@@ -258,14 +267,15 @@ class _Winograd(CpuAlgorithm):
     def bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
         mats = self._mats()
-        core = _Correlation(mats, self.m, p.groups, p.out_channels, p.in_channels, p.batch,
-                            p.in_h, p.in_w, dtype, cores_for(point.threads))
+        w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         # Rotating the kernel by 180 degrees reverses its 9 taps, i.e. the columns of G (x) G.
         g_rotated = np.ascontiguousarray(kron(mats["g"], mats["g"], dtype)[:, ::-1])
-        buf = allocate(point, dtype, _flat(core.sizes))
-        w, dy = data.w.astype(dtype), data.dy.astype(dtype)
-        dx = np.empty(p.input_shape, dtype)
         weights = _Weights(g_rotated, w, rotated=True)
+        core = _Correlation(mats, self.m, p.groups, p.out_channels, p.in_channels, p.batch,
+                            p.in_h, p.in_w, dtype, cores_for(point.threads),
+                            rotated=weights.rotated)
+        buf = allocate(point, dtype, _flat(core.sizes))
+        dx = np.empty(p.input_shape, dtype)
 
         def kernel() -> None:
             # Full convolution = correlation of dy, with 2 - pad zeros around it, and the
@@ -306,7 +316,7 @@ class _Weights:
         rotated kernel that is w's own order, (G, K/g, C/g)."""
         return _weight_tasks(self.g_kron, self.w, u, parts, swapped=not self.rotated)
 
-    def filters_into(self, first: int, count: int, stage: np.ndarray,
+    def filters_into(self, first: int, count: int, stage: np.ndarray | None,
                      u_part: np.ndarray) -> np.ndarray:
         """U of filters first..first+count-1 (one group), written into the scratch u_part, as a
         (positions, count, channels) view. A rotated kernel's filters are a column block of w:
