@@ -19,7 +19,6 @@ pause before each timed launch (OpenBLAS and OpenMP workers spin after a call).
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import time
@@ -32,6 +31,7 @@ import numpy as np  # noqa: E402
 
 from cpu_classes import layer_class  # noqa: E402
 from harness import backends, cpu_memory, reference  # noqa: E402
+from harness.stats import geomean  # noqa: E402
 from harness.suite import load_suite  # noqa: E402
 from harness.sweep import Point  # noqa: E402
 
@@ -116,10 +116,6 @@ def _time(launches: dict[str, object], reps: int) -> dict[str, float]:
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values))
-
-
 _GEMMS = ("fwd", "bwd_data", "bwd_filter")
 
 
@@ -170,7 +166,7 @@ def main() -> None:
             for name, value in layer_ratios.items():
                 ratios.setdefault(name, []).append(value)
     for name, values in ratios.items():
-        print(f"class {args.klass} {name}: geomean GEMM alone / oneDNN {_geomean(values):.2f} "
+        print(f"class {args.klass} {name}: geomean GEMM alone / oneDNN {geomean(values):.2f} "
               f"({len(values)} layers)")
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import math
 import os
 import platform
 import statistics
@@ -52,6 +51,7 @@ from cpu_classes import layer_class  # noqa: E402
 from harness import backends, cpu_memory, reference  # noqa: E402
 from harness.problem import ConvProblem  # noqa: E402
 from harness.problem_text import parse_benchdnn  # noqa: E402
+from harness.stats import geomean  # noqa: E402
 from harness.suite import load_suite  # noqa: E402
 from harness.sweep import DIRECTIONS, Point  # noqa: E402
 
@@ -181,10 +181,6 @@ def _measure(problem: ConvProblem, direction: str, reps: int,
             **{name: statistics.median(s) for name, s in samples.items()}}
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def _spread(ratio: tuple[float, ...]) -> str:
     return f"{ratio[0]:5.2f} [{ratio[1]:.2f}-{ratio[2]:.2f}]"
 
@@ -211,7 +207,7 @@ def _print_table(rows: list[dict[str, object]]) -> None:
             chosen = [r for r in rows if klass in ("all", r["class"])
                       and direction in ("all", r["direction"])]
             if chosen:
-                figures = "  ".join(f"{key} {_geomean([r[key][0] for r in chosen]):.2f}"
+                figures = "  ".join(f"{key} {geomean([r[key][0] for r in chosen]):.2f}"
                                     for key in keys)
                 print(f"class {klass:3s} {direction:10s}: {figures}  ({len(chosen)} points)")
 

@@ -37,6 +37,7 @@ from _before import module_at  # noqa: E402
 from harness import backends, reference  # noqa: E402
 from harness import precision as precision_table  # noqa: E402
 from harness.problem import ConvProblem  # noqa: E402
+from harness.stats import geomean  # noqa: E402
 from harness.suite import load_suite  # noqa: E402
 from harness.sweep import DIRECTIONS, Point  # noqa: E402
 
@@ -193,10 +194,6 @@ algorithm (im2col, F2, F4) before / after, over torch_cpu's time (target <= 1.0)
 load1 = 1-minute load average before and after the layer's rounds."""
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 # (label, numerator, denominator) of the summary's ratios; "best old"/"best new" = the fastest
 # own algorithm of the old/new engine (im2col counts in both).
 SUMMARY = [("F4o/i2c", "F4 old", "im2col"), ("F4n/i2c", "F4 new", "im2col"),
@@ -217,7 +214,7 @@ def _summary(medians: dict[str, list[dict[str, float]]]) -> str:
              + " ".join(f"{label:>8s}" for label, _, _ in SUMMARY)]
     for direction, rows in medians.items():
         rows = [_with_best(ms) for ms in rows]
-        cells = [_geomean([ms[top] / ms[bottom] for ms in rows]) if bottom in rows[0] else math.nan
+        cells = [geomean([ms[top] / ms[bottom] for ms in rows]) if bottom in rows[0] else math.nan
                  for _, top, bottom in SUMMARY]
         lines.append(f"  {direction:10s} ({len(rows)} layers)            "
                      + " ".join(f"{c:7.2f}x" for c in cells))

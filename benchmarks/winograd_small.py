@@ -28,11 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _before import module_at  # noqa: E402
-from im2col_strided import (BATCH, _cpu_model, _geomean, _git, _ratio_spread,  # noqa: E402
+from im2col_strided import (BATCH, _cpu_model, _git, _ratio_spread,  # noqa: E402
                              _spread, sweep)
 from winograd_blocks import _time  # noqa: E402
 from harness import backends, reference  # noqa: E402
 from harness.problem import ConvProblem  # noqa: E402
+from harness.stats import geomean  # noqa: E402
 from harness.suite import load_suite  # noqa: E402
 from harness.sweep import DIRECTIONS, Point  # noqa: E402
 
@@ -111,7 +112,7 @@ def _print_table(rows: list[dict[str, object]]) -> None:
         chosen = [r for r in rows if direction in ("all", r["direction"])]
         if chosen:
             print(f"  {direction:10s} " + "  ".join(
-                f"{r} {_geomean([row[r][0] for row in chosen]):.3f}" for r in RATIOS)
+                f"{r} {geomean([row[r][0] for row in chosen]):.3f}" for r in RATIOS)
                 + f"  ({len(chosen)} points)")
 
 
