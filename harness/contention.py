@@ -1,46 +1,127 @@
-"""Did a CPU point share the cores with other work while it was timed? (issue 16)
+"""Did a CPU point share the cores with other work while it was timed? (issues 16, 36)
 
-A CPU point timed beside other busy processes reads slow (one im2col point: 270 ms instead of
-11 ms), and its samples can be tight all the same, so the row's noise does not show it. Two
-numbers read around the timed samples do:
+Measured per sample, not inferred. Linux keeps, for every thread, the nanoseconds it spent
+runnable but waiting for a core: the second field of /proc/self/task/<tid>/schedstat. The timer
+(harness/timer.time_cpu) reads it for every thread of the process (NumPy's BLAS and OpenMP
+workers included) around each sample; a sample whose threads waited, summed, more than
+WAIT_SHARE of its wall time did not measure the algorithm alone. It is discarded and taken
+again after a back-off pause (RetakePolicy), a bounded number of times; a point that cannot
+collect its sample floor clean keeps every sample and is `contended`: never ranked, planned or
+called best (harness/analysis/points.verified), AMBIGUOUS in `compare`.
+On the 2-core VM (a 6 ms two-thread GEMM, 3 s of samples; /tmp probes of issue 36): alone, the
+threads' waits were 0 in the median sample and under 1% of the wall time in 90%; beside one
+`yes` process, 52% in the median sample and 69% at the 90th percentile.
 
-- CPU/wall: the process's CPU time (every thread: NumPy's and BLAS's count) over the wall time of
-  the timing loop (the samples and the bookkeeping between them; harness/timer.time_cpu says why
-  not the samples alone). The timed code never waits on anything but the CPU (no I/O, no sleeps; while BLAS
-  workers compute, the calling thread computes too), so alone at least one of its threads is
-  always running and the ratio is >= 1 (1.00-1.02 measured on the 2-core VM). Below RATIO_FLOOR
-  the point spent more than a fifth of its wall time runnable but not running: the cores were
-  busy with someone else (0.50-0.51 with two spinning processes on the 2 cores). A point whose
-  many threads lose part of their share can stay above 1, so this signal alone misses some.
-- The 1-minute load average (runnable threads, system-wide), read before and after: it counts
-  this process's own threads too, about CPU/wall of them (at least one), so the others are
-  load - own. When they outnumber the cores the point left free (cores - own) by more than
-  LOAD_MARGIN, some thread waited, likely ours. This catches long-lived neighbours whatever the
-  point's threading; it lags (a minute to rise, longer to fall), so it misses a neighbour that
-  started seconds ago (CPU/wall catches that) and may flag a point just after one stopped
-  (then the row is AMBIGUOUS in `compare`, the safe side: never a false SLOWER).
+Why not CPU/wall or the load average (the check before issue 36, kept as the fallback where
+schedstat cannot be read, with the row's `contention_check` saying which ran): a 2-thread point
+that got one core still reads CPU/wall ~1.0 (it ran; one of its threads did not), and the load
+average lags a neighbour that started seconds ago by a minute.
 
-- Steal time (Linux /proc/stat, a virtual machine's CPUs): time the hypervisor ran something
-  else on the CPUs this machine thinks it has. It is not in the load, and whether a stolen slice
-  lowers CPU/wall depends on the kernel's steal accounting (not established on this VM), yet it
-  slows the point the same way. On the 2-core VM: 0.06 s of steal in a 40 s quiet run, 598 s
-  over 10 hours since boot; one cpu:im2col point read 565 ms in a sweep and 330-355 ms in five
-  runs around it, CPU/wall 1.99, load 2.0 (whether steal was the cause is not known: the column
-  is new). Over STEAL_FLOOR of the machine's CPU time during the samples, the point shared the
-  cores.
-
-A point judged contended is re-measured once; it stays contended when the re-measurement is too,
-or when its CPU/wall fell below REMEASURE_DROP of the first (the neighbour got busier).
+Two things the run queue does not show, judged as well:
+- Tick-quantized samples: a sample that lands on a multiple of the scheduler tick (4 ms at
+  HZ=250: 7.99, 15.99, 23.98 ms seen with no neighbour, CPU/wall 1.00) and lies far above the
+  point's other samples is a thread pool's barrier wait for a worker that was not running
+  (descheduled by the hypervisor, woken at the next tick). Such samples are retaken the same way.
+- Steal time (/proc/stat): the hypervisor running something else on the machine's CPUs. A guest
+  thread it stopped still reads as running. Over STEAL_FLOOR of the CPU time during the point's
+  loop, the point is timed once more.
 """
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
+WAIT_SHARE = 0.05         # threads' summed run-queue wait over a sample's wall time: retaken
+TICK_MS = 4.0             # the scheduler tick at HZ=250 (Debian's and Ubuntu's kernels)
+TICK_TOLERANCE_MS = 0.05  # a sample this close to a multiple of the tick lies on it
+TICK_OUTLIER = 1.3        # ... and this far above the point's median: a barrier wait
+STEAL_FLOOR = 0.1         # the hypervisor took a tenth of the machine's CPU time
+# The fallback where schedstat cannot be read (module docstring):
 RATIO_FLOOR = 0.8       # CPU/wall under this: >20% of the wall time runnable but not running
 LOAD_MARGIN = 1.0       # a whole runnable thread beyond the cores, on average, before it counts
 REMEASURE_DROP = 0.75   # a re-measurement whose CPU/wall fell by a quarter: sharing got worse
-STEAL_FLOOR = 0.1       # the hypervisor took a tenth of the machine's CPU time
+
+# The row's `contention_check`: how its samples were judged.
+SCHEDSTAT = "schedstat"
+FALLBACK = "cpu_wall_load"
+FALLBACK_NOTE = ("per-thread run-queue waits (/proc/self/task/*/schedstat) cannot be read here: "
+                 "contention was judged from CPU/wall and the load average, which miss a "
+                 "multi-threaded point that got fewer cores than it has threads")
+
+
+class ThreadWaits:
+    """Run-queue wait, in ns, of every thread of this process (schedstat's second field)."""
+
+    def __init__(self, tasks: str = "/proc/self/task"):
+        self.tasks = tasks
+
+    def read(self) -> dict[str, int] | None:
+        """tid -> ns waited since the thread started; None where schedstat cannot be read."""
+        try:
+            tids = os.listdir(self.tasks)
+        except OSError:
+            return None
+        waits = {}
+        for tid in tids:
+            try:
+                with open(f"{self.tasks}/{tid}/schedstat", "rb") as f:
+                    waits[tid] = int(f.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue         # a thread that ended between the listing and the read
+        return waits or None
+
+
+def waited_ns(before: dict[str, int], after: dict[str, int]) -> int:
+    """What every thread waited between two readings; a thread born in between counts whole."""
+    return sum(max(0, wait - before.get(tid, 0)) for tid, wait in after.items())
+
+
+def sample_waited(wall_ns: int, waited: int) -> bool:
+    return waited > WAIT_SHARE * wall_ns
+
+
+def tick_quantized(samples: Sequence[float]) -> list[int]:
+    """Indices of samples (ms) that lie on a multiple of the scheduler tick and over
+    TICK_OUTLIER times the median of all of them: barrier waits (module docstring)."""
+    if len(samples) < 3:
+        return []
+    bar = TICK_OUTLIER * statistics.median(samples)
+    return [i for i, s in enumerate(samples)
+            if s > bar and s >= TICK_MS - TICK_TOLERANCE_MS
+            and abs(s - TICK_MS * round(s / TICK_MS)) <= TICK_TOLERANCE_MS]
+
+
+# A sample whose threads waited for a core (or that lay on a scheduler tick) is taken again, at
+# most this many times per point beyond its sample floor, each after a pause that doubles from
+# RETAKE_PAUSE_MS to RETAKE_PAUSE_MAX_MS: a neighbour's burst (a compiler, a test) often ends within
+# it; one that never ends (a spinning process) costs a point at most ~1 s before it is called
+# contended.
+MIN_RETAKES = 5
+RETAKE_PAUSE_MS, RETAKE_PAUSE_MAX_MS = 2.0, 64.0
+
+
+class Retakes:
+    """The retakes one point's timing loop may still spend (harness/timer.time_cpu)."""
+
+    def __init__(self, min_samples: int):
+        self.left = max(min_samples, MIN_RETAKES)
+        self.taken = 0
+        self.pause_ms = RETAKE_PAUSE_MS
+
+    def take(self, launch: Callable[[], None]) -> bool:
+        """Pause, re-warm (the pause let library threads go to sleep) and say whether a retake
+        is allowed; False once they ran out."""
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        self.taken += 1
+        time.sleep(self.pause_ms / 1e3)
+        self.pause_ms = min(2 * self.pause_ms, RETAKE_PAUSE_MAX_MS)
+        launch()
+        return True
 
 
 @dataclass(frozen=True)
@@ -54,6 +135,11 @@ class CpuUse:
     cores: int                    # cores this process may run on
     steal_ms: float | None = None   # CPU time the hypervisor took, summed over the machine's CPUs
     machine_cpus: int = 1
+    check: str = FALLBACK         # SCHEDSTAT: every sample judged by its threads' waits
+    retaken: int = 0              # samples discarded for waiting (or a tick) and taken again
+    waited: int = 0               # kept samples that waited: the retakes ran out first
+    kept: int = 0                 # samples kept
+    wait_ms: float | None = None  # the kept samples' threads' summed run-queue wait
 
     @property
     def steal(self) -> float | None:
@@ -94,6 +180,20 @@ def stolen_ms(stat: str = "/proc/stat") -> float | None:
 def shared_cores(use: CpuUse, first: CpuUse | None = None) -> str | None:
     """Why `use` shows the point shared the cores (module docstring), or None. `first` is the
     measurement a re-measurement repeats."""
+    why = _waits(use) if use.check == SCHEDSTAT else _fallback(use, first)
+    if use.steal is not None and use.steal > STEAL_FLOOR:
+        why.append(f"the hypervisor took {use.steal:.0%} of the CPUs")
+    return f"shared the CPU: {describe(use)} ({'; '.join(why)})" if why else None
+
+
+def _waits(use: CpuUse) -> list[str]:
+    if not use.waited:
+        return []
+    return [f"{use.waited} of {use.kept} samples waited for a core or a tick after "
+            f"{use.retaken} were taken again"]
+
+
+def _fallback(use: CpuUse, first: CpuUse | None) -> list[str]:
     ratio, load = use.ratio, use.load
     why = []
     if ratio is not None and ratio < RATIO_FLOOR:
@@ -102,12 +202,17 @@ def shared_cores(use: CpuUse, first: CpuUse | None = None) -> str | None:
     if load is not None and load - own > use.cores - own + LOAD_MARGIN:
         why.append(f"others' load {load - own:.1f} over the {max(use.cores - own, 0.0):.1f} "
                    "cores left free")
-    if use.steal is not None and use.steal > STEAL_FLOOR:
-        why.append(f"the hypervisor took {use.steal:.0%} of the CPUs")
     if first is not None and first.ratio and ratio is not None \
             and ratio < REMEASURE_DROP * first.ratio:
         why.append(f"CPU/wall fell from {first.ratio:.2f}")
-    return f"shared the CPU: {describe(use)} ({'; '.join(why)})" if why else None
+    return why
+
+
+def wait_share(use: CpuUse, samples: Sequence[float]) -> float | None:
+    """The kept samples' threads' summed wait over their summed wall time (the `cpu_wait`
+    column); None where it was not measured."""
+    total = sum(samples)
+    return None if use.wait_ms is None or total <= 0 else use.wait_ms / total
 
 
 def describe(use: CpuUse) -> str:

@@ -173,6 +173,8 @@ class PointExecutor:
         # per row, so rows of one group never share (and the backend's dict is never written).
         extras = {**prepared.extras, **_timing_extras(timing), "first_call_ms": first_call_ms,
                   **prepared.extras_for_limit(p.workspace_limit)}
+        if timing.cpu_use is not None:
+            extras["cpu_threads"] = threads.cores_for(p.threads)
         needed = prepared.workspace_bytes
         if not fits(needed, p.workspace_limit):
             return Measurement(p, Status.WORKSPACE_EXCEEDED,
@@ -296,7 +298,9 @@ def _time_cpu_alone(prepared: Prepared, options, flush) -> Timing:
     why = contention.shared_cores(again.cpu_use, first.cpu_use)
     if why is not None:
         why += f"; re-measured once, the first timing: {contention.describe(first.cpu_use)}"
-    return replace(again, contention=why)
+    # the retakes of both timings: what the row's `samples_retaken` counts
+    use = replace(again.cpu_use, retaken=again.cpu_use.retaken + first.cpu_use.retaken)
+    return replace(again, contention=why, cpu_use=use)
 
 
 def _sm_clock() -> tuple[int, int] | None:
@@ -310,9 +314,12 @@ def _timing_extras(timing: Timing) -> dict[str, Any]:
     throttled, a CPU point that shared the cores as contended (either is kept, never
     discarded)."""
     extras: dict[str, Any] = {}
-    if timing.cpu_use is not None:
-        extras.update(cpu_time_ratio=timing.cpu_use.ratio, load_avg=timing.cpu_use.load,
-                      cpu_steal=timing.cpu_use.steal, contended=timing.contention is not None)
+    use = timing.cpu_use
+    if use is not None:
+        extras.update(cpu_time_ratio=use.ratio, load_avg=use.load, cpu_steal=use.steal,
+                      contended=timing.contention is not None, contention_check=use.check,
+                      samples_retaken=use.retaken,
+                      cpu_wait=contention.wait_share(use, timing.samples_ms))
     if timing.capture_error is not None:
         extras["capture_error"] = timing.capture_error
     if timing.gpu_timer is not None:

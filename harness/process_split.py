@@ -1,4 +1,5 @@
-"""Time each GPU point in several worker processes and merge what they measured into one row.
+"""Time each GPU point in several worker processes (each CPU point in several rounds) and merge
+what they measured into one row.
 
 Why: on an H100 a cuDNN point's time can depend on the process it is measured in (where its
 buffers and workspace land in memory), not only on sampling noise: res5a_branch2b bwd_data tf32
@@ -30,10 +31,9 @@ _SEVERITY = (Status.CRASHED, Status.NOT_TRIED, Status.WRONG, Status.FAILED,
 assert set(_SEVERITY) == set(STATUSES)
 
 
-def share(timing: TimingOptions) -> TimingOptions:
-    """The timing one of `timing.gpu_processes` processes applies: its part of the samples and
-    of the budget, so the merged row has at least the samples asked for."""
-    k = timing.gpu_processes
+def share(timing: TimingOptions, k: int) -> TimingOptions:
+    """The timing one of `k` replicates (GPU worker processes, CPU rounds) applies: its part of
+    the samples and of the budget, so the merged row has at least the samples asked for."""
     if k <= 1:
         return timing
     return replace(timing, min_samples=math.ceil(timing.min_samples / k),
@@ -41,9 +41,14 @@ def share(timing: TimingOptions) -> TimingOptions:
                    budget_ms=timing.budget_ms / k)
 
 
-def shared_group(group: Sequence[Point]) -> list[Point]:
-    """`group` as each process measures it."""
-    return [replace(p, timing=share(p.timing)) for p in group]
+def replicates(point: Point, device: str) -> int:
+    """How many replicates measure `point`: worker processes on a GPU, rounds on a CPU."""
+    return point.timing.gpu_processes if device == "cuda" else point.timing.cpu_rounds
+
+
+def shared_group(group: Sequence[Point], k: int) -> list[Point]:
+    """`group` as each of `k` replicates measures it."""
+    return [replace(p, timing=share(p.timing, k)) for p in group]
 
 
 def merge(group: Sequence[Point], per_process: Sequence[Sequence[Measurement]]
@@ -85,16 +90,34 @@ def _merge_ok(measurements: list[Measurement]) -> Measurement:
     least_accurate = max(measurements, key=lambda m: m.rel_error or 0.0)
     first = measurements[0]
     samples = tuple(s for m in measurements for s in m.samples_ms)
-    extras = {**first.extras,
+    extras = {**first.extras, **_merged_contention(measurements),
               "process_samples": " ".join(str(len(m.samples_ms)) for m in measurements)}
     stops = list(dict.fromkeys(m.stop_reason for m in measurements if m.stop_reason))
+    shared = [m.reason for m in measurements
+              if m.extras.get("contended") and m.reason != least_accurate.reason]
     return replace(
         first, samples_ms=samples, extras=extras, stop_reason="; ".join(stops),
-        reason=least_accurate.reason, rel_error=least_accurate.rel_error,
+        reason="; ".join(r for r in (least_accurate.reason, *shared) if r),
+        rel_error=least_accurate.rel_error,
         max_abs_error=least_accurate.max_abs_error,
         effective_precision=least_accurate.effective_precision,
         deterministic=_all(m.deterministic for m in measurements),
         host_ms=_median_high(m.host_ms for m in measurements))
+
+
+# How a CPU row's replicates combine (harness/contention.py): the row shared the cores if any
+# round did; its retakes add up; the worst round speaks for waits, load, steal and CPU/wall.
+_CONTENTION_MERGE = {"contended": any, "samples_retaken": sum, "cpu_wait": max,
+                     "load_avg": max, "cpu_steal": max, "cpu_time_ratio": min}
+
+
+def _merged_contention(measurements: list[Measurement]) -> dict:
+    merged = {}
+    for name, combine in _CONTENTION_MERGE.items():
+        values = [m.extras[name] for m in measurements if m.extras.get(name) is not None]
+        if values:
+            merged[name] = combine(values)
+    return merged
 
 
 def _all(values) -> bool | None:

@@ -161,23 +161,45 @@ class Measurer:
         plan under way) and `on_group_done` with the group's point ids once its rows are all
         out. A resumed run names in `measured_variants` (planned point id -> variants) the plans
         a killed run already measured: they are left out."""
-        for group in groups(points):
-            skip = frozenset(variant for p in group
-                             for variant in (measured_variants or {}).get(p.point_id, ()))
-            self._measure(group, skip, on_result)
+        def done(group: list[Point]) -> None:
             cpu_memory.trim()
             if on_group_done is not None:
                 on_group_done([p.point_id for p in group])
+        def skipped(group: list[Point]) -> frozenset[str]:
+            return frozenset(variant for p in group
+                             for variant in (measured_variants or {}).get(p.point_id, ()))
+        for batch in _cpu_batches(groups(points)):
+            if backends.get(batch[0][0].backend).device != "cuda":
+                self._measure_cpu(batch, [skipped(g) for g in batch], on_result, done)
+                continue
+            self._measure(batch[0], skipped(batch[0]), on_result)
+            done(batch[0])
+
+    def _measure_cpu(self, batch: list[list[Point]], skips: list[frozenset[str]],
+                     emit: Callable[[Measurement], None],
+                     done: Callable[[list[Point]], None]) -> None:
+        """CPU groups that share test data, in `cpu_rounds` rounds over all of them (each round
+        prepares every point afresh): the rounds' medians are the run's own replicates
+        (TimingOptions.cpu_rounds), seconds apart rather than back to back."""
+        from harness import process_split
+        k = batch[0][0].timing.cpu_rounds
+        rounds: list[list[list[Measurement]]] = [[] for _ in batch]
+        for _ in range(k):
+            for measured, group, skip in zip(rounds, batch, skips):
+                shared = process_split.shared_group(group, k)
+                measured.append([row for unit in self._local.units(shared, skip)
+                                 for row in unit.measure()])
+                cpu_memory.trim()
+        for measured, group in zip(rounds, batch):
+            _emit_all(process_split.merge(group, measured) if k > 1 else measured[0], emit)
+            done(group)
 
     def _measure(self, group: list[Point], skip: frozenset[str],
                  emit: Callable[[Measurement], None]) -> None:
-        if backends.get(group[0].backend).device != "cuda":
-            for unit in self._local.units(group, skip):
-                _emit_all(unit.measure(), emit)
-            return
         from harness import process_split
-        shared = process_split.shared_group(group)
-        pools = self._pools(group[0].timing.gpu_processes)
+        k = group[0].timing.gpu_processes
+        shared = process_split.shared_group(group, k)
+        pools = self._pools(k)
         if len(pools) == 1:     # nothing to merge with: each plan's rows are final as they come
             pools[0].measure(shared, skip, on_rows=lambda rows: _emit_all(
                 process_split.merge(group, [rows]), emit))
@@ -200,6 +222,19 @@ class Measurer:
         for pool in self._remotes:
             pool.close()
         self._remotes = []
+
+
+def _cpu_batches(all_groups: Iterable[list[Point]]) -> Iterator[list[list[Point]]]:
+    """Consecutive CPU groups of one backend sharing test data (one problem at one precision:
+    the executor's caches hold its data and references across the rounds) as one batch; each
+    GPU group a batch of its own."""
+    def key(group: list[Point]) -> tuple:
+        p = group[0]
+        if backends.get(p.backend).device == "cuda":
+            return (id(group),)
+        return (p.backend, p.problem, p.precision, p.op)
+    for _, batch in groupby(all_groups, key=key):
+        yield list(batch)
 
 
 def _emit_all(rows: Iterable[Measurement], emit: Callable[[Measurement], None]) -> None:

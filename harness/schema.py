@@ -110,6 +110,14 @@ EXTRA_COLUMNS: dict[str, str] = {
     "load_avg": "float64",
     "cpu_steal": "float64",
     "contended": "boolean",
+    # how its samples were judged: "schedstat" (each sample by its threads' run-queue waits) or
+    # "cpu_wall_load" (the fallback where those cannot be read); samples discarded for waiting
+    # (or lying on a scheduler tick) and taken again; the kept samples' threads' summed
+    # run-queue wait over their wall time; the threads the point ran with (harness/threads.py)
+    "contention_check": "string",
+    "samples_retaken": "Int64",
+    "cpu_wait": "float64",
+    "cpu_threads": "Int64",
 }
 
 ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}

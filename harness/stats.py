@@ -125,6 +125,35 @@ def run_to_run_scatter(ratios: Sequence[float], sampling_sd: Sequence[float]) ->
     return math.sqrt(max(spread ** 2 - sampling, 0.0))
 
 
+def replicate_sd(replicate_medians: Sequence[Sequence[float]]) -> float | None:
+    """One run's noise between its own replicates (a CPU point's rounds, a GPU point's worker
+    processes), as the standard deviation of one replicate's log median about its row's mean:
+    the deviations of every row's log medians from their row's mean, scaled by sqrt(k / (k - 1))
+    for the mean they were taken from, and their robust sd about 0 (1.4826 x median |.|). None
+    with fewer than MIN_ROWS rows of at least two positive replicates.
+
+    Why replicates and not the rows of the pair being judged (run_to_run_scatter): a regression
+    that slows rows by different amounts spreads the pair's log ratios and raises the very bar it
+    must clear (+74% on every row of a CPU run, +36% to +143%, was called within a +-264% floor);
+    it moves every replicate of a row together, so it cannot widen this."""
+    residuals = []
+    for medians in replicate_medians:
+        logs = np.log([m for m in medians if m > 0])
+        if logs.size >= 2:
+            scale = math.sqrt(logs.size / (logs.size - 1))
+            residuals.extend(np.abs(logs - logs.mean()) * scale)
+    rows = sum(1 for medians in replicate_medians if sum(m > 0 for m in medians) >= 2)
+    if rows < MIN_ROWS:
+        return None
+    return _MAD_TO_SD * float(np.median(residuals))
+
+
+def replicate_scatter(base_sd: float, base_k: float, new_sd: float, new_k: float) -> float:
+    """The scatter (a log-ratio sd) that two runs' replicate noise predicts for one row's ratio of
+    medians: each run's median pools its k replicates, so its variance is sd^2 / k."""
+    return math.sqrt(base_sd ** 2 / base_k + new_sd ** 2 / new_k)
+
+
 def log_median_se(samples: Sequence[float]) -> float:
     """Standard error of log(median) of positive samples: sqrt(pi/2) x robust sd / sqrt(n), the
     median's large-sample efficiency against the mean (0 for fewer than 2 samples)."""

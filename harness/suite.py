@@ -56,7 +56,7 @@ from harness import epilogue
 from harness.problem import ConvProblem, ProblemError
 from harness.problem_text import parse_benchdnn, parse_deepbench
 from harness.suite_checks import (SuiteError, _Invalid, _check_keys, _choice, _did_you_mean,
-                                  _fraction, _gpu_processes, _int_at_least, _is_int, _kind, _list,
+                                  _fraction, _gpu_processes, _cpu_rounds, _int_at_least, _is_int, _kind, _list,
                                   _plain_from_file, _plain_name, _positive_int, _positive_number,
                                   _show_size, _table, _text, _unique_list, checked_outputs,
                                   parse_size)
@@ -372,8 +372,9 @@ def _timing(table: dict[str, Any]) -> TimingOptions:
                                       "GPU timer")
     if "budget_ms" in table:
         fields["budget_ms"] = _positive_number(table["budget_ms"], "timing.budget_ms")
-    if "gpu_processes" in table:
-        fields["gpu_processes"] = _gpu_processes(table["gpu_processes"], "timing.gpu_processes")
+    for key, checked in (("gpu_processes", _gpu_processes), ("cpu_rounds", _cpu_rounds)):
+        if key in table:
+            fields[key] = checked(table[key], f"timing.{key}")
     for key in ("min_samples", "max_samples"):
         if key in table:
             fields[key] = _positive_int(table[key], f"timing.{key}")

@@ -130,11 +130,19 @@ def _positive_int(value: Any, where: str) -> int:
     return _int_at_least(value, where, 1)
 
 
+def _cpu_rounds(value: Any, where: str) -> int:
+    return _replicates(value, where, "rounds per CPU point")
+
+
 def _gpu_processes(value: Any, where: str) -> int:
+    return _replicates(value, where, "worker processes per GPU")
+
+
+def _replicates(value: Any, where: str, what: str) -> int:
+    """A count of replicates a point is timed in (GPU processes, CPU rounds)."""
     count = _positive_int(value, where)
     if count > MAX_GPU_PROCESSES:
-        raise _Invalid(where, f"{count} worker processes per GPU is more than the "
-                              f"{MAX_GPU_PROCESSES} allowed")
+        raise _Invalid(where, f"{count} {what} is more than the {MAX_GPU_PROCESSES} allowed")
     return count
 
 

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 from harness import epilogue
 from harness.problem import ConvProblem
 from harness.suite import checked_choices, checked_threads, checked_workspace_limits
-from harness.suite_checks import (SuiteError, _Invalid, _choice, _gpu_processes, _positive_int,
-                                  _positive_number, _text, _unique_list, checked_outputs)
+from harness.suite_checks import (SuiteError, _Invalid, _choice, _cpu_rounds, _gpu_processes,
+                                  _positive_int, _positive_number, _text, _unique_list, checked_outputs)
 from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
 
@@ -19,7 +19,7 @@ OVERRIDE_FLAGS = {
     "precisions": "--precision", "layouts": "--layout", "batch": "--batch",
     "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
-    "gpu_processes": "--gpu-processes", "threads": "--threads", "ops": "--op",
+    "gpu_processes": "--gpu-processes", "cpu_rounds": "--cpu-rounds", "threads": "--threads", "ops": "--op",
     "outputs": "--output-type",
 }
 
@@ -34,6 +34,7 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          timing_mode: str | None = None,
                          gpu_timer: str | None = None,
                          gpu_processes: int | None = None,
+                         cpu_rounds: int | None = None,
                          threads: Sequence[int | str] | None = None,
                          ops: Sequence[str] | None = None,
                          outputs: Sequence[str] | None = None) -> Sweep:
@@ -134,4 +135,6 @@ def _override_timing(timing: TimingOptions, given: dict[str, Any]) -> TimingOpti
     if given["gpu_processes"] is not None:
         changes["gpu_processes"] = _gpu_processes(given["gpu_processes"],
                                                   OVERRIDE_FLAGS["gpu_processes"])
+    if given["cpu_rounds"] is not None:
+        changes["cpu_rounds"] = _cpu_rounds(given["cpu_rounds"], OVERRIDE_FLAGS["cpu_rounds"])
     return dataclasses.replace(timing, **changes)

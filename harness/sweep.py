@@ -48,6 +48,11 @@ class TimingOptions:
     # its samples are shared among this many worker processes; a row then carries that spread
     # and `convbench compare` can tell it from a regression (harness/process_split.py).
     gpu_processes: int = 2
+    # A CPU point's samples are taken in this many rounds over the points that share its test
+    # data, each round preparing it afresh (new buffers): the rounds' medians are replicates
+    # inside one run, from which `convbench compare` takes the run-to-run noise floor that a
+    # regression in the run being judged cannot raise (harness/compare/__init__.py).
+    cpu_rounds: int = 2
 
 
 @dataclass(frozen=True)

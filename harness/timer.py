@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from harness.contention import CpuUse, load_average, stolen_ms
+from harness import contention
+from harness.contention import load_average, stolen_ms
 from harness.threads import available_cores
 from harness.stats import relative_noise
 from harness.sweep import TimingOptions
@@ -33,7 +34,7 @@ class Timing:
     gpu_timer: str | None = None      # "cuda_graph" (graph replay) or "held_stream"
     capture_error: str | None = None  # why the calls could not be captured into a graph
     sm_clock_mhz: tuple[int, int] | None = None   # (current, max) right after the timed batches
-    cpu_use: CpuUse | None = None     # CPU timers: what the process got (harness/contention.py)
+    cpu_use: contention.CpuUse | None = None   # CPU timers: what the process got
     contention: str | None = None     # set by the executor: why the point shared the CPU
 
 
@@ -82,11 +83,13 @@ CPU_SETTLE_MS = 250.0
 def time_cpu(launch: Callable[[], None], options: TimingOptions,
              flush: Callable[[], None] | None = None) -> Timing:
     """Time `launch` with perf_counter_ns; GC off while timing; `flush` (cold mode) runs untimed
-    before each sample. Also reports the process CPU time over the samples and the load average
-    around them, from which the executor judges whether the point shared the cores."""
+    before each sample. Each sample's threads' run-queue waits are read around it: one that
+    waited (or lay on a scheduler tick) is taken again (harness/contention.py). Also reports the
+    process CPU time over the loop and the load average around it, which judge the point where
+    the waits cannot be read."""
     _warm_up(launch, options.warmup)
-    rule = _StoppingRule(options)
-    samples: list[float] = []
+    waits = contention.ThreadWaits()
+    check = contention.SCHEDSTAT if waits.read() is not None else contention.FALLBACK
     load_before, steal_before = load_average(), stolen_ms()
     # CPU and wall time over the whole loop, not summed over the samples: a sample far shorter
     # than a scheduler slice is seldom preempted, so the wait for the cores falls between
@@ -97,12 +100,8 @@ def time_cpu(launch: Callable[[], None], options: TimingOptions,
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        while (reason := rule.reason_to_stop(samples)) is None:
-            if flush is not None:
-                flush()
-            start = time.perf_counter_ns()
-            launch()
-            samples.append((time.perf_counter_ns() - start) / 1e6)
+        loop = _judged_samples(launch, options, flush,
+                               waits if check == contention.SCHEDSTAT else None)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -110,9 +109,54 @@ def time_cpu(launch: Callable[[], None], options: TimingOptions,
     wall_ms = (time.perf_counter_ns() - wall_start) / 1e6
     steal_after = stolen_ms()
     steal = None if steal_before is None or steal_after is None else steal_after - steal_before
-    use = CpuUse(cpu_ms, wall_ms, load_before, load_average(), available_cores(),
-                 steal, os.cpu_count() or 1)
-    return Timing(tuple(samples), reason, cpu_use=use)
+    use = contention.CpuUse(cpu_ms, wall_ms, load_before, load_average(), available_cores(),
+                            steal, os.cpu_count() or 1, check, loop.retaken,
+                            loop.waited, len(loop.samples),
+                            loop.wait_ms if check == contention.SCHEDSTAT else None)
+    return Timing(tuple(loop.samples), loop.reason, cpu_use=use)
+
+
+@dataclass
+class _Loop:
+    samples: list[float]
+    reason: str
+    retaken: int
+    waited: int          # kept samples that waited: the retakes ran out
+    wait_ms: float       # the kept samples' summed waits
+
+
+def _judged_samples(launch, options: TimingOptions, flush, waits) -> _Loop:
+    """Samples until the stopping rule is met on clean ones; a sample that waited (`waits`: a
+    ThreadWaits, None where it cannot be read) or, at the end, lies on a tick is taken again while
+    retakes last; after that it is kept and counted in `waited`."""
+    rule = _StoppingRule(options)
+    retakes = contention.Retakes(options.min_samples)
+    samples: list[float] = []
+    waited: list[bool] = []
+    wait_ms = 0.0
+    while True:
+        reason = rule.reason_to_stop(samples)
+        if reason is not None:
+            ticks = [i for i in contention.tick_quantized(samples) if not waited[i]]
+            if not ticks or not retakes.take(launch):
+                waited = [w or i in ticks for i, w in enumerate(waited)]
+                return _Loop(samples, reason, retakes.taken, sum(waited), wait_ms)
+            samples = [s for i, s in enumerate(samples) if i not in ticks]
+            waited = [w for i, w in enumerate(waited) if i not in ticks]
+            continue
+        if flush is not None:
+            flush()
+        before = waits.read() if waits is not None else None
+        start = time.perf_counter_ns()
+        launch()
+        wall_ns = time.perf_counter_ns() - start
+        after = waits.read() if before is not None else None
+        ns = contention.waited_ns(before, after) if after is not None else 0
+        if contention.sample_waited(wall_ns, ns) and retakes.take(launch):
+            continue
+        samples.append(wall_ns / 1e6)
+        waited.append(contention.sample_waited(wall_ns, ns))
+        wait_ms += ns / 1e6
 
 
 def _warm_up(launch: Callable[[], None], launches: int) -> None:

@@ -4,13 +4,16 @@
 # which re-measures the rows it flags and fails only on what the re-measurement confirms.
 #  1. A/A: measure the `quick` suite once at its default sample count, then `convbench check` it
 #     against that run: nothing changed, so check must exit 0. A failure means the verdicts cry
-#     wolf on run-to-run noise. (A plain `compare` of two stored runs failed once in CI: two rows
+#     wolf on run-to-run noise, or a point verified in the first run came out wrong, crashed or
+#     failed (BROKEN) or was not run (MISSING) in the second: both runs plan the same points, so
+#     neither is noise. (A plain `compare` of two stored runs failed once in CI: two rows
 #     at +30% and +39%, 11 scatters out, while the pair's scatter was 2.7%: a transient on the
 #     shared VM that no stored pair can tell from a regression, and a re-measurement can.)
 #  2. Planted slowdown: `convbench check` with every CPU launch made slower by a busy-wait
 #     (tests/run_planted.py: a test-only backend registered under the name "cpu", so the point
 #     ids match; its confirmation rounds are slowed too) must exit 1. If it exits 0 the gate
-#     cannot fire, and the check fails.
+#     cannot fire, and the check fails. (The slowed backend only delays launches: the same 18
+#     planned points and outputs, so its exit 1 is the slowdown, not a BROKEN or MISSING row.)
 #
 # Usage: scripts/aa_check.sh [--planted-slowdown FRACTION] [extra `convbench run` flags]
 #   --planted-slowdown   the planted delay per launch as a fraction of it (default 9.0: ten

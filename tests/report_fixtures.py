@@ -235,6 +235,24 @@ def cpu_frame(seed: int = 1) -> pd.DataFrame:
     return store.frame(rows)
 
 
+SHARED_REASON = ("shared the CPU: load 3.2 on 2 cores, CPU/wall 0.70 (4 of 12 samples waited "
+                 "for a core or a tick after 3 were taken again)")
+
+
+def checked_cpu_frame(contended: int | None = 2, retaken: int = 3) -> pd.DataFrame:
+    """cpu_frame as a run with contention checks writes it: every ok row judged by schedstat,
+    the first `contended` ok rows (None: every one) left contended after `retaken` samples were
+    taken again, with the reason the timer gives; the other ok rows clean."""
+    df = cpu_frame()
+    ok = df.index[df["status"] == "ok"]
+    shared = ok if contended is None else ok[:contended]
+    df.loc[ok, "contention_check"] = "schedstat"
+    df.loc[ok, ["contended", "samples_retaken", "cpu_wait", "cpu_threads"]] = [False, 0, 0.002, 2]
+    df.loc[shared, ["contended", "samples_retaken", "cpu_wait"]] = [True, retaken, 0.3]
+    df.loc[shared, "reason"] = SHARED_REASON
+    return df
+
+
 def expected_best(df: pd.DataFrame, layer: str, direction: str, precision: str,
                   layout: str = "NCHW", limit: int = store.UNLIMITED_BYTES) -> pd.Series:
     """The fastest verified row at a point, found without the report's code (for cross-checks)."""

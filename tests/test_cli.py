@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from test_compare import QUICK_SIZED
+
 from harness import store
 from harness.cli import main
 
@@ -365,3 +367,142 @@ def test_a_second_report_into_the_same_folder_is_refused_unless_forced(tmp_path,
     assert (out / "index.md").read_text() == "my annotated copy"
     assert main(["report", results_file, "--out", str(out), "--jobs", "1", "--force"]) == 0
     assert (out / "index.md").read_text() != "my annotated copy"
+
+
+# ---- issue 36: a regression gate that fails on wrong results and on lost points ------------------
+EIGHTEEN_POINTS = "name = 'eighteen'\n" + QUICK_SIZED     # 3 layers x 3 directions x 2
+
+
+@pytest.fixture(scope="module")
+def eighteen(tmp_path_factory):
+    """(the suite file, a fake-backend run of its 18 points, every one ok)."""
+    folder = tmp_path_factory.mktemp("eighteen")
+    suite = folder / "eighteen.toml"
+    suite.write_text(EIGHTEEN_POINTS)
+    assert main(["run", str(suite), "--out", str(folder / "run.parquet")]) == 0
+    df = store.load(folder / "run.parquet")
+    assert len(df) == 18 and set(df["status"]) == {"ok"}
+    return str(suite), df
+
+
+def _write(tmp_path, name: str, df) -> str:
+    store.write(df, tmp_path / name)
+    return str(tmp_path / name)
+
+
+def _planted(run, rows, status: str):
+    """The run with `rows` (positions) turned into rows of `status`, as the runner writes them."""
+    df = run.copy()
+    for i in rows:
+        df.at[i, "status"], df.at[i, "reason"] = status, f"planted {status}"
+        df.at[i, "samples_ms"], df.at[i, "n_samples"] = [], 0
+    return df
+
+
+@pytest.mark.parametrize("status", ["wrong", "crashed", "failed"])
+def test_compare_exits_1_when_the_candidate_breaks_verified_points(tmp_path, eighteen, capsys,
+                                                                   status):
+    """The issue's case: 9 of 18 rows wrong used to be 'suite SAME' and exit 0."""
+    _, run = eighteen
+    base = _write(tmp_path, "base.parquet", run)
+    new = _write(tmp_path, "new.parquet", _planted(run, range(0, 18, 2), status))
+    assert main(["compare", base, new]) == 1
+    out = capsys.readouterr().out
+    assert "**9 BROKEN**" in out and "9 SAME" in out and "0 MISSING" in out
+    assert ("**9 points verified in the baseline are wrong/crashed/failed in the candidate "
+            "(BROKEN): a correctness regression.**") in out
+    assert out.count("| BROKEN |") == 9 and f"new status {status}: planted {status}" in out
+    assert main(["compare", base, new, "--allow-missing"]) == 1
+    assert main(["compare", base, new, "--fail-on", "ambiguous"]) == 1
+    assert main(["compare", base, new, "--fail-on", "never"]) == 0
+    assert main(["compare", base, base]) == 0
+
+
+def test_compare_exits_1_when_the_candidate_lost_points_unless_allowed(tmp_path, eighteen,
+                                                                       capsys):
+    """The issue's other case: 13 of 18 points gone used to exit 0."""
+    _, run = eighteen
+    base = _write(tmp_path, "base.parquet", run)
+    new = _write(tmp_path, "new.parquet", run.iloc[13:])
+    verdicts = tmp_path / "verdicts.csv"
+    assert main(["compare", base, new, "--verdicts", str(verdicts)]) == 1
+    assert "**13 MISSING**" in capsys.readouterr().out
+    assert (store.pd.read_csv(verdicts)["verdict"].value_counts().to_dict()
+            == {"MISSING": 13, "SAME": 5})
+    assert main(["compare", base, new, "--allow-missing"]) == 0
+    assert main(["compare", base, new, "--allow-missing", "--fail-on", "ambiguous"]) == 0
+    assert main(["compare", base, new, "--fail-on", "never"]) == 0
+
+
+def test_an_unsupported_candidate_row_is_missing_not_broken(tmp_path, eighteen, capsys):
+    _, run = eighteen
+    base = _write(tmp_path, "base.parquet", run)
+    new = _write(tmp_path, "new.parquet", _planted(run, [4], "unsupported"))
+    assert main(["compare", base, new]) == 1
+    out = capsys.readouterr().out
+    assert "**1 MISSING**" in out and "0 BROKEN" in out and "correctness regression" not in out
+    assert "new status unsupported: planted unsupported" in out
+    assert main(["compare", base, new, "--allow-missing"]) == 0
+
+
+def test_compare_and_check_help_name_broken_and_allow_missing(capsys):
+    for command in ("compare", "check"):
+        assert main([command, "--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split())      # argparse wraps at will
+        assert "--allow-missing do not exit 1 for MISSING rows" in text
+        assert "BROKEN when the candidate's row is wrong, crashed or failed" in text
+        assert ("1 a regression under the policy (and nothing else): by default a SLOWER row or "
+                "suite, a BROKEN row, or a MISSING row unless --allow-missing") in text
+
+
+def _check(suite: str, base: str, tmp_path, *flags: str) -> int:
+    return main(["check", suite, "--baseline", base, "--out", str(tmp_path / "check.parquet"),
+                 "--min-samples", "3", *flags])
+
+
+def test_a_check_narrowed_by_flags_finds_nothing_missing(tmp_path, eighteen, capsys):
+    suite, run = eighteen
+    base = _write(tmp_path, "base.parquet", run)
+    assert _check(suite, base, tmp_path, "--layer", "a", "--direction", "fwd,bwd_data") == 0
+    out = capsys.readouterr().out
+    assert "4 SAME" in out and "0 MISSING" in out and "0 BROKEN" in out
+
+
+def test_a_check_whose_run_breaks_verified_points_exits_1(tmp_path, capsys):
+    """The planted wrong and failing algorithms of the fake backend, verified in a baseline
+    doctored to say so: the check's own run gets them wrong and failed, BROKEN, exit 1."""
+    suite = tmp_path / "broken.toml"
+    suite.write_text(EIGHTEEN_POINTS.replace("'exact_slow'", "'wrong_fast', 'crash'"))
+    assert main(["run", str(suite), "--out", str(tmp_path / "run.parquet")]) == 0
+    run = store.load(tmp_path / "run.parquet")
+    exact = run[run["algorithm"] == "exact"].set_index(["layer", "direction"])["samples_ms"]
+    bad = run["status"] != "ok"
+    assert set(run.loc[bad, "status"]) == {"wrong", "failed"} and bad.sum() == 18
+    for i in run.index[bad]:        # verified in the baseline, as they were before the fault
+        run.at[i, "status"], run.at[i, "reason"] = "ok", ""
+        run.at[i, "samples_ms"] = exact[run.at[i, "layer"], run.at[i, "direction"]]
+    base = _write(tmp_path, "base.parquet", run)
+    assert _check(str(suite), base, tmp_path, "--allow-missing") == 1
+    out = capsys.readouterr().out
+    assert "**18 BROKEN**" in out and "9 SAME" in out and "0 MISSING" in out
+    assert _check(str(suite), base, tmp_path, "--force", "--fail-on", "never") == 0
+
+
+def test_a_check_matches_the_rows_an_expanding_algorithm_makes(tmp_path, capsys):
+    """Each plan of an expanding algorithm is a row with its own point id: the check keeps the
+    baseline's rows of the points it plans by their planned point id, so they are judged (not
+    dropped, leaving the run's rows NEW and nothing to compare)."""
+    from harness import backends
+    backends.register("plans", "planted_backends:PlansBackend")
+    suite = tmp_path / "plans.toml"
+    suite.write_text("name = 'plans'\nlayers = ['mb2ic4ih8oc4oh8kh3ph1n\"a\"', "
+                     "'mb2ic8ih10oc8kh3sh2n\"b\"']\n[sweep]\ndirections = ['fwd']\n"
+                     "precisions = ['fp64']\n[[sweep.backends]]\nname = 'plans'\n")
+    assert main(["run", str(suite), "--out", str(tmp_path / "base.parquet")]) == 0
+    base = str(tmp_path / "base.parquet")
+    assert _check(str(suite), base, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "4 SAME" in out and "0 NEW" in out
+    assert _check(str(suite), base, tmp_path, "--force", "--layer", "a") == 0
+    out = capsys.readouterr().out
+    assert "2 SAME" in out and "0 MISSING" in out and "0 NEW" in out

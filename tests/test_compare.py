@@ -1,5 +1,5 @@
 """harness.compare: verdicts, statistics against scipy, A/A and power self-tests, env refusal,
-MISSING/NEW, confirmation, the Markdown summary.
+BROKEN/MISSING/NEW, confirmation, the Markdown summary.
 
 Synthetic samples imitate the harness's adaptive timer: per row a true time between 10 us and
 10 ms, 10-30 samples a side, lognormal noise of 1-3% and 3% outliers at 1.2-2x.
@@ -25,6 +25,7 @@ from harness.compare import (Comparison, CompareOptions, EnvironmentMismatch,
 from harness.report.compare_summary import markdown_summary, reproduce_command
 from harness.stats import adjust_p_values, mann_whitney_u, smallest_p
 from harness.env import COMPARABILITY_FIELDS
+from harness.measurement import STATUSES
 
 SEEDS = range(20)
 ROWS = 200
@@ -243,15 +244,51 @@ def test_missing_and_new_rows():
     rows = {r.point_id: r for r in compare(base, new).rows}
     assert rows["gone"].verdict is Verdict.MISSING
     assert rows["gone"].reason == "not in the new results"
-    assert rows["broken"].verdict is Verdict.MISSING
+    assert rows["broken"].verdict is Verdict.BROKEN
     assert rows["broken"].reason == "new status wrong: relative L2 error 0.01"
     assert rows["was_unsupported"].verdict is Verdict.NEW
     assert "baseline status unsupported: planted" in rows["was_unsupported"].reason
     assert rows["fresh"].verdict is Verdict.NEW and rows["fresh"].reason == "not in the baseline"
     assert rows["same"].verdict is Verdict.SAME
     c = compare(base, new)
-    assert c.counts == {"SAME": 1, "FASTER": 0, "SLOWER": 0, "AMBIGUOUS": 0, "MISSING": 2, "NEW": 2}
-    assert not c.has_regression
+    assert c.counts == {"SAME": 1, "FASTER": 0, "SLOWER": 0, "AMBIGUOUS": 0, "BROKEN": 1,
+                        "MISSING": 1, "NEW": 2}
+    assert c.has_regression       # a verified point lost, another one wrong
+
+
+# What the candidate's status makes of a point the baseline verified: written out here, not
+# read from harness.compare, so that a change there has to change this table too.
+CANDIDATE_STATUS_VERDICTS = {"wrong": Verdict.BROKEN, "crashed": Verdict.BROKEN,
+                             "failed": Verdict.BROKEN, "unsupported": Verdict.MISSING,
+                             "workspace_exceeded": Verdict.MISSING, "not_tried": Verdict.MISSING}
+
+
+def test_a_verified_point_wrong_crashed_or_failed_in_the_candidate_is_broken():
+    assert set(CANDIDATE_STATUS_VERDICTS) == set(STATUSES) - {"ok"}    # every status decided
+    base = [_row(status, _steady(1.0, seed=i))
+            for i, status in enumerate(CANDIDATE_STATUS_VERDICTS)]
+    new = [_row(status, None, status=status, reason=f"planted {status}")
+           for status in CANDIDATE_STATUS_VERDICTS]
+    base += [_row("gone", _steady(1.0, seed=20)), _row("same", _steady(1.0, seed=21))]
+    new += [_row("same", _steady(1.0, seed=22))]
+    c = compare(*_frames(base, new))
+    rows = {r.point_id: r for r in c.rows}
+    assert {s: rows[s].verdict for s in CANDIDATE_STATUS_VERDICTS} == CANDIDATE_STATUS_VERDICTS
+    assert rows["gone"].verdict is Verdict.MISSING
+    for status in CANDIDATE_STATUS_VERDICTS:       # the new status and why, the base's timing
+        r = rows[status]
+        assert r.reason == f"new status {status}: planted {status}"
+        assert (r.n_base, r.n_new, r.new_median_ms) == (30, 0, None)
+        assert r.base_median_ms == pytest.approx(1.0, rel=0.02)
+    assert c.counts["BROKEN"] == 3 and c.counts["MISSING"] == 4
+
+
+def test_a_candidate_wrong_everywhere_is_broken_not_incomparable():
+    base, new = _scaled([("a", 1.0), ("b", 1.0)])
+    c = compare(base, new.assign(status="wrong", samples_ms=[[], []]))
+    assert [r.verdict for r in c.rows] == [Verdict.BROKEN] * 2
+    assert c.fails("slower") and c.suite.verdict is None
+    assert "**2 points verified in the baseline are wrong/crashed/failed" in markdown_summary(c)
 
 
 def test_rows_not_ok_on_both_sides_are_left_out():
@@ -335,14 +372,40 @@ def test_confirm_keeps_only_rows_flagged_again():
     assert flagged_point_ids(final) == ["real"]
 
 
-def test_confirm_without_a_rerun_timing_does_not_fail():
+def test_confirm_of_a_row_the_rerun_lost_says_how():
     base, new = _frames([_row("a", _steady(1.0, seed=1))], [_row("a", _steady(1.2, seed=2))])
     first = compare(base, new)
-    gone = confirm(first, base, pd.DataFrame([_row("a", None, status="crashed", reason="boom")]))
-    assert gone.rows[0].verdict is Verdict.MISSING and "crashed: boom" in gone.rows[0].reason
-    assert not gone.has_regression
+    crashed = confirm(first, base, pd.DataFrame([_row("a", None, status="crashed",
+                                                      reason="boom")]))
+    (row,) = crashed.rows
+    assert row.verdict is Verdict.BROKEN and crashed.has_regression
+    assert row.reason.startswith("flagged SLOWER (first run +20.0%, adjusted p ")
+    assert row.reason.endswith("); the confirmation run: new status crashed: boom")
+    unsupported = confirm(first, base, pd.DataFrame([_row("a", None, status="unsupported")]))
+    assert unsupported.rows[0].verdict is Verdict.MISSING and unsupported.has_regression
+    assert not unsupported.fails("never")
     empty = confirm(first, base.iloc[:0], new.iloc[:0])
     assert empty.rows[0].verdict is Verdict.AMBIGUOUS and not empty.has_regression
+
+
+def test_confirm_keeps_broken_and_missing_rows_as_they_were():
+    """A confirmation round re-measures SLOWER rows only; a rerun where the wrong and the lost
+    points are fine (or the suite's rerun of every matched row) changes neither."""
+    ids = [f"r{i}" for i in range(18)]
+    base, new = _scaled([(pid, 1.25) for pid in ids] + [("wrong", 1.0), ("lost", 1.0)])
+    new = new[new["point_id"] != "lost"].copy()
+    new.loc[new["point_id"] == "wrong", ["status", "reason"]] = ["wrong", "rel. L2 0.01"]
+    new.loc[new["point_id"] == "wrong", "samples_ms"] = pd.Series([[]], index=new.index[-1:])
+    first = compare(base, new)
+    assert first.suite.verdict is Verdict.SLOWER
+    assert "wrong" not in flagged_point_ids(first) and "lost" not in flagged_point_ids(first)
+    _, fine = _scaled([(pid, 1.0) for pid in ids] + [("wrong", 1.0), ("lost", 1.0)])
+    final = confirm(first, base, fine)
+    assert final.suite.verdict is Verdict.SAME
+    before, after = ({r.point_id: r for r in c.rows} for c in (first, final))
+    assert after["wrong"] == before["wrong"] and after["wrong"].verdict is Verdict.BROKEN
+    assert after["lost"] == before["lost"] and after["lost"].verdict is Verdict.MISSING
+    assert final.fails("slower") and not final.fails("never")
 
 
 # ---- summary -------------------------------------------------------------------------------------
@@ -362,6 +425,24 @@ def test_markdown_lists_changed_rows_with_their_reproduce_command():
     assert "**1 SLOWER**" in text and "1 SAME" in text and "**1 MISSING**" in text
     assert text.splitlines()[2].startswith("suite: +9.3%, no verdict (geometric-mean ratio "
                                            "new/base 1.0935 over 2 matched rows)")
+
+
+def test_markdown_lists_broken_rows_first_and_says_they_are_a_correctness_regression():
+    base, new = _frames(
+        [_row("slow", _steady(1.0, seed=1)), _row("bad", _steady(1.0, seed=2)),
+         _row("down", _steady(1.0, seed=3)), _row("gone", _steady(1.0, seed=4))],
+        [_row("slow", _steady(1.3, seed=5)), _row("bad", None, status="wrong", reason="L2 0.01"),
+         _row("down", None, status="crashed", reason="CUDA context lost")])
+    text = markdown_summary(compare(base, new))
+    table = [line.split(" | ")[:2] for line in text.splitlines() if line.startswith("| ")][1:]
+    assert table == [["| BROKEN", "bad"], ["| BROKEN", "down"], ["| SLOWER", "slow"],
+                     ["| MISSING", "gone"]]
+    assert "**1 SLOWER**, 0 AMBIGUOUS, **2 BROKEN**, **1 MISSING**, 0 NEW" in text
+    assert ("\n**2 points verified in the baseline are wrong/crashed/failed in the candidate "
+            "(BROKEN): a correctness regression.**\n") in text
+    one = markdown_summary(compare(base, new[new["point_id"] != "down"]))
+    assert "**1 point verified in the baseline is wrong/crashed/failed in the candidate" in one
+    assert "correctness regression" not in markdown_summary(compare(base, base))
 
 
 def test_reproduce_command_quotes_and_adds_non_default_point_fields():
@@ -607,11 +688,31 @@ def test_fail_on_policies():
         clean.fails("sometimes")
 
 
-def test_a_missing_row_fails_only_the_ambiguous_policy():
+def _policies(c: Comparison) -> tuple[bool, bool, bool]:
+    return tuple(c.fails(p) for p in ("slower", "ambiguous", "never"))
+
+
+def test_a_missing_row_fails_unless_missing_points_are_allowed():
     base, new = _scaled([(f"r{i}", 1.0) for i in range(18)], n=20)
-    c = compare(base, new.iloc[1:])
-    assert c.counts["MISSING"] == 1 and c.suite.verdict is Verdict.SAME
-    assert (c.fails("slower"), c.fails("ambiguous")) == (False, True)
+    unsupported = new.copy()
+    unsupported.loc[1, ["status", "samples_ms"]] = ["unsupported", []]
+    for candidate in (new.iloc[1:], unsupported):        # absent, or not run there
+        c = compare(base, candidate)
+        assert c.counts["MISSING"] == 1 and c.counts["BROKEN"] == 0
+        assert c.suite.verdict is Verdict.SAME
+        assert _policies(c) == (True, True, False) and c.has_regression
+        allowed = compare(base, candidate, CompareOptions(allow_missing=True))
+        assert _policies(allowed) == (False, False, False) and not allowed.has_regression
+
+
+@pytest.mark.parametrize("status", ["wrong", "crashed", "failed"])
+def test_a_broken_row_fails_every_policy_but_never_even_with_missing_allowed(status):
+    base, new = _scaled([(f"r{i}", 1.0) for i in range(18)], n=20)
+    new.loc[3, ["status", "reason", "samples_ms"]] = [status, "planted", []]
+    for options in (CompareOptions(), CompareOptions(allow_missing=True)):
+        c = compare(base, new, options)
+        assert c.counts["BROKEN"] == 1 and c.suite.verdict is Verdict.SAME
+        assert _policies(c) == (True, True, False)
 
 
 # ---- the suite verdict: confirmation -------------------------------------------------------------
@@ -654,7 +755,7 @@ def test_incomparable_results_are_refused_in_one_line_naming_the_file():
         (base, new.assign(point_id=["x", "y"], suite="resnet50"),
          "base.parquet and new.parquet have no point in common (base.parquet is suite 'quick', "
          "new.parquet suite 'resnet50')"),
-        (base, new.assign(status="failed"),
+        (base, new.assign(status="unsupported"),
          "no point has timings in both base.parquet and new.parquet: none of their 2 common"),
     ]
     for b, n, message in cases:
@@ -776,7 +877,7 @@ def test_noisy_machine_still_sees_three_times_slower():
     base, new, _ = synthetic_pair(0, jitter=0.13, slowdown=2.0)
     comparison = compare(base, new)
     assert comparison.suite.verdict is Verdict.SLOWER and comparison.fails("slower")
-    assert "scatter floor" in comparison.suite.reason
+    assert "noise floor" in comparison.suite.reason
 
 
 def test_noisy_pair_is_named_in_the_summary():
@@ -792,3 +893,64 @@ def test_confirm_judges_flagged_rows_with_the_first_scatter():
     first = compare(base, new)
     again = confirm(first, base, new)
     assert again.scatter == first.scatter
+
+
+# ---- the noise floor from each run's own replicates (stats.replicate_sd) ------------------------
+def _replicated_run(rng: np.random.Generator, true_ms: list[float], factors: list[float],
+                    round_jitter: float, n: int = 6) -> pd.DataFrame:
+    """One run of rows timed in two rounds, each round of each row shifted lognormal(0,
+    round_jitter) on its own: what a CPU run's rounds (or a GPU run's processes) see."""
+    rows = []
+    for i, (ms, factor) in enumerate(zip(true_ms, factors)):
+        rounds = [_samples(rng, ms * factor * rng.lognormal(0.0, round_jitter), n, 0.01)
+                  for _ in range(2)]
+        rows.append(_row(f"layer{i}", rounds[0] + rounds[1], process_samples=f"{n} {n}"))
+    return pd.DataFrame(rows)
+
+
+def _replicated_pair(seed: int, factors: list[float], round_jitter: float = 0.03):
+    rng = np.random.default_rng(seed)
+    true_ms = list(10 ** rng.uniform(-1, 1, len(factors)))
+    return (_replicated_run(rng, true_ms, [1.0] * len(factors), round_jitter),
+            _replicated_run(rng, true_ms, factors, round_jitter))
+
+
+def test_replicate_sd_is_one_replicates_spread_about_its_rows_mean():
+    rng = np.random.default_rng(0)
+    medians = [list(np.exp(rng.normal(0.0, 0.05, 2)) * m) for m in rng.uniform(1, 10, 400)]
+    assert 0.04 < stats.replicate_sd(medians) < 0.06
+    assert stats.replicate_sd(medians[:stats.MIN_ROWS - 1]) is None
+    assert stats.replicate_scatter(0.05, 2, 0.05, 2) == pytest.approx(0.05)
+
+
+def test_a_regression_of_uneven_size_cannot_raise_its_own_bar():
+    """OPENBLAS_NUM_THREADS=1 on the 2-core VM slowed every row of `quick` by +36% to +143%: the
+    pair's own scatter (the old floor, still used without replicates) then reads the regression
+    as noise and calls every row AMBIGUOUS; the runs' replicates keep the floor where the noise
+    is, and every row is SLOWER."""
+    factors = list(np.random.default_rng(7).uniform(1.36, 2.43, 18))
+    base, new = _replicated_pair(0, factors)
+    comparison = compare(base, new)
+    assert len(comparison.of(Verdict.SLOWER)) == 18 and comparison.suite.verdict is Verdict.SLOWER
+    assert comparison.scatter < 0.05
+    bare = [frame.drop(columns="process_samples") for frame in (base, new)]
+    pair = compare(*bare)                             # the planted fault: the pair's own scatter
+    assert not pair.of(Verdict.SLOWER) and pair.scatter > 0.15
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_a_pairs_with_replicates_give_no_slower(seed):
+    base, new = _replicated_pair(seed, [1.0] * ROWS)
+    comparison = compare(base, new)
+    assert not comparison.of(Verdict.SLOWER) and not comparison.fails("slower")
+
+
+def test_a_quarter_of_the_rows_50pct_slower_are_slower_and_no_other():
+    factors = [1.5 if i % 4 == 0 else 1.0 for i in range(40)]
+    found = others = 0
+    for seed in range(20):
+        base, new = _replicated_pair(seed, factors)
+        slower = {r.point_id for r in compare(base, new).of(Verdict.SLOWER)}
+        found += sum(f"layer{i}" in slower for i in range(0, 40, 4))
+        others += sum(f"layer{i}" in slower for i in range(40) if i % 4)
+    assert found >= 0.9 * 20 * 10 and others == 0

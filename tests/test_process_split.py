@@ -34,15 +34,33 @@ def _ok(point: Point, samples, rel: float = 1e-7, **kw) -> Measurement:
 
 # ---- sharing and merging -------------------------------------------------------------------------
 def test_each_process_takes_its_share_and_the_row_keeps_at_least_what_was_asked():
-    shared = process_split.share(replace(TIMING, min_samples=19, max_samples=1000))
+    shared = process_split.share(replace(TIMING, min_samples=19, max_samples=1000), 2)
     assert (shared.min_samples, shared.max_samples, shared.budget_ms) == (10, 500, 50.0)
-    assert process_split.share(replace(TIMING, gpu_processes=1)) == replace(TIMING,
-                                                                            gpu_processes=1)
+    assert process_split.share(TIMING, 1) == TIMING
+
+
+def test_a_cpu_point_has_rounds_a_gpu_point_processes():
+    point = replace(_point(), timing=replace(TIMING, gpu_processes=3, cpu_rounds=2))
+    assert process_split.replicates(point, "cuda") == 3
+    assert process_split.replicates(point, "cpu") == 2
+
+
+def test_merged_cpu_rounds_keep_the_worst_contention_and_every_retake():
+    point = _point()
+    quiet = _ok(point, [1.0, 1.1], extras=dict(contended=False, samples_retaken=1,
+                                                cpu_wait=0.01, cpu_time_ratio=1.9))
+    busy = _ok(point, [3.0, 3.1], extras=dict(contended=True, samples_retaken=5, cpu_wait=0.6,
+                                               cpu_time_ratio=0.9))
+    busy = replace(busy, reason="shared the CPU: 2 of 2 samples waited")
+    (row,) = process_split.merge([point], [[quiet], [busy]])
+    assert row.extras["contended"] is True and row.extras["samples_retaken"] == 6
+    assert (row.extras["cpu_wait"], row.extras["cpu_time_ratio"]) == (0.6, 0.9)
+    assert "2 of 2 samples waited" in row.reason
 
 
 def test_merged_row_has_every_process_samples_in_order_and_the_planned_timing():
     point = _point()
-    shared = process_split.shared_group([point])[0]
+    shared = process_split.shared_group([point], 2)[0]
     (row,) = process_split.merge([point], [[_ok(shared, [1.0, 1.1, 1.2])],
                                            [_ok(shared, [2.0, 2.1], rel=3e-7)]])
     assert row.samples_ms == (1.0, 1.1, 1.2, 2.0, 2.1)

@@ -20,9 +20,11 @@ from harness.report import analysis, figures
 from harness.report.tables import fmt_bytes, fmt_ms, fmt_ratio
 
 try:  # tests/ is a plain folder on sys.path, or a package when someone adds __init__.py
-    from report_fixtures import H200_PEAKS, MIB, cpu_frame, expected_best, gpu_frame
+    from report_fixtures import (H200_PEAKS, MIB, SHARED_REASON, checked_cpu_frame, cpu_frame,
+                                 expected_best, gpu_frame)
 except ImportError:
-    from tests.report_fixtures import H200_PEAKS, MIB, cpu_frame, expected_best, gpu_frame
+    from tests.report_fixtures import (H200_PEAKS, MIB, SHARED_REASON, checked_cpu_frame,
+                                       cpu_frame, expected_best, gpu_frame)
 
 
 @pytest.fixture(scope="module")
@@ -434,6 +436,71 @@ def test_a_plan_delivering_lower_precision_ranks_there_not_as_asked(small: pd.Da
     asked = f"cudnn:{row['algorithm']} [asked fp32]"
     assert asked not in set(fp32_best)
     assert set(tf32_best) == {asked}
+
+
+# ---- CPU points that shared the cores -----------------------------------------------------------
+def _pages(paths) -> dict[str, tuple[str, list]]:
+    """Each page's text (for the sentence) and its tables, read back as a reader sees them."""
+    return {"html": (paths.html.read_text(encoding="utf-8"), html_tables(paths.html)),
+            "markdown": (paths.markdown.read_text(encoding="utf-8"),
+                         markdown_tables(paths.markdown))}
+
+
+def test_contended_cpu_rows_are_said_at_the_top_and_listed(tmp_path: Path) -> None:
+    from harness.analysis.sharing import sharing
+    from harness.report.sharing import TITLE
+    df = checked_cpu_frame(contended=1)
+    shared = df[df["contended"].fillna(False).astype(bool)].iloc[0]
+    sentence = sharing(df).sentence()
+    assert sentence and "1 point left contended" in sentence
+    for page, (text, tables) in _pages(render_report(df, tmp_path)).items():
+        contents = text.index("Network totals per selection policy")   # the table of contents
+        assert 0 <= text.index(sentence) < contents, page             # said before it
+        row = find_row(tables, TITLE, [shared["layer"], shared["direction"]])
+        assert row["Backend:algorithm"] == f"cpu:{shared['algorithm']}", page
+        assert row["Median ms"] == fmt_ms(shared["median_ms"]), page
+        assert row["Reason"] == SHARED_REASON, page
+        assert len(next(rows for name, rows in tables if name == TITLE)) == 2, page  # header + 1
+        # the point's best table row says why it verified fewer candidates than it tried
+        best = find_row(tables, f"{shared['direction']} · fp32", [shared["layer"]])
+        assert best["CPU sharing"] == "retaken 3, 1 contended", page
+        assert best["Best verified"] != f"cpu:{shared['algorithm']}", page
+        other = find_row(tables, f"{shared['direction']} · fp32", ["res4a_branch2c"])
+        assert other["CPU sharing"] == "", page                        # measured clean: blank
+
+
+def test_an_all_contended_cpu_run_renders_and_says_why_nothing_is_ranked(tmp_path: Path) -> None:
+    from harness.report.sharing import NOTHING_RANKED, TITLE
+    df = checked_cpu_frame(contended=None)
+    shared = int(df["contended"].fillna(False).astype(bool).sum())
+    for page, (text, tables) in _pages(render_report(df, tmp_path)).items():
+        assert f"{shared} of {shared} CPU points shared the CPU" in text, page
+        assert NOTHING_RANKED in text, page
+        assert len(next(rows for name, rows in tables if name == TITLE)) == shared + 1, page
+        assert find_row(tables, "fwd · fp32", ["conv1"])["Best verified"] == "—", page
+
+
+def test_the_heatmap_never_times_a_contended_row() -> None:
+    """The slice a heatmap worker gets must carry the flag: without it a contended row showed
+    as a timed cell, "1" where it was the fastest, ranked in the picture though never in the
+    tables."""
+    df = analysis.prepare(checked_cpu_frame(contended=1))
+    shared = df[df["contended"].fillna(False).astype(bool)].iloc[0]
+    ratio, status = analysis.relative_matrix(df[figures.HEATMAP_COLUMNS],
+                                             ["direction", "layer_label"])
+    cell = (shared["direction"], shared["layer_label"]), shared["candidate"]
+    assert pd.isna(ratio.loc[cell]) and status.loc[cell] == figures.CONTENDED
+    assert figures.CONTENDED in figures.STATUS_MARKS
+    assert not (ratio.isna() & (status == "ok")).to_numpy().any()
+
+
+def test_pages_without_checked_cpu_rows_say_nothing_of_sharing(gpu_report, cpu_report) -> None:
+    """GPU rows and CPU rows of files older than the contention columns: no sentence, no
+    table, no column."""
+    for paths in (gpu_report, cpu_report):
+        for page, (text, _) in _pages(paths).items():
+            for words in ("shared the CPU", "contended", "CPU sharing", "retaken"):
+                assert words not in text, (paths.out_dir, page, words)
 
 
 # ---- hostile names ------------------------------------------------------------------------------

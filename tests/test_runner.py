@@ -325,3 +325,25 @@ def test_a_group_shares_only_the_workspace_limit():
              for g in runner.groups(runner.plan(sweep).points)]
     expected = [((t, op, 0), (t, op, None)) for t in (1, 2) for op in ("conv", "conv_bias_relu")]
     assert len(found) == len(expected) and set(map(tuple, found)) == set(expected)
+
+
+def test_cpu_points_are_measured_in_rounds_over_the_points_sharing_test_data(monkeypatch):
+    """Round 1 over every group of a problem, then round 2 over them again (each prepared
+    afresh): the row keeps both rounds' samples, split in `process_samples`, the replicates
+    `convbench compare` takes its noise floor from."""
+    order = []
+    units = executor.PointExecutor.units
+
+    def recording(self, group, skip=frozenset()):
+        order.append((group[0].problem.name, group[0].direction, group[0].algorithm))
+        return units(self, group, skip)
+    monkeypatch.setattr(executor.PointExecutor, "units", recording)
+    sweep = _fake_sweep(timing=TimingOptions(min_samples=6, max_samples=6, cpu_rounds=2))
+    rows = [m for m in _run(sweep) if m.ok]
+    assert rows and all(len(set(m.extras["process_samples"].split())) == 1 for m in rows)
+    assert all(len(m.extras["process_samples"].split()) == 2 for m in rows)
+    first = [g for g in order if g[0] == "s1"]
+    half = len(first) // 2
+    assert first[:half] == first[half:] and len(set(first[:half])) == half     # A B C, A B C
+    single = _run(_fake_sweep(timing=TimingOptions(min_samples=6, max_samples=6, cpu_rounds=1)))
+    assert all("process_samples" not in m.extras for m in single if m.ok)

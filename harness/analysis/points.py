@@ -48,8 +48,13 @@ def by_gpu(df: pd.DataFrame) -> list[tuple[str | None, pd.DataFrame]]:
 
 
 def verified(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows whose output matched the reference and were timed."""
-    return df[(df["status"] == Status.OK) & df["median_ms"].notna()]
+    """Rows whose output matched the reference and were timed alone: a CPU row whose samples
+    waited for a core (`contended`, harness/contention.py) timed its neighbours as much as its
+    algorithm, so it is never ranked, picked or called best."""
+    timed = (df["status"] == Status.OK) & df["median_ms"].notna()
+    if "contended" in df.columns:
+        timed &= ~df["contended"].fillna(False).astype(bool)
+    return df[timed]
 
 
 def fastest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

@@ -28,8 +28,14 @@ def _add_compare_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite-threshold",
                    help="threshold of the suite verdict on the geometric-mean ratio (default 3%%)")
     p.add_argument("--fail-on", default="slower", choices=["slower", "ambiguous", "never"],
-                   help="exit 1 for: slower = a SLOWER row or suite (default); ambiguous = also "
-                        "an AMBIGUOUS or MISSING row or an AMBIGUOUS suite; never = only report")
+                   help="exit 1 for: slower = a SLOWER row or suite, a BROKEN row or a MISSING "
+                        "row (default); ambiguous = also an AMBIGUOUS row or suite; never = only "
+                        "report")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="do not exit 1 for MISSING rows (points verified in the baseline that "
+                        "the candidate lacks or did not run: unsupported, over the workspace "
+                        "limit, not tried), for a candidate meant to measure fewer points; "
+                        "BROKEN rows still fail")
     p.add_argument("--alpha", type=float, default=0.002, help="significance level (0.002)")
     p.add_argument("--correction", default="bh", choices=["bh", "holm", "none"],
                    help="multiple-comparison control across rows (default bh)")
@@ -66,6 +72,10 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                    help="worker processes that share each GPU point's samples (default 2): a "
                         "point's time can depend on the process it runs in, and a row that "
                         "shows that spread is not mistaken for a regression by compare")
+    p.add_argument("--cpu-rounds", type=int,
+                   help="rounds that share each CPU point's samples (default 2), each a few "
+                        "seconds apart with fresh buffers: the run's own replicates, from which "
+                        "compare takes a noise floor that a regression cannot raise")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -179,19 +189,23 @@ def _add_regression_parsers(sub) -> None:
     verdicts = """\
 Judge every point measured in both runs: SLOWER / FASTER beyond the threshold and significant
 (one-sided Mann-Whitney U, corrected across rows), SAME within it, AMBIGUOUS beyond it but not
-significant, MISSING when the candidate lost it. Then the run as a whole, printed first: the
-geometric-mean ratio new/base of the matched rows with a 99% bootstrap interval over rows, SLOWER
-when the whole interval lies above the suite threshold (3%), so a slowdown of every row is caught
-even where too few samples a point leave each row AMBIGUOUS."""
+significant. A point verified in the baseline is BROKEN when the candidate's row is wrong,
+crashed or failed (a correctness regression), MISSING when the candidate lacks it or did not run
+it. Then the run as a whole, printed first: the geometric-mean ratio new/base of the matched rows
+with a 99% bootstrap interval over rows, SLOWER when the whole interval lies above the suite
+threshold (3%), so a slowdown of every row is caught even where too few samples a point leave
+each row AMBIGUOUS."""
     exit_codes = """\
 exit codes:
   0  no regression under the --fail-on policy
-  1  a regression under the policy (and nothing else)
+  1  a regression under the policy (and nothing else): by default a SLOWER row or suite, a
+     BROKEN row, or a MISSING row unless --allow-missing
   2  bad input or unusable environment: unreadable, empty or other-schema files, no point in
      common, different GPUs/drivers/libraries without --allow-env-mismatch (one line)
   3  internal error (one line, and where the full traceback was written)"""
     compare = sub.add_parser("compare", help="regression verdicts between two results; "
-                                             "exit 1 on a slower row or suite",
+                                             "exit 1 on a slower, broken or missing row or "
+                                             "a slower suite",
                              description=verdicts, epilog=exit_codes,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     compare.add_argument("baseline")
@@ -202,8 +216,10 @@ exit codes:
     check = sub.add_parser("check", help="run a suite and compare it with a baseline, "
                                          "confirming flagged rows before failing",
                            description=verdicts + "\n\nFlagged rows are re-measured up to "
-                           "--confirm times (every row when the suite is SLOWER);\nonly verdicts "
-                           "that every round repeats fail the check.", epilog=exit_codes,
+                           "--confirm times (every row when the suite is SLOWER);\na SLOWER "
+                           "verdict fails the check only if every round repeats it. BROKEN and\n"
+                           "MISSING rows are not re-measured: a wrong or lost point is no "
+                           "timing noise.", epilog=exit_codes,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("suite")
     check.add_argument("--baseline", required=True)

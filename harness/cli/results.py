@@ -7,8 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.cli.common import UserError, _say, EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED
-from harness.cli.running import (_load_sweep, _measure, _cluster, RunOutput, _run_output, _planned,
-                                 _print_best)
+from harness.cli.running import (_load_sweep, _measure, _cluster, RunOutput, _run_output,
+                                 _planned)
+from harness.cli.tables import print_best
 
 
 def _results_paths(arguments: list[str]) -> list[Path]:
@@ -52,7 +53,7 @@ def cmd_table(args: argparse.Namespace) -> int:
             from harness.report import quantized
             _say(text.render(quantized.quantized_blocks(part)))
         else:
-            _print_best(part)
+            print_best(part)
     return EXIT_OK
 
 
@@ -156,6 +157,7 @@ def _compare_options(args: argparse.Namespace, row_threshold: float | None = Non
             alpha=args.alpha, threshold=threshold,
             layer_thresholds=compare.parse_layer_thresholds(args.layer_threshold or []),
             correction=args.correction, allow_env_mismatch=args.allow_env_mismatch,
+            allow_missing=args.allow_missing,
             suite_threshold=(compare.parse_threshold(args.suite_threshold)
                              if args.suite_threshold is not None
                              else compare.DEFAULT_SUITE_THRESHOLD),
@@ -212,8 +214,7 @@ def _check_rounds(args, sweep, points, output: "RunOutput", base, options, clust
     new, interrupted = _measure(sweep, points, output, args.seed, cluster)
     if interrupted:
         return EXIT_INTERRUPTED
-    wanted = {p.point_id for p in points}
-    base = base[base["point_id"].isin(wanted)]
+    base = _planned_part(base, {p.point_id for p in points})
     comparison = _judge(base, new, options)
     for round_number in range(1, args.confirm + 1):
         flagged = set(compare.flagged_point_ids(comparison))
@@ -229,6 +230,13 @@ def _check_rounds(args, sweep, points, output: "RunOutput", base, options, clust
             return EXIT_INTERRUPTED
         comparison = compare.confirm(comparison, base, rerun, options)
     return _verdict_exit(comparison, args)
+
+
+def _planned_part(base, wanted: set[str]):
+    """The baseline's rows of the points this check runs, so that a check narrowed by --layer,
+    --backend... finds no MISSING rows in what it left out. A row an expanding algorithm made
+    (one per engine) carries its own point id: it counts by the planned point it came from."""
+    return base[base["point_id"].isin(wanted) | base["planned_point_id"].isin(wanted)]
 
 
 def cmd_report(args: argparse.Namespace) -> int:

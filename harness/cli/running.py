@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.cli.tables import print_best
 from harness.cli.common import UserError, _say, _warn, _csv_list, EXIT_OK, EXIT_INTERRUPTED
-from harness.precision import AUTO_OUTPUT
 
 
 def _load_sweep(args: argparse.Namespace):
@@ -23,7 +23,8 @@ def _load_sweep(args: argparse.Namespace):
         directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
         layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
         workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer,
-        gpu_processes=args.gpu_processes, threads=_csv_list(args.threads),
+        gpu_processes=args.gpu_processes, cpu_rounds=args.cpu_rounds,
+        threads=_csv_list(args.threads),
         ops=_csv_list(args.op), outputs=_csv_list(args.output_type))
     if args.layer:
         wanted = set(_csv_list(args.layer))
@@ -247,7 +248,7 @@ def _run(args: argparse.Namespace, sweep, output: "RunOutput") -> int:
     points = _planned(sweep)
     with _cluster(args, points) as cluster:
         df, interrupted = _measure(sweep, points, output, args.seed, cluster)
-    _print_best(df)
+    print_best(df)
     if interrupted:
         _warn("interrupted: finished rows were kept; rerun with --resume to finish")
         return EXIT_INTERRUPTED
@@ -313,86 +314,3 @@ class _progress:
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
             self._bar.stop()
-
-
-def _print_best(df) -> None:
-    from harness import analysis
-    best = analysis.best_per_point(df)
-    best = best[best["n_ok"] > 0].sort_values(analysis.POINT_KEYS, kind="stable")
-    counts = ", ".join(f"{n} {s}" for s, n in analysis.status_counts(df).items())
-    if best.empty:
-        _say(f"no verified results ({counts})")
-        return
-    _say("\nbest verified algorithm per layer (" + counts + "):")
-    shown = best.assign(
-        layer=analysis.layer_labels(best),
-        limit=best["workspace_limit"].map(_format_limit),
-        ms=best["best_median_ms"].map(lambda v: f"{v:.4g}"),
-        gflops=best["best_gflops"].map(lambda v: f"{v:.1f}"),
-        vs_next=best["speedup_runner"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
-    columns = ["layer", "direction", "effective_precision", "layout", "limit",
-               *_varying(best, ["threads", "op", "output"]), "best_candidate",
-               "ms", "gflops", "runner_candidate", "vs_next"]
-    _say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
-                                        "runner_candidate": "runner_up"}).to_string(index=False))
-    _print_step_totals(df)
-
-
-def _varying(frame, names: list[str]) -> list[str]:
-    """The columns among `names` whose value differs between rows: shown only then."""
-    from harness.report.analysis import varying
-    shown = varying(frame, [n for n in names if n in frame.columns])
-    # a result type asked for is worth saying even when it is the only one
-    asked = "output" in names and "output" in frame.columns and "output" not in shown and bool(
-        (frame["output"].astype(str) != AUTO_OUTPUT).any())
-    return [*shown, "output"] if asked else shown
-
-
-def _print_step_totals(df) -> None:
-    """Per precision and layout: one pass over every layer and direction measured (a training
-    step when all three directions were run) with the best verified algorithm per layer, and
-    with each policy the data can answer, and what the best saves over it."""
-    from harness.analysis import policies
-    names = policies.available(df)
-    totals = policies.network_totals(df, [policies.ORACLE, *names])
-    totals = totals[totals["missing_oracle"] < totals["points"]]
-    if totals.empty:
-        return
-    from harness.sweep import DIRECTIONS
-    directions = " + ".join(d for d in DIRECTIONS if d in set(df["direction"].astype(str)))
-    layers = df[["layer", "descriptor"]].drop_duplicates().shape[0]
-    # a row sums only what was measured at its setting (a precision cut short covers fewer)
-    _say(f"\nnetwork time per pass over the layers measured ({directions}; each layer x its "
-         f"multiplicity; layer_dirs: the layer-directions a row sums, of {layers} layers in the "
-         f"results), best verified per layer against each policy:")
-    shown = totals.assign(limit=totals["workspace_limit"].map(_format_limit),
-                          layer_dirs=totals["points"],
-                          best_ms=totals.apply(lambda r: _total(r, "oracle"), axis=1))
-    columns = ["batch", "effective_precision", "layout", "limit",
-               *_varying(totals, ["threads", "op"]), "layer_dirs",
-               "best_ms"]
-    for name in names:
-        shown[f"{name}_ms"] = totals.apply(lambda r, n=name: _total(r, n), axis=1)
-        shown[f"saving_vs_{name}"] = totals.apply(lambda r, n=name: _saving(r, n), axis=1)
-        columns += [f"{name}_ms", f"saving_vs_{name}"]
-    _say(shown[columns].rename(columns={"effective_precision": "precision"})
-         .to_string(index=False))
-
-
-def _total(row, name: str) -> str:
-    total, missing = row[f"total_{name}"], int(row[f"missing_{name}"])
-    if missing >= row["points"] or total != total:
-        return "-"
-    return f">={total:.4g} ({missing} missing)" if missing else f"{total:.4g}"
-
-
-def _saving(row, name: str) -> str:
-    from harness.analysis import policies
-    saved = policies.saving(row, name)
-    return "-" if saved is None else f"{saved[0]:.4g} ms ({saved[1]:.1f}%)"
-
-
-def _format_limit(value: int) -> str:
-    from harness.store import limit_from_column
-    limit = limit_from_column(value)
-    return "unlimited" if limit is None else f"{limit / (1 << 20):g}MiB"

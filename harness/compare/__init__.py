@@ -7,9 +7,10 @@ Verdicts, with r = median(new) / median(base), effect = r - 1, t the row's pract
 
   SLOWER     effect > +t  and the one-sided Mann-Whitney U test "new is slower" is significant
              (p after Holm/BH correction across all matched rows <= alpha), and |log r| clears
-             the pair's run-to-run scatter floor (below).
-             A GPU row also needs every worker process's median on the new side to be above
-             every one on the base side by more than t (the process rule, below).
+             the run-to-run noise floor (below).
+             A row also needs every replicate's median on the new side (GPU worker processes,
+             CPU rounds) to be above every one on the base side by more than t (the process
+             rule, below).
   FASTER     effect < -t  and the one-sided test "new is faster" is significant likewise.
   AMBIGUOUS  |effect| > t  but the test in that direction is not significant: the samples are too
              few or too noisy to call it; rerun with more samples (or `--confirm`). Or it is
@@ -18,7 +19,10 @@ Verdicts, with r = median(new) / median(base), effect = r - 1, t the row's pract
   SAME       |effect| <= t, significant or not. A significant effect below the threshold is real
              but too small to matter; with enough samples every run-to-run drift is significant,
              so significance alone must never produce a verdict.
-  MISSING    ok in the baseline, but absent from the candidate or not ok there (reason: its status).
+  BROKEN     ok in the baseline, but wrong, crashed or failed in the candidate (BROKEN_STATUSES
+             in rows.py; reason: its status and why): a correctness regression.
+  MISSING    ok in the baseline, but absent from the candidate or not run there (unsupported,
+             workspace_exceeded, not_tried; reason: its status).
   NEW        ok in the candidate only.
 
 Why two one-sided families: "new is slower" is tested for every matched row and the correction
@@ -39,10 +43,18 @@ few samples therefore come out AMBIGUOUS, not SLOWER: regression runs need 15-30
 
 Why a scatter floor as well as the rank test: the test sees the noise inside each row's window
 only, and on a shared machine the rows of two runs of unchanged code disagree by far more than
-that (8-13% on the 2-core CI VM against ~2% inside a window; harness/stats.py). The rows of the
-pair itself measure that: their log ratios' robust spread about the median (stats.
-run_to_run_scatter), and a row must move stats.SCATTER_ROW_K of them before it can be SLOWER or
-FASTER. Re-judging a subset (confirm) keeps the first comparison's scatter.
+that (8-13% on the 2-core CI VM against ~2% inside a window; harness/stats.py). Each run measures
+its own share of that: every point is timed in replicates (GPU worker processes, CPU rounds a
+few seconds apart with fresh buffers), and the spread of a run's replicate medians (stats.
+replicate_sd) predicts how far a row's ratio moves between two runs (stats.replicate_scatter); a
+row must move stats.SCATTER_ROW_K of those before it can be SLOWER or FASTER. A regression moves
+every replicate of a row alike, so it cannot raise this floor, as it raised the pair's own
+scatter (stats.run_to_run_scatter) used before: OPENBLAS_NUM_THREADS=1 slowed every CPU row by
++36% to +143% and was called AMBIGUOUS within a +-264% floor. Files without replicates (older
+runs) fall back to the pair's scatter. What replicates a few seconds apart cannot see is a slow
+spell of the whole host for a whole run (the 2-core VM: every row 17-90% slower, no trace in the
+guest); `convbench check` re-measures what such a spell flags. Re-judging a subset (confirm)
+keeps the first comparison's scatter.
 
 Why the process rule: a GPU point's time can depend on the process it runs in (where its buffers
 land in memory), by 5-16% for a few cuDNN points of 3,646, each process's samples tight, so the
@@ -51,8 +63,8 @@ worker processes (harness/process_split.py, `process_samples`), and a row is SLO
 fastest process of the new run is slower than the slowest process of the base run by more than
 t; otherwise some process of the new run measured no regression: AMBIGUOUS, with both sets of
 medians. A real regression moves every process (their medians agree to 0.2%, 1.2% at the 90th
-percentile on an H100). Rows measured in one process (CPU rows, older files) give one median a
-side, and the rule is then the ratio rule itself.
+percentile on an H100). CPU rows are split by round the same way. Rows measured in one go
+(older files) give one median a side, and the rule is then the ratio rule itself.
 
 The suite verdict (`Comparison.suite`) asks the same question of the run as a whole, because a
 uniform slowdown that no row can prove alone (3-5 samples a point) is still a regression: the
@@ -72,8 +84,11 @@ A CPU row that shared the cores with other work (`contended`, harness/contention
 run is AMBIGUOUS, whatever its ratio, with how it shared them: its time measures the neighbours
 as much as the code. It is left out of the scatter and of the suite estimate too.
 
-`Comparison.fails(policy)` is what a regression check exits on (FAIL_ON): "slower" any SLOWER row
-or a SLOWER suite; "ambiguous" also any AMBIGUOUS or MISSING row or an AMBIGUOUS suite; "never".
+`Comparison.fails(policy)` is what a regression check exits on (verdicts.FAILING): "slower" any
+SLOWER, BROKEN or MISSING row or a SLOWER suite; "ambiguous" also any AMBIGUOUS row or an
+AMBIGUOUS suite; "never". A point the candidate lost is a regression as much as a slower one;
+`CompareOptions.allow_missing` excuses MISSING rows (a candidate meant to measure fewer points),
+never BROKEN ones.
 
 Pure logic: nothing here prints or decides exit codes (harness/cli/ does).
 """
@@ -83,7 +98,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.compare.rows import (_confirmed, _distinct, _has_samples, _judge_matched, _missing,
+from harness.compare.rows import BROKEN_STATUSES
+from harness.compare.rows import (_confirmed, _distinct, _has_samples, _judge_matched, _lost,
                                   _new, _only, _points, _scatter)
 from harness.compare.verdicts import _confirmed_suite, _values_text
 from harness.compare.verdicts import (CHANGED, CompareOptions, Comparison,
@@ -101,12 +117,13 @@ def compare(base: pd.DataFrame, new: pd.DataFrame,
     """Judge every point of `base` and `new` (frames of store.COLUMNS); see the module docstring.
 
     Raises IncomparableResults when no verdict can come from the two (an empty frame, other
-    schema versions, no point with timings on both sides), and EnvironmentMismatch when the
-    COMPARABILITY_FIELDS differ, unless allowed."""
+    schema versions, no point with timings on both sides and none BROKEN), and
+    EnvironmentMismatch when the COMPARABILITY_FIELDS differ, unless allowed."""
     options = options or CompareOptions()
     shared = _refuse_incomparable(base, new, options.labels)
     comparison = _judge_frames(base, new, options)
-    if not any(r.verdict in MATCHED for r in comparison.rows):
+    # A candidate wrong everywhere is a regression to report (exit 1), not unusable input.
+    if not any(r.verdict in MATCHED or r.verdict is Verdict.BROKEN for r in comparison.rows):
         raise IncomparableResults(
             f"no point has timings in both {options.labels[0]} and {options.labels[1]}: none of "
             f"their {shared} common points is ok on both sides, so there is nothing to compare")
@@ -129,7 +146,7 @@ def _judge_frames(base: pd.DataFrame, new: pd.DataFrame, options: CompareOptions
     rows = dict(zip(matched, _judge_matched(matched, base_pts, new_pts, options, scatter)))
     for pid, point in base_pts.items():
         if point.samples.size and pid not in rows:
-            rows[pid] = _missing(point, new_pts.get(pid))
+            rows[pid] = _lost(point, new_pts.get(pid))
     for pid, point in new_pts.items():
         if point.samples.size and pid not in rows:
             rows[pid] = _new(point, base_pts.get(pid))
@@ -174,7 +191,9 @@ def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame
 
     The rerun is judged on its own samples (never pooled with the first run's, which were selected
     for looking slow); the correction family of the rows is just the SLOWER rows. Other rows keep
-    their first verdict, even where a suite rerun re-measured them."""
+    their first verdict, even where a suite rerun re-measured them: BROKEN and MISSING rows
+    stay as they were, never re-measured (a wrong output is not timing noise that a rerun could
+    clear). A flagged row that the rerun lost is BROKEN or MISSING by the rerun's status."""
     options = options or first.options
     slower = [r.point_id for r in first.rows if r.verdict is Verdict.SLOWER]
     reruns = [_judge_frames(_only(rerun_base, slower), _only(rerun_new, slower), options,
@@ -225,7 +244,7 @@ def _cpu_allocator(df: pd.DataFrame) -> tuple[str, ...]:
 
 
 __all__ = [
-    "CHANGED", "CompareOptions", "Comparison", "DEFAULT_SUITE_CONFIDENCE",
+    "BROKEN_STATUSES", "CHANGED", "CompareOptions", "Comparison", "DEFAULT_SUITE_CONFIDENCE",
     "DEFAULT_SUITE_THRESHOLD", "DEFAULT_THRESHOLD", "EnvMismatch", "EnvironmentMismatch",
     "FAIL_ON", "IncomparableResults", "MATCHED", "METHOD_COLUMNS", "RowResult", "SuiteVerdict",
     "Verdict", "compare", "confirm", "environment_mismatches", "flagged_point_ids",

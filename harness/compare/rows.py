@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
-from harness.compare.verdicts import CompareOptions, _floor_text, RowResult, Verdict
+from harness.compare.verdicts import CompareOptions, _floor_text, MATCHED, RowResult, Verdict
 from harness.measurement import Status
 from harness.process_split import process_groups
 from harness.stats import adjust_p_values, mann_whitney_u
@@ -139,13 +139,20 @@ def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, a
                                f"samples): re-measure with more samples")
 
 
-def _missing(point: _Point, new: _Point | None) -> RowResult:
-    if new is None:
-        reason = "not in the new results"
-    else:
-        reason = f"new status {new.status}" + (f": {new.reason}" if new.reason else "")
-    return RowResult(point.pid, Verdict.MISSING, reason, **point.meta,
-                     base_median_ms=_median(point.samples), n_base=point.samples.size)
+# Candidate statuses that say the code under test went wrong where the baseline verified it: a
+# correctness regression (BROKEN). The others (unsupported, workspace_exceeded, not_tried) say
+# the point was not run there, which a narrower machine or sweep explains: MISSING.
+BROKEN_STATUSES = (Status.WRONG, Status.CRASHED, Status.FAILED)
+
+
+def _lost(point: _Point, new: _Point | None) -> RowResult:
+    """The row of a point verified in the baseline that has no timing in the candidate."""
+    broken = new is not None and new.status in BROKEN_STATUSES
+    reason = "not in the new results" if new is None else (
+        f"new status {new.status}" + (f": {new.reason}" if new.reason else ""))
+    return RowResult(point.pid, Verdict.BROKEN if broken else Verdict.MISSING, reason,
+                     **point.meta, base_median_ms=_median(point.samples),
+                     n_base=point.samples.size)
 
 
 def _new(point: _Point, base: _Point | None) -> RowResult:
@@ -164,6 +171,9 @@ def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
                        reason=f"flagged SLOWER ({before}) but the confirmation run has no timing")
     if again.verdict is Verdict.SLOWER:
         return replace(again, reason=f"confirmed: {again.reason} ({before})")
+    if again.verdict not in MATCHED:    # BROKEN or MISSING: the rerun lost it, and says how
+        return replace(again, reason=f"flagged SLOWER ({before}); the confirmation run: "
+                                     f"{again.reason}")
     return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
 
 
@@ -202,6 +212,27 @@ def _meta(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _scatter(ids: list[str], base: dict[str, _Point], new: dict[str, _Point]) -> float | None:
+    """The run-to-run scatter a row's ratio is held to over the matched rows `ids`: what the two
+    runs' own replicates predict (stats.replicate_sd; a regression in the run judged cannot
+    raise it), else, for files without replicates (older runs), the pair's own (stats.
+    run_to_run_scatter)."""
+    sides = [_replicate_noise([points[pid] for pid in ids]) for points in (base, new)]
+    if None not in sides:
+        (base_sd, base_k), (new_sd, new_k) = sides
+        return stats.replicate_scatter(base_sd, base_k, new_sd, new_k)
+    return _pair_scatter(ids, base, new)
+
+
+def _replicate_noise(points: list[_Point]) -> tuple[float, float] | None:
+    """(sd of one replicate's log median, replicates per row) of one run, or None where too few
+    rows have replicates."""
+    medians = [p.process_medians for p in points if len(p.process_medians) >= 2]
+    sd = stats.replicate_sd(medians)
+    return None if sd is None else (sd, statistics.median(len(m) for m in medians))
+
+
+def _pair_scatter(ids: list[str], base: dict[str, _Point],
+                  new: dict[str, _Point]) -> float | None:
     """The pair's run-to-run scatter over the matched rows `ids` (harness/stats.py)."""
     ratios = [_ratio(_median(base[pid].samples), _median(new[pid].samples)) for pid in ids]
     sampling = [math.hypot(stats.log_median_se(base[pid].samples),

@@ -22,23 +22,35 @@ DEFAULT_SUITE_THRESHOLD = 0.03  # the whole run: see the module docstring
 DEFAULT_SUITE_CONFIDENCE = 0.99
 
 
-FAIL_ON = ("slower", "ambiguous", "never")
-
-
 class Verdict(StrEnum):
     SAME = "SAME"
     FASTER = "FASTER"
     SLOWER = "SLOWER"
     AMBIGUOUS = "AMBIGUOUS"
+    BROKEN = "BROKEN"
     MISSING = "MISSING"
     NEW = "NEW"
 
 
-# What a summary lists; NEW rows are counted but not listed (nothing to compare them with).
-CHANGED = (Verdict.SLOWER, Verdict.FASTER, Verdict.AMBIGUOUS, Verdict.MISSING)
+# What a summary lists, most urgent first; NEW rows are counted but not listed (nothing to
+# compare them with).
+CHANGED = (Verdict.BROKEN, Verdict.SLOWER, Verdict.FASTER, Verdict.AMBIGUOUS, Verdict.MISSING)
 
 
 MATCHED = (Verdict.SAME, Verdict.FASTER, Verdict.SLOWER, Verdict.AMBIGUOUS)
+
+
+# The row (and suite) verdicts that fail a regression check under each --fail-on policy. A
+# BROKEN or MISSING row is a regression of the candidate as much as a SLOWER one: it lost a point
+# the baseline verified (MISSING fails unless CompareOptions.allow_missing says losing is fine).
+FAILING: dict[str, tuple[Verdict, ...]] = {
+    "slower": (Verdict.SLOWER, Verdict.BROKEN, Verdict.MISSING),
+    "ambiguous": (Verdict.SLOWER, Verdict.BROKEN, Verdict.MISSING, Verdict.AMBIGUOUS),
+    "never": (),
+}
+
+
+FAIL_ON = tuple(FAILING)
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,9 @@ class CompareOptions:
     layer_thresholds: Mapping[str, float] = field(default_factory=dict)   # {layer name: fraction}
     correction: str = "bh"                             # "bh" (FDR), "holm" (FWER) or "none"
     allow_env_mismatch: bool = False
+    # MISSING rows do not fail: a candidate that is meant to measure fewer points (a narrower
+    # sweep, a machine without a backend) is not a regression. BROKEN rows still fail.
+    allow_missing: bool = False
     suite_threshold: float = DEFAULT_SUITE_THRESHOLD   # fraction, for the geometric mean
     suite_confidence: float = DEFAULT_SUITE_CONFIDENCE
     labels: tuple[str, str] = ("the baseline", "the candidate")   # named in IncomparableResults
@@ -162,10 +177,9 @@ class Comparison:
         """Whether a regression check fails under `policy` (one of FAIL_ON)."""
         if policy not in FAIL_ON:
             raise ValueError(f"fail-on policy {policy!r} must be one of {', '.join(FAIL_ON)}")
-        slower = self.suite.verdict is Verdict.SLOWER or bool(self.of(Verdict.SLOWER))
-        unsure = (self.suite.verdict is Verdict.AMBIGUOUS
-                  or any(r.verdict in (Verdict.AMBIGUOUS, Verdict.MISSING) for r in self.rows))
-        return policy != "never" and (slower or (policy == "ambiguous" and unsure))
+        failing = set(FAILING[policy]) - ({Verdict.MISSING} if self.options.allow_missing
+                                          else set())
+        return self.suite.verdict in failing or any(r.verdict in failing for r in self.rows)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -181,7 +195,8 @@ class Comparison:
 
     @property
     def has_regression(self) -> bool:
-        """A SLOWER row or a SLOWER suite: the default policy's failure."""
+        """The default policy's failure: a SLOWER row or suite, a BROKEN row, or a MISSING row
+        unless missing points are allowed."""
         return self.fails("slower")
 
     @property
@@ -294,7 +309,7 @@ def _floor_note(floor: float, t: float) -> str:
 
 
 def _floor_text(floor: float) -> str:
-    return f"±{math.expm1(floor):.1%}, this pair's run-to-run scatter floor"
+    return f"±{math.expm1(floor):.1%}, the run-to-run noise floor"
 
 
 def _matched_ratios(rows: Iterable[RowResult]) -> list[float]:

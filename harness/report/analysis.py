@@ -17,6 +17,7 @@ from harness.analysis import (LAYER_KEYS, POINT_KEYS, best_per_point as _best, l
                               ranked, verified)
 from harness import epilogue
 from harness.analysis import policies
+from harness.analysis.sharing import contended_rows, sharing
 from harness.measurement import RANKABLE
 from harness.store import UNLIMITED_BYTES, limit_from_column
 from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS
@@ -109,7 +110,7 @@ def reference_limit(df: pd.DataFrame) -> int:
 def best_per_point(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     """One row per point: the fastest verified candidate, the runner-up and the baseline's pick."""
     labels = df.drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)[["layer_label", "layer_order"]]
-    out = _best(df).set_index(POINT_KEYS).join(labels)
+    out = _best(df).set_index(POINT_KEYS).join(labels).join(sharing_per_point(df))
     if baseline is not None:
         picks = policies.picks(df, baseline)
         picks = picks.assign(comparable=policies.comparable(picks))[
@@ -118,6 +119,20 @@ def best_per_point(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
         base_ok = (out["base_status"] == RANKABLE) & out["base_comparable"].fillna(False)
         out["speedup_base"] = (out["base_median_ms"] / out["best_median_ms"]).where(base_ok)
     return sort_points(out.reset_index())
+
+
+def sharing_per_point(df: pd.DataFrame) -> pd.Series:
+    """Each point's Sharing (harness/analysis/sharing.py) over its candidates' rows, column
+    `sharing`; absent for points without a CPU row checked for contention."""
+    # sharing() counts nothing for rows without a check (GPU rows, older files): leaving them
+    # out first only spares calling it once per GPU point of a large sweep.
+    checked = df[df["contended"].notna()]
+    ids = checked.groupby(POINT_KEYS, sort=False, dropna=False).ngroup()
+    counted = {i: sharing(part) for i, part in checked.groupby(ids, sort=False)}
+    # Indexed like best_per_point's own join (drop_duplicates, set_index), so that keys with a
+    # missing value (no descriptor) match the same way.
+    firsts = checked.assign(_point=ids).drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)
+    return firsts["_point"].map(counted).astype(object).rename("sharing")
 
 
 # ---- selection policies ---------------------------------------------------------------------------
@@ -131,14 +146,22 @@ def network_totals(df: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
     return sort_points(policies.network_totals(df, names))
 
 
+# A heatmap cell's state for an ok row left contended: not a status (its output was right), but
+# a reason the cell has no time, like the statuses' own (never ranked: points.verified).
+CONTENDED = "contended"
+
+
 # ---- heatmap, Pareto fronts -------------------------------------------------------------------------
 def relative_matrix(df: pd.DataFrame, index: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows of `index` (in network order) x candidates: time / the row's best time, and the status
-    of every cell ("" where that candidate was not run there)."""
+    of every cell ("" where that candidate was not run there, CONTENDED where it shared the CPU)."""
     order = pd.MultiIndex.from_frame(df.sort_values("layer_order", kind="stable")[index]
                                      .drop_duplicates())
     candidates = sorted(set(df["candidate"]))
-    status = (df.pivot_table(index=index, columns="candidate", values="status", aggfunc="first")
+    state = df.assign(status=df["status"].mask(df.index.isin(contended_rows(df).index),
+                                               CONTENDED))
+    status = (state.pivot_table(index=index, columns="candidate", values="status",
+                                aggfunc="first")
               .reindex(index=order, columns=candidates).fillna(""))
     times = (verified(df).pivot_table(index=index, columns="candidate", values="median_ms",
                                       aggfunc="min")

@@ -9,8 +9,8 @@ from dataclasses import asdict
 from typing import Callable
 
 from harness import stats
-from harness.compare import (CHANGED, MATCHED, Comparison, RowResult, SuiteVerdict, Verdict,
-                             interval_text, pct)
+from harness.compare import (BROKEN_STATUSES, CHANGED, MATCHED, Comparison, RowResult,
+                             SuiteVerdict, Verdict, interval_text, pct)
 from harness.epilogue import CONV
 from harness.precision import AUTO_OUTPUT
 from harness.store import limit_from_column
@@ -54,6 +54,7 @@ def markdown_summary(comparison: Comparison,
                   "differ for reasons other than the change.**"]
         lines += [f"> - {m.describe()}" for m in comparison.env_mismatches] + [""]
     lines += [_counts_line(comparison), ""]
+    lines += _broken_lines(comparison)
     lines += _noisy_pair_lines(comparison)
     weak = comparison.underpowered
     if weak:
@@ -78,8 +79,24 @@ def markdown_summary(comparison: Comparison,
 
 def _counts_line(c: Comparison) -> str:
     counts = c.counts
-    return ", ".join(f"**{counts[v.value]} {v.value}**" if v in CHANGED and counts[v.value]
+    line = ", ".join(f"**{counts[v.value]} {v.value}**" if v in CHANGED and counts[v.value]
                      else f"{counts[v.value]} {v.value}" for v in Verdict)
+    shared = sum(r.contended for r in c.rows)
+    if shared:   # apart: these say nothing about the code, only that the CPU was shared
+        line += (f" ({shared} of the AMBIGUOUS rows shared the CPU in either run: their times "
+                 "measure the neighbours; re-measure them on a quiet machine)")
+    return line
+
+
+def _broken_lines(c: Comparison) -> list[str]:
+    """Said in words: a BROKEN row is no timing question, and its table row may scroll away."""
+    broken = len(c.of(Verdict.BROKEN))
+    if not broken:
+        return []
+    points = ("1 point verified in the baseline is" if broken == 1
+              else f"{broken} points verified in the baseline are")
+    return [f"**{points} {'/'.join(BROKEN_STATUSES)} in the candidate (BROKEN): a correctness "
+            "regression.**", ""]
 
 
 def _noisy_pair_lines(comparison: Comparison) -> list[str]:
@@ -97,7 +114,7 @@ def _noisy_pair_lines(comparison: Comparison) -> list[str]:
 def _suite_line(s: SuiteVerdict, scatter: float | None) -> str:
     """e.g. "**suite: +24.8% [+23.9%, +25.6%] SLOWER** (...)": the verdict people read first."""
     if s.ratio is None:
-        return "**suite: n/a** (no matched rows with timings)"
+        return f"**suite: n/a** ({s.reason})"
     mean = f"geometric-mean ratio new/base {s.ratio:.4f} over {s.n_rows} matched rows"
     if s.verdict is None:
         return f"suite: {interval_text(s)}, no verdict ({mean}): {s.reason}"

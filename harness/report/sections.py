@@ -10,6 +10,7 @@ import pandas as pd
 from harness.analysis import policies
 from harness.analysis.policies import meaning
 from harness.report import analysis, answers, depth, figures, fusion, quantized, tables
+from harness.report import sharing as shared_cpu
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 
 SHOWN_FIGURES = 2      # figures of one kind shown open; the rest are folded
@@ -69,7 +70,9 @@ def intro(df: pd.DataFrame, baseline: str | None, repeats: int = 0) -> list[Bloc
         rows = "row was" if throttled == 1 else "rows were"
         blocks.append(Text(f"Warning: {throttled} {rows} timed with the SM clock under 90% of "
                            "its maximum (throttled); those times are pessimistic."))
-    return blocks
+    # Here, not in the best tables' section: an all-contended run ranks nothing, and its tables
+    # of dashes would not say why.
+    return blocks + shared_cpu.intro_blocks(df)
 
 
 def _listed(df: pd.DataFrame, column: str) -> str:
@@ -95,6 +98,7 @@ def best_section(df: pd.DataFrame, baseline: str | None) -> Section:
             "Verified = verified / tried candidates. [asked fp32] after a name: asked for fp32, "
             "its error shows it computed at the lower precision of the table it is in, where it "
             "competes (it never ranks as fp32).")
+    text = " ".join(filter(None, (text, shared_cpu.best_note(df))))
     return Section("Best verified algorithm per layer", "best",
                    (Text(text), *tables.best_tables(best, baseline)))
 
@@ -108,6 +112,7 @@ def heatmap_section(df: pd.DataFrame, fig_dir: Path, rel: str,
     text = ("Each cell: median time / the best time at that layer (1 = best). Cells without a "
             "time say why: U unsupported, W workspace limit exceeded, X wrong result, F failed, "
             "C crashed, N not tried (its engine hung on another setting), – not run.")
+    text = " ".join(filter(None, (text, shared_cpu.heatmap_note(df))))
     blocks: list[Block] = [Text(text), *_figure_blocks(main, rel, "Time relative to the best")]
     if other:
         images = tuple(Image(f"{rel}/{p.name}", f"Time relative to the best: {label}")

@@ -18,6 +18,7 @@ DASH = "—"
 KEY_HEADERS = {"layer_label": "Layer", "direction": "Direction", "effective_precision": "Precision",
                "layout": "Layout", "workspace_limit": "Workspace limit", "timing_mode": "Timing",
                "threads": "Threads", "op": "Op", "output": "Output"}
+SHARING_HEADER = "CPU sharing"      # the best tables' column of fmt_sharing cells
 
 
 # ---- formatters ---------------------------------------------------------------------------------
@@ -72,6 +73,20 @@ def fmt_candidate(candidate: Any) -> str:
     return DASH if _missing(candidate) else str(candidate)
 
 
+def fmt_sharing(counted: Any) -> str:
+    """A point's Sharing (harness/analysis/sharing.py) in a cell: "retaken 4" (samples that
+    waited for a core, taken again clean), "2 contended" (candidates left out of the ranking),
+    blank where nothing shared the CPU or nothing was checked (GPU rows, older files)."""
+    if _missing(counted):
+        return ""
+    parts = []
+    if counted.retaken:
+        parts.append(f"retaken {counted.retaken}")
+    if counted.contended:
+        parts.append(f"{counted.contended} contended")
+    return ", ".join(parts)
+
+
 # ---- helpers -------------------------------------------------------------------------------------
 def maybe_fold(summary: str, table: Table, limit: int = FOLD_ROWS) -> Block:
     if len(table.rows) <= limit:
@@ -99,25 +114,34 @@ def best_tables(best: pd.DataFrame, baseline: str | None) -> list[Block]:
 
 def _best_table(part: pd.DataFrame, keys: list[str], baseline: str | None,
                 with_workspace: bool, title: str) -> Table:
+    # CPU sharing beside Verified: it says why a point verified fewer candidates than it tried
     headers = ["Layer", "Mult.", *[KEY_HEADERS[k] for k in keys], "Best verified", "Median ms",
-               "Workspace", "Verified", "Runner-up", "vs runner-up"]
+               "Workspace", "Verified", SHARING_HEADER, "Runner-up", "vs runner-up"]
     if baseline:
         headers += [f"{baseline} pick", f"{baseline} ms", f"vs {baseline}"]
     rows = [_best_cells(r, keys, baseline) for _, r in part.iterrows()]
     if not with_workspace:   # CPU algorithms report none: a column of dashes says nothing
-        drop = headers.index("Workspace")
-        headers.pop(drop)
-        rows = [r[:drop] + r[drop + 1:] for r in rows]
+        headers, rows = _drop_column(headers, rows, "Workspace")
+    column = headers.index(SHARING_HEADER)
+    if not any(r[column] for r in rows):   # GPU rows, older files, a quiet CPU: nothing to say
+        headers, rows = _drop_column(headers, rows, SHARING_HEADER)
     numeric = tuple(h.endswith(" ms") or h.startswith("vs ") or h in ("Mult.", "Workspace")
                     for h in headers)
     return Table(tuple(headers), tuple(tuple(r) for r in rows), numeric, title)
+
+
+def _drop_column(headers: list[str], rows: list[list[str]],
+                 header: str) -> tuple[list[str], list[list[str]]]:
+    drop = headers.index(header)
+    return headers[:drop] + headers[drop + 1:], [r[:drop] + r[drop + 1:] for r in rows]
 
 
 def _best_cells(r: pd.Series, keys: list[str], baseline: str | None) -> list[str]:
     cells = [str(r["layer_label"]), str(r["multiplicity"]), *_key_cells(r, keys),
              fmt_candidate(r["best_candidate"]),
              fmt_ms(r["best_median_ms"]), fmt_bytes(r["best_workspace_bytes"]),
-             f"{r['n_ok']}/{r['n_tried']}", fmt_candidate(r["runner_candidate"]),
+             f"{r['n_ok']}/{r['n_tried']}", fmt_sharing(r["sharing"]),
+             fmt_candidate(r["runner_candidate"]),
              fmt_ratio(r["speedup_runner"])]
     if baseline:
         cells += [_baseline_pick(r), fmt_ms(r["base_median_ms"]), fmt_ratio(r["speedup_base"])]

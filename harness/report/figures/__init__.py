@@ -4,9 +4,9 @@ matplotlib is imported inside these functions only: `import harness` must work w
 (architecture rule 4). No pyplot either: its global figure registry is state we do not need.
 Each public function takes a prepared frame (analysis.prepare) and returns the files it wrote.
 """
-from harness.report.figures.common import (DPI, RATIO_CAP, SERIAL, STATUS_LABELS, STATUS_MARKS,
-                                           ZERO_ERROR, Renderer, family_colours, figure_parts, FIGURE_KEYS,
-                                           short_names, slug)
+from harness.report.figures.common import (CONTENDED, DPI, RATIO_CAP, SERIAL, STATUS_LABELS,
+                                           STATUS_MARKS, ZERO_ERROR, Renderer, family_colours,
+                                           figure_parts, FIGURE_KEYS, short_names, slug)
 from harness.report.figures.heatmap import (heatmaps, display_names, HEATMAP_COLUMNS, GAP,
                                             MAX_COLUMNS)
 from harness.report.figures.workspace import (pareto_figures, workspace_totals_figure, PARETO_KEYS)
@@ -15,7 +15,8 @@ from harness.report.figures.roofline import (roofline_figure)
 from harness.report.figures.network import (network_figure)
 
 __all__ = [
-    "DPI", "RATIO_CAP", "SERIAL", "STATUS_LABELS", "STATUS_MARKS", "ZERO_ERROR", "Renderer",
+    "CONTENDED", "DPI", "RATIO_CAP", "SERIAL", "STATUS_LABELS", "STATUS_MARKS", "ZERO_ERROR",
+    "Renderer",
     "family_colours", "short_names", "slug", "heatmaps", "display_names", "HEATMAP_COLUMNS", "GAP",
     "MAX_COLUMNS", "pareto_figures", "workspace_totals_figure", "PARETO_KEYS", "accuracy_figure",
     "roofline_figure", "network_figure"

@@ -12,6 +12,7 @@ import numpy as np
 from harness.epilogue import CONV
 from harness.measurement import Status
 from harness.precision import AUTO_OUTPUT
+from harness.report.analysis import CONTENDED
 from harness.threads import ALL as ALL_THREADS
 
 DPI = 100
@@ -20,9 +21,11 @@ STATUS_MARKS: dict[str, tuple[str, str, str]] = {
     Status.UNSUPPORTED: ("U", "#d4d4d4", "//"), Status.WORKSPACE_EXCEEDED: ("W", "#9ecae1", "\\\\"),
     Status.WRONG: ("X", "#e7298a", "xx"), Status.FAILED: ("F", "#8c8c8c", ".."),
     Status.CRASHED: ("C", "#3b3b3b", "++"), Status.NOT_TRIED: ("N", "#737373", "--"),
-    "": ("–", "#ffffff", ""),
+    CONTENDED: ("S", "#bcbddc", "||"), "": ("–", "#ffffff", ""),
 }
-STATUS_LABELS = {"": "not run"}
+STATUS_LABELS = {"": "not run", CONTENDED: "shared the CPU"}
+# Shown in a legend only where a cell has it: no GPU figure ever shared a CPU.
+OPTIONAL_MARKS = (CONTENDED,)
 RATIO_CAP = 8.0           # colour scale saturates at 8x the best: beyond that it is simply slow
 ZERO_ERROR = 1e-17        # where an exact result (error 0) is drawn on the log axis
 

@@ -12,9 +12,12 @@ import pandas as pd
 from harness.measurement import Status
 from harness.report import analysis
 from harness.report.figures.common import (figure_parts, FIGURE_KEYS, _figure, _labels, RATIO_CAP, Renderer,
-                                           _save, SERIAL, short_names, slug, STATUS_LABELS, STATUS_MARKS)
+                                           _save, SERIAL, short_names, slug, OPTIONAL_MARKS,
+                                           STATUS_LABELS, STATUS_MARKS)
 
-HEATMAP_COLUMNS = ["direction", "layer_label", "layer_order", "candidate", "status", "median_ms"]
+# `contended` too: without it, the worker's slice would time (and rank) rows the tables never do
+HEATMAP_COLUMNS = ["direction", "layer_label", "layer_order", "candidate", "status", "median_ms",
+                   "contended"]
 
 
 def heatmaps(df: pd.DataFrame, out: Path,
@@ -70,7 +73,7 @@ def _heatmap_figure(part: pd.DataFrame) -> Any:
     right = 1 - 0.75 / width                      # room for the colour bar
     fig.subplots_adjust(left=(0.25 + 0.068 * longest) / width, right=right,
                         top=1 - 0.4 / height, bottom=(0.5 + 0.058 * longest_name) / height)
-    _heatmap_legend(fig, image, right)
+    _heatmap_legend(fig, image, right, set(states.ravel()))
     return fig
 
 
@@ -167,12 +170,13 @@ def _ratio_label(r: float) -> str:
     return "1" if r == 1.0 else (f"{r:.1f}" if r < 9.95 else f"{r:.0f}")
 
 
-def _heatmap_legend(fig: Any, image: Any, right: float) -> None:
+def _heatmap_legend(fig: Any, image: Any, right: float, states: set[str]) -> None:
     """Status swatches along the bottom, the colour scale upright at the right."""
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=c, hatch=h, edgecolor="#9a9a9a",
                      label=f"{letter} {STATUS_LABELS.get(s, s.replace('_', ' '))}")
-               for s, (letter, c, h) in STATUS_MARKS.items()]
+               for s, (letter, c, h) in STATUS_MARKS.items()
+               if s not in OPTIONAL_MARKS or s in states]
     ncol = len(handles) if fig.get_figwidth() >= 8.5 else 3
     fig.legend(handles=handles, loc="lower left", ncol=ncol, fontsize=8, frameon=False,
                bbox_to_anchor=(0.0, 0.0), handlelength=1.6, columnspacing=1.0)
