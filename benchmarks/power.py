@@ -36,11 +36,14 @@ from harness import compare, stats, store
 from harness.compare import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
-PLANTED = (0.02, 0.05, 0.10, 0.25)
-SUITE_SHIFTS = (0.05, 1.0, 2.0)  # every row x1.05, x2, x3: what a noisy machine can still see
+PLANTED = (0.02, 0.05, 0.10, 0.25, 0.50)
+# every row x1.05, x1.25, x2, x3: what a noisy machine can still see
+SUITE_SHIFTS = (0.05, 0.25, 1.0, 2.0)
 GOALS = ("Goals (issue 13): A/A false SLOWER 0 of >= 20 pairs, per row and per suite; planted "
          "rows called SLOWER >= 95% at +25% on the 2-core CPU and at +10% on a GPU; the suite "
-         "verdict SLOWER for a +5% suite-wide shift.")
+         "verdict SLOWER for a +5% suite-wide shift. Issue 36 (2-core CPU): +50% on a quarter "
+         "of the rows >= 90% SLOWER and 0 other rows SLOWER over 20 pairs; a uniform +25% a "
+         "SLOWER suite in >= 18 of 20.")
 
 
 @dataclass(frozen=True)

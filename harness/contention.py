@@ -25,6 +25,13 @@ Two things the run queue does not show, judged as well:
 - Steal time (/proc/stat): the hypervisor running something else on the machine's CPUs. A guest
   thread it stopped still reads as running. Over STEAL_FLOOR of the CPU time during the point's
   loop, the point is timed once more.
+- The host's slow spells (host_probe_ms): on the 2-core AMD EPYC VM, for 10-30 s at a time, a
+  fixed matmul on both cores ran ~30% slower (0.46 -> 0.61 ms) and every multi-threaded point
+  with it (a 2-thread direct convolution up to 1.9x), with no run-queue wait and no steal: the
+  host not running both vCPUs at once, which stalls every fork/join (each vCPU alone stayed at
+  its speed; benchmarks/host_drift.py). Nothing in the guest can wait it out sample by sample,
+  so each CPU point records that probe, timed just before and after it, and `compare` does not
+  call a row SLOWER (FASTER) where the new (base) run's probe read HOST_SLOWER slower.
 """
 from __future__ import annotations
 
@@ -39,6 +46,8 @@ TICK_MS = 4.0             # the scheduler tick at HZ=250 (Debian's and Ubuntu's 
 TICK_TOLERANCE_MS = 0.05  # a sample this close to a multiple of the tick lies on it
 TICK_OUTLIER = 1.3        # ... and this far above the point's median: a barrier wait
 STEAL_FLOOR = 0.1         # the hypervisor took a tenth of the machine's CPU time
+HOST_SLOWER = 0.15        # a probe this much slower in one run: the host was in a slow spell
+PROBE_SIZE, PROBE_REPEATS = 384, 5
 # The fallback where schedstat cannot be read (module docstring):
 RATIO_FLOOR = 0.8       # CPU/wall under this: >20% of the wall time runnable but not running
 LOAD_MARGIN = 1.0       # a whole runnable thread beyond the cores, on average, before it counts
@@ -157,6 +166,22 @@ class CpuUse:
         """The higher of the two readings: a neighbour that came or went during the point."""
         readings = [v for v in (self.load_before, self.load_after) if v is not None]
         return max(readings) if readings else None
+
+
+def host_probe_ms(cores: int) -> float:
+    """Median time of a fixed float32 matmul on `cores` BLAS threads (module docstring). The
+    thread count is set here, whatever the environment says (OPENBLAS_NUM_THREADS=1 is a change
+    a regression check must see, not one its probe may absorb)."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+    a = np.ones((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
+    times = []
+    with threadpool_limits(cores):
+        for _ in range(PROBE_REPEATS):
+            start = time.perf_counter_ns()
+            a @ a
+            times.append((time.perf_counter_ns() - start) / 1e6)
+    return statistics.median(times)
 
 
 def load_average() -> float | None:

@@ -291,16 +291,19 @@ def _time_cpu_alone(prepared: Prepared, options, flush) -> Timing:
     if that shared them too, it says so (`contended`, and why in its reason) and `compare`
     never calls it SLOWER or FASTER. One retry: on a machine that stays busy, more cost time
     and would not give a clean number."""
+    cores = threads.available_cores()
+    probe = contention.host_probe_ms(cores)
     first = time_cpu(prepared.launch, options, flush)
     if first.cpu_use is None or contention.shared_cores(first.cpu_use) is None:
-        return first
+        return replace(first, host_probe_ms=(probe + contention.host_probe_ms(cores)) / 2)
     again = time_cpu(prepared.launch, options, flush)
     why = contention.shared_cores(again.cpu_use, first.cpu_use)
     if why is not None:
         why += f"; re-measured once, the first timing: {contention.describe(first.cpu_use)}"
     # the retakes of both timings: what the row's `samples_retaken` counts
     use = replace(again.cpu_use, retaken=again.cpu_use.retaken + first.cpu_use.retaken)
-    return replace(again, contention=why, cpu_use=use)
+    return replace(again, contention=why, cpu_use=use,
+                   host_probe_ms=(probe + contention.host_probe_ms(cores)) / 2)
 
 
 def _sm_clock() -> tuple[int, int] | None:
@@ -319,7 +322,8 @@ def _timing_extras(timing: Timing) -> dict[str, Any]:
         extras.update(cpu_time_ratio=use.ratio, load_avg=use.load, cpu_steal=use.steal,
                       contended=timing.contention is not None, contention_check=use.check,
                       samples_retaken=use.retaken,
-                      cpu_wait=contention.wait_share(use, timing.samples_ms))
+                      cpu_wait=contention.wait_share(use, timing.samples_ms),
+                      host_probe_ms=timing.host_probe_ms)
     if timing.capture_error is not None:
         extras["capture_error"] = timing.capture_error
     if timing.gpu_timer is not None:

@@ -108,7 +108,8 @@ def _merge_ok(measurements: list[Measurement]) -> Measurement:
 # How a CPU row's replicates combine (harness/contention.py): the row shared the cores if any
 # round did; its retakes add up; the worst round speaks for waits, load, steal and CPU/wall.
 _CONTENTION_MERGE = {"contended": any, "samples_retaken": sum, "cpu_wait": max,
-                     "load_avg": max, "cpu_steal": max, "cpu_time_ratio": min}
+                     "load_avg": max, "cpu_steal": max, "cpu_time_ratio": min,
+                     "host_probe_ms": max}
 
 
 def _merged_contention(measurements: list[Measurement]) -> dict:

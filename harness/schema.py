@@ -118,6 +118,9 @@ EXTRA_COLUMNS: dict[str, str] = {
     "samples_retaken": "Int64",
     "cpu_wait": "float64",
     "cpu_threads": "Int64",
+    # a fixed matmul on every core, timed around the point: the host's speed then
+    # (contention.host_probe_ms; the slowest round's)
+    "host_probe_ms": "float64",
 }
 
 ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}

@@ -36,6 +36,7 @@ class Timing:
     sm_clock_mhz: tuple[int, int] | None = None   # (current, max) right after the timed batches
     cpu_use: contention.CpuUse | None = None   # CPU timers: what the process got
     contention: str | None = None     # set by the executor: why the point shared the CPU
+    host_probe_ms: float | None = None  # set by the executor: contention.host_probe_ms around it
 
 
 # min_samples is a floor the regression verdicts depend on (runner.with_samples_floor), so the

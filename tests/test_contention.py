@@ -331,6 +331,71 @@ def test_compare_counts_contended_rows_apart_and_says_why_an_all_contended_suite
     busy = _run_file(tmp_path / "busy.parquet", 0.3, ROWS, True, seed=2)
     assert main(["compare", base, busy]) == 0
     out = capsys.readouterr().out
-    assert f"({ROWS} of the AMBIGUOUS rows shared the CPU in either run" in out
+    assert f"({ROWS} of the AMBIGUOUS rows shared the CPU in either run," in out
     assert (f"**suite: n/a** (only 0 matched rows, a suite interval needs 8: the per-row "
             f"verdicts decide; {ROWS} rows that shared the CPU left out)") in out
+
+
+# ---- slow spells of the host (contention.host_probe_ms) ------------------------------------------
+def _probed_file(path, slowdown: float, probe_ms: float, seed: int) -> str:
+    """ROWS quiet CPU rows, every one `slowdown` slower, each with the host probe `probe_ms`."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(ROWS):
+        problem = ConvProblem(2, 8, 8 + i, 8 + i, 8, 3, 3, name=f"layer{i}")
+        point = Point(problem, "fwd", "fp32", "NCHW", "cpu", "im2col")
+        samples = (1.0 + i / 10) * (1.0 + slowdown) * rng.lognormal(0.0, 0.01, 20)
+        extras = dict(cpu_time_ratio=2.0, load_avg=1.0, contended=False, host_probe_ms=probe_ms)
+        rows.append(store.to_row(_ok(point, samples.tolist(), **extras), "r", "t", {}, "now"))
+    store.write(store.frame(rows), path)
+    return str(path)
+
+
+def test_a_row_timed_in_a_slow_spell_of_the_host_is_ambiguous_and_re_measured(tmp_path, capsys):
+    """Every row 35% slower while the probe read 33% slower (0.46 -> 0.61 ms, as the 2-core
+    VM's spells did): a spell, not the code; the same rows with the host at its speed fail."""
+    from harness.compare import Verdict, compare, confirm, flagged_point_ids
+    base = _probed_file(tmp_path / "base.parquet", 0.0, 0.46, seed=1)
+    spell = _probed_file(tmp_path / "spell.parquet", 0.35, 0.61, seed=2)
+    slow = _probed_file(tmp_path / "slow.parquet", 0.35, 0.47, seed=3)
+    assert main(["compare", base, spell]) == 0
+    assert "the host ran 33% slower while the new run measured it" in capsys.readouterr().out
+    first = compare(store.load(base), store.load(spell))
+    assert {r.verdict for r in first.rows} == {Verdict.AMBIGUOUS}
+    assert all(r.host_spell for r in first.rows) and first.suite.n_rows == 0
+    assert len(flagged_point_ids(first)) == ROWS          # `check` re-measures them
+    rerun = confirm(first, store.load(base), store.load(slow))
+    assert {r.verdict for r in rerun.rows} == {Verdict.SLOWER} and rerun.fails()
+    assert "re-measured after a slow spell of the host" in rerun.rows[0].reason
+    assert main(["compare", base, slow]) == 1
+
+
+def test_without_the_probe_rule_a_spell_is_a_regression(tmp_path, monkeypatch):
+    """The planted fault: no spell is ever slow enough, and the spell fails the gate."""
+    from harness.compare import rows
+    monkeypatch.setattr(rows, "HOST_SLOWER", 10.0)
+    base = _probed_file(tmp_path / "base.parquet", 0.0, 0.46, seed=1)
+    spell = _probed_file(tmp_path / "spell.parquet", 0.35, 0.61, seed=2)
+    assert main(["compare", base, spell]) == 1
+
+
+def test_cpu_rows_record_the_host_probe_and_it_ignores_the_blas_environment():
+    m = runner.run_point(_point())
+    assert m.extras["host_probe_ms"] > 0
+    with threads.limited(1):          # BLAS at one thread: the probe still uses every core
+        from threadpoolctl import threadpool_info
+        assert contention.host_probe_ms(2) > 0
+        assert threadpool_info()[0]["num_threads"] == 1    # and puts the count back
+
+
+def test_where_schedstat_cannot_be_read_the_old_rule_judges_and_the_run_says_so(monkeypatch):
+    import pandas as pd
+    from harness.analysis import sharing
+    from harness.schema import to_row, frame
+    monkeypatch.setattr(contention.ThreadWaits, "read", lambda self: None)
+    m = runner.run_point(_point())
+    assert m.extras["contention_check"] == contention.FALLBACK
+    assert m.extras["cpu_wait"] is None and m.extras["samples_retaken"] == 0
+    df = frame([to_row(m, "r", "t", {}, "now")])
+    assert contention.FALLBACK_NOTE in sharing.sharing(df).sentence()
+    assert isinstance(df, pd.DataFrame)

@@ -83,6 +83,10 @@ would leave ~2% of A/A comparisons of large suites failing. Where the machine dr
 A CPU row that shared the cores with other work (`contended`, harness/contention.py) in either
 run is AMBIGUOUS, whatever its ratio, with how it shared them: its time measures the neighbours
 as much as the code. It is left out of the scatter and of the suite estimate too.
+So is a CPU row timed during a slow spell of the host in either run (`host_spell`): the fixed
+matmul each CPU row records (contention.host_probe_ms) read over contention.HOST_SLOWER slower
+in one run than in the other. A `check` re-measures such rows (flagged_point_ids) and the rerun
+gives their verdict.
 
 `Comparison.fails(policy)` is what a regression check exits on (verdicts.FAILING): "slower" any
 SLOWER, BROKEN or MISSING row or a SLOWER suite; "ambiguous" also any AMBIGUOUS row or an
@@ -100,7 +104,7 @@ import pandas as pd
 
 from harness.compare.rows import BROKEN_STATUSES
 from harness.compare.rows import (_confirmed, _distinct, _has_samples, _judge_matched, _lost,
-                                  _new, _only, _points, _scatter)
+                                  _new, _only, _points, _scatter, host_spell)
 from harness.compare.verdicts import _confirmed_suite, _values_text
 from harness.compare.verdicts import (CHANGED, CompareOptions, Comparison,
                                       DEFAULT_SUITE_CONFIDENCE, DEFAULT_SUITE_THRESHOLD,
@@ -141,7 +145,8 @@ def _judge_frames(base: pd.DataFrame, new: pd.DataFrame, options: CompareOptions
     base_pts, new_pts = _points(base), _points(new)
     matched = [pid for pid, p in base_pts.items() if p.samples.size and _has_samples(new_pts, pid)]
     if scatter is _ESTIMATE:     # rows that shared the CPU would widen it for every row
-        quiet = [pid for pid in matched if not (base_pts[pid].contended or new_pts[pid].contended)]
+        quiet = [pid for pid in matched if not (base_pts[pid].contended or new_pts[pid].contended
+                                                or host_spell(base_pts[pid], new_pts[pid]))]
         scatter = _scatter(quiet, base_pts, new_pts)
     rows = dict(zip(matched, _judge_matched(matched, base_pts, new_pts, options, scatter)))
     for pid, point in base_pts.items():
@@ -177,11 +182,16 @@ def _refuse_incomparable(base: pd.DataFrame, new: pd.DataFrame, labels: tuple[st
 
 
 def flagged_point_ids(comparison: Comparison) -> list[str]:
-    """The points a `--confirm` round must re-measure: every SLOWER row, and every matched row
-    when the suite is SLOWER (a suite verdict can only be re-judged on a rerun of all of it)."""
+    """The points a `--confirm` round must re-measure: every SLOWER row and every row timed
+    during a slow spell of the host (its verdict could not be told), and every matched row when
+    the suite is SLOWER (a suite verdict can only be re-judged on a rerun of all of it)."""
     if comparison.suite.verdict is Verdict.SLOWER:
         return [r.point_id for r in comparison.rows if r.verdict in MATCHED]
-    return [r.point_id for r in comparison.rows if r.verdict is Verdict.SLOWER]
+    return [r.point_id for r in comparison.rows if _rejudged(r)]
+
+
+def _rejudged(row: RowResult) -> bool:
+    return row.verdict is Verdict.SLOWER or row.host_spell
 
 
 def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame,
@@ -195,7 +205,7 @@ def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame
     stay as they were, never re-measured (a wrong output is not timing noise that a rerun could
     clear). A flagged row that the rerun lost is BROKEN or MISSING by the rerun's status."""
     options = options or first.options
-    slower = [r.point_id for r in first.rows if r.verdict is Verdict.SLOWER]
+    slower = [r.point_id for r in first.rows if _rejudged(r)]
     reruns = [_judge_frames(_only(rerun_base, slower), _only(rerun_new, slower), options,
                             first.scatter)]
     suite = first.suite
@@ -204,7 +214,7 @@ def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame
         reruns.append(_judge_frames(_only(rerun_base, every), _only(rerun_new, every), options))
         suite = _confirmed_suite(suite, reruns[-1].suite)
     again = {r.point_id: r for r in reruns[0].rows}
-    rows = tuple(_confirmed(r, again.get(r.point_id)) if r.verdict is Verdict.SLOWER else r
+    rows = tuple(_confirmed(r, again.get(r.point_id)) if _rejudged(r) else r
                  for r in first.rows)
     seen = first.env_mismatches + tuple(m for rerun in reruns for m in rerun.env_mismatches)
     return Comparison(rows, first.options, tuple(dict.fromkeys(seen)),

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.contention import HOST_SLOWER
 from harness.compare.verdicts import CompareOptions, _floor_text, MATCHED, RowResult, Verdict
 from harness.measurement import Status
 from harness.process_split import process_groups
@@ -26,6 +27,7 @@ class _Point:
     reason: str = ""
     process_medians: list[float] = field(default_factory=list)   # one per worker process
     contended: str | None = None     # how an ok row shared the CPU (harness/contention.py)
+    host_probe: float | None = None  # the slowest host_probe_ms its rows read (CPU rows)
 
 
 def _points(df: pd.DataFrame) -> dict[str, _Point]:
@@ -44,6 +46,9 @@ def _points(df: pd.DataFrame) -> dict[str, _Point]:
             point.process_medians += [statistics.median(g) for g in process_groups(
                 samples.tolist(), _text(rec.get("process_samples")))]
             point.contended = point.contended or _contention(rec)
+            probe = _number(rec.get("host_probe_ms"))
+            if probe is not None:
+                point.host_probe = max(point.host_probe or 0.0, probe)
         else:
             point.status = status
             point.reason = "no samples stored" if status == Status.OK else _text(rec.get("reason")) or ""
@@ -68,14 +73,40 @@ def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Poin
                                    (b.samples.size, n.samples.size), floor,
                                    _process_overlap(b, n, slower, threshold))
         shared = _shared_cpu_reason(b, n, ratio)
-        if shared:
-            verdict, reason = Verdict.AMBIGUOUS, shared
+        spell = None if shared else _host_spell_reason(b, n, ratio)
+        if shared or spell:
+            verdict, reason = Verdict.AMBIGUOUS, shared or spell
         rows.append(RowResult(pid, verdict, reason, **b.meta, base_median_ms=base_med,
                               new_median_ms=new_med, ratio=ratio, p_value=float(p),
                               adjusted_p=float(adj), threshold=threshold,
                               n_base=b.samples.size, n_new=n.samples.size,
-                              contended=bool(shared)))
+                              contended=bool(shared or spell), host_spell=bool(spell)))
     return rows
+
+
+def host_spell(base: _Point, new: _Point) -> float | None:
+    """How much slower the host ran for one run's timing of the point than for the other's
+    (contention.host_probe_ms, the slower over the faster, minus 1) where that exceeds
+    contention.HOST_SLOWER, else None (or where either run has no probe: GPU rows, older
+    files)."""
+    if not base.host_probe or not new.host_probe:
+        return None
+    spell = max(base.host_probe, new.host_probe) / min(base.host_probe, new.host_probe) - 1.0
+    return spell if spell > HOST_SLOWER else None
+
+
+def _host_spell_reason(base: _Point, new: _Point, ratio: float) -> str | None:
+    """Why a row timed during a slow spell of the host in either run is AMBIGUOUS: every
+    multi-threaded point slowed with the probe (up to 1.9x for a 30% slower probe), so the
+    ratio measures the host as much as the code."""
+    spell = host_spell(base, new)
+    if spell is None:
+        return None
+    which = "new" if new.host_probe > base.host_probe else "base"
+    return (f"{ratio - 1.0:+.1%}, but the host ran {spell:.0%} slower while the {which} run "
+            f"measured it (a fixed matmul on every core: base {base.host_probe:.3g} ms, new "
+            f"{new.host_probe:.3g} ms): a slow spell of the host; `convbench check` "
+            "re-measures it")
 
 
 def _shared_cpu_reason(base: _Point, new: _Point, ratio: float) -> str | None:
@@ -169,6 +200,9 @@ def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
     if again is None:
         return replace(first, verdict=Verdict.AMBIGUOUS,
                        reason=f"flagged SLOWER ({before}) but the confirmation run has no timing")
+    if first.host_spell:     # flagged for the host, not for its time: the rerun decides
+        return replace(again, reason=f"re-measured after a slow spell of the host: "
+                                     f"{again.reason} (first run {first.effect:+.1%})")
     if again.verdict is Verdict.SLOWER:
         return replace(again, reason=f"confirmed: {again.reason} ({before})")
     if again.verdict not in MATCHED:    # BROKEN or MISSING: the rerun lost it, and says how
@@ -177,7 +211,7 @@ def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
     return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
 
 
-_CONTENTION = ("contended", "cpu_time_ratio", "load_avg", "cpu_steal")
+_CONTENTION = ("contended", "cpu_time_ratio", "load_avg", "cpu_steal", "host_probe_ms")
 
 
 def _contention(rec: dict[str, Any]) -> str | None:

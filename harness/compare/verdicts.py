@@ -114,6 +114,7 @@ class RowResult:
     n_base: int = 0
     n_new: int = 0
     contended: bool = False             # a CPU timing shared the cores in either run: AMBIGUOUS
+    host_spell: bool = False            # ... at the host: a slow spell (contention.HOST_SLOWER)
 
     @property
     def effect(self) -> float | None:

@@ -83,8 +83,9 @@ def _counts_line(c: Comparison) -> str:
                      else f"{counts[v.value]} {v.value}" for v in Verdict)
     shared = sum(r.contended for r in c.rows)
     if shared:   # apart: these say nothing about the code, only that the CPU was shared
-        line += (f" ({shared} of the AMBIGUOUS rows shared the CPU in either run: their times "
-                 "measure the neighbours; re-measure them on a quiet machine)")
+        line += (f" ({shared} of the AMBIGUOUS rows shared the CPU in either run, with other "
+                 "processes or in a slow spell of the host: their times measure the neighbours; "
+                 "re-measure them on a quiet machine)")
     return line
 
 
