@@ -5,7 +5,7 @@ runnable but waiting for a core: the second field of /proc/self/task/<tid>/sched
 (harness/timer.time_cpu) reads it for every thread of the process (NumPy's BLAS and OpenMP
 workers included) around each sample; a sample whose threads waited, summed, more than
 WAIT_SHARE of its wall time did not measure the algorithm alone. It is discarded and taken
-again after a back-off pause (RetakePolicy), a bounded number of times; a point that cannot
+again after a back-off pause (Retakes), a bounded number of times; a point that cannot
 collect its sample floor clean keeps every sample and is `contended`: never ranked, planned or
 called best (harness/analysis/points.verified), AMBIGUOUS in `compare`.
 On the 2-core VM (a 6 ms two-thread GEMM, 3 s of samples; /tmp probes of issue 36): alone, the
@@ -31,7 +31,8 @@ Two things the run queue does not show, judged as well:
   host not running both vCPUs at once, which stalls every fork/join (each vCPU alone stayed at
   its speed; benchmarks/host_drift.py). Nothing in the guest can wait it out sample by sample,
   so each CPU point records that probe, timed just before and after it, and `compare` does not
-  call a row SLOWER (FASTER) where the new (base) run's probe read HOST_SLOWER slower.
+  call a multi-threaded row SLOWER (FASTER) where the new (base) run's probe read HOST_SLOWER
+  slower and the row moved no more than the spell can move a point (SPELL_REACH).
 """
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ TICK_TOLERANCE_MS = 0.05  # a sample this close to a multiple of the tick lies o
 TICK_OUTLIER = 1.3        # ... and this far above the point's median: a barrier wait
 STEAL_FLOOR = 0.1         # the hypervisor took a tenth of the machine's CPU time
 HOST_SLOWER = 0.15        # a probe this much slower in one run: the host was in a slow spell
+# How far a spell can move a point: log(point's slowdown) / log(probe's). A 2-thread direct
+# convolution read 1.9x while the probe read 1.3x (2.45); a row slower than its spell's reach
+# stays SLOWER, so a lasting shift of the probe cannot hide a larger regression.
+SPELL_REACH = 2.5
 PROBE_SIZE, PROBE_REPEATS = 384, 5
 # The fallback where schedstat cannot be read (module docstring):
 RATIO_FLOOR = 0.8       # CPU/wall under this: >20% of the wall time runnable but not running
@@ -106,8 +111,8 @@ def tick_quantized(samples: Sequence[float]) -> list[int]:
 # A sample whose threads waited for a core (or that lay on a scheduler tick) is taken again, at
 # most this many times per point beyond its sample floor, each after a pause that doubles from
 # RETAKE_PAUSE_MS to RETAKE_PAUSE_MAX_MS: a neighbour's burst (a compiler, a test) often ends within
-# it; one that never ends (a spinning process) costs a point at most ~1 s before it is called
-# contended.
+# it; one that never ends (a spinning process) costs a point at most MIN_RETAKES or min_samples
+# pauses (under 0.4 s at the defaults) before it is called contended.
 MIN_RETAKES = 5
 RETAKE_PAUSE_MS, RETAKE_PAUSE_MAX_MS = 2.0, 64.0
 
@@ -120,13 +125,13 @@ class Retakes:
         self.taken = 0
         self.pause_ms = RETAKE_PAUSE_MS
 
-    def take(self, launch: Callable[[], None]) -> bool:
-        """Pause, re-warm (the pause let library threads go to sleep) and say whether a retake
-        is allowed; False once they ran out."""
+    def take(self, launch: Callable[[], None], samples: int = 1) -> bool:
+        """Pause, re-warm (the pause let library threads go to sleep) and say whether `samples`
+        discarded samples may be taken again; False once the retakes ran out."""
         if self.left <= 0:
             return False
         self.left -= 1
-        self.taken += 1
+        self.taken += samples
         time.sleep(self.pause_ms / 1e3)
         self.pause_ms = min(2 * self.pause_ms, RETAKE_PAUSE_MAX_MS)
         launch()

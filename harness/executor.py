@@ -174,7 +174,8 @@ class PointExecutor:
         extras = {**prepared.extras, **_timing_extras(timing), "first_call_ms": first_call_ms,
                   **prepared.extras_for_limit(p.workspace_limit)}
         if timing.cpu_use is not None:
-            extras["cpu_threads"] = threads.cores_for(p.threads)
+            extras["cpu_threads"] = (threads.available_cores() if p.threads == threads.ALL
+                                     else p.threads)     # what threads.limited set
         needed = prepared.workspace_bytes
         if not fits(needed, p.workspace_limit):
             return Measurement(p, Status.WORKSPACE_EXCEEDED,

@@ -76,7 +76,7 @@ def _merge_one(measurements: list[Measurement], processes: int) -> Measurement:
         if len({m.status for m in measurements}) == 1 or processes == 1:
             return worst
         seen = ", ".join(m.status for m in measurements)
-        return replace(worst, reason=f"{worst.reason} (worker processes saw: {seen})")
+        return replace(worst, reason=f"{worst.reason} (its replicates saw: {seen})")
     if len(measurements) < processes:
         return replace(worst, status=Status.FAILED, samples_ms=(),
                        reason=f"measured in {len(measurements)} of {processes} worker processes "
@@ -132,8 +132,9 @@ def _median_high(values) -> float | None:
 
 
 def process_groups(samples: Sequence[float], counts: str | None) -> list[list[float]]:
-    """A stored row's samples split by the process that took them (`process_samples`); one group
-    when the row does not say (CPU rows, rows from before the split, pooled runs)."""
+    """A stored row's samples split by the replicate that took them (`process_samples`: GPU
+    worker processes, CPU rounds); one group when the row does not say (rows from before the
+    split, pooled runs)."""
     sizes = [int(c) for c in (counts or "").split() if c.isdigit()]
     if len(sizes) < 2 or sum(sizes) != len(samples):
         return [list(samples)]

@@ -180,9 +180,10 @@ class Measurer:
                      done: Callable[[list[Point]], None]) -> None:
         """CPU groups that share test data, in `cpu_rounds` rounds over all of them (each round
         prepares every point afresh): the rounds' medians are the run's own replicates
-        (TimingOptions.cpu_rounds), seconds apart rather than back to back."""
+        (TimingOptions.cpu_rounds), as far apart as the batch's other groups take (back to back
+        where a batch is one group). A kill loses the batch under way."""
         from harness import process_split
-        k = batch[0][0].timing.cpu_rounds
+        k = process_split.replicates(batch[0][0], "cpu")
         rounds: list[list[list[Measurement]]] = [[] for _ in batch]
         for _ in range(k):
             for measured, group, skip in zip(rounds, batch, skips):
@@ -197,7 +198,7 @@ class Measurer:
     def _measure(self, group: list[Point], skip: frozenset[str],
                  emit: Callable[[Measurement], None]) -> None:
         from harness import process_split
-        k = group[0].timing.gpu_processes
+        k = process_split.replicates(group[0], "cuda")
         shared = process_split.shared_group(group, k)
         pools = self._pools(k)
         if len(pools) == 1:     # nothing to merge with: each plan's rows are final as they come

@@ -129,22 +129,24 @@ class _Loop:
 def _judged_samples(launch, options: TimingOptions, flush, waits) -> _Loop:
     """Samples until the stopping rule is met on clean ones; a sample that waited (`waits`: a
     ThreadWaits, None where it cannot be read) or, at the end, lies on a tick is taken again while
-    retakes last; after that it is kept and counted in `waited`."""
+    retakes last; after that it is kept and marked (_settled decides what stays)."""
     rule = _StoppingRule(options)
     retakes = contention.Retakes(options.min_samples)
     samples: list[float] = []
     waited: list[bool] = []
-    wait_ms = 0.0
+    waits_ms: list[float] = []
     while True:
         reason = rule.reason_to_stop(samples)
         if reason is not None:
             ticks = [i for i in contention.tick_quantized(samples) if not waited[i]]
-            if not ticks or not retakes.take(launch):
-                waited = [w or i in ticks for i, w in enumerate(waited)]
-                return _Loop(samples, reason, retakes.taken, sum(waited), wait_ms)
-            samples = [s for i, s in enumerate(samples) if i not in ticks]
-            waited = [w for i, w in enumerate(waited) if i not in ticks]
-            continue
+            if ticks and retakes.take(launch, len(ticks)):
+                keep = [i for i in range(len(samples)) if i not in ticks]
+                samples, waited, waits_ms = ([seq[i] for i in keep]
+                                             for seq in (samples, waited, waits_ms))
+                continue
+            waited = [w or i in ticks for i, w in enumerate(waited)]
+            return _settled(samples, waited, waits_ms, reason, retakes.taken,
+                            options.min_samples)
         if flush is not None:
             flush()
         before = waits.read() if waits is not None else None
@@ -157,7 +159,20 @@ def _judged_samples(launch, options: TimingOptions, flush, waits) -> _Loop:
             continue
         samples.append(wall_ns / 1e6)
         waited.append(contention.sample_waited(wall_ns, ns))
-        wait_ms += ns / 1e6
+        waits_ms.append(ns / 1e6)
+
+
+def _settled(samples: list[float], waited: list[bool], waits_ms: list[float], reason: str,
+             retaken: int, floor: int) -> _Loop:
+    """The loop's result. Samples that waited after the retakes ran out are dropped where the
+    clean ones alone make the sample floor (the point is then clean); else every sample stays
+    and the point is contended (harness/contention.py)."""
+    clean = [i for i, w in enumerate(waited) if not w]
+    if len(clean) < len(samples) and len(clean) >= floor:
+        retaken += len(samples) - len(clean)        # discarded, as a retake discards
+        samples, waits_ms = [samples[i] for i in clean], [waits_ms[i] for i in clean]
+        waited = [False] * len(clean)
+    return _Loop(samples, reason, retaken, sum(waited), sum(waits_ms))
 
 
 def _warm_up(launch: Callable[[], None], launches: int) -> None:

@@ -40,9 +40,12 @@ trap 'rm -rf "$TMP"' EXIT
 # either run: other processes, or a slow spell of the host), which no verdict can be drawn from.
 contended_share() {
     python -c 'import sys, pandas as pd
-v = pd.read_csv(sys.argv[1])
+try:
+    v = pd.read_csv(sys.argv[1])
+except (OSError, ValueError):     # the check wrote none (it failed): nothing was contended
+    sys.exit(print(0, 1))
 m = v[v["verdict"].isin(["SAME", "FASTER", "SLOWER", "AMBIGUOUS"])]
-print(int(m["contended"].astype(str).eq("True").sum()), len(m))' "$1"
+print(int(m["contended"].astype(str).eq("True").sum()), max(len(m), 1))' "$1"
 }
 
 # expect_check CODE WHAT CHECK...: the check fails, saying WHAT, unless CHECK exits CODE.
@@ -62,14 +65,22 @@ expect_check() {
 # neighbour, issue 36): that attempt is inconclusive, not failed, and is tried once more.
 attempt() {
     failed=0
-    python -m harness.cli run quick --out "$TMP/a.parquet" --force "$@"
+    rm -f "$TMP"/*.csv
+    python -m harness.cli run quick --out "$TMP/a.parquet" --force "$@" || return 1
     expect_check 0 "a rerun of the same code is judged changed" \
         python -m harness.cli check quick --baseline "$TMP/a.parquet" --out "$TMP/b.parquet" \
-        --force "$@"
+        --force --verdicts "$TMP/aa.csv" "$@"
+    read -r shared matched < <(contended_share "$TMP/aa.csv")
+    [[ $shared =~ ^[0-9]+$ && $matched =~ ^[0-9]+$ ]] || return 1
+    if [[ $failed -eq 0 && $((2 * shared)) -ge $matched && ${#planted[@]} -eq 0 ]]; then
+        echo "aa_check: inconclusive: $shared of $matched rows of the A/A check shared the CPU" >&2
+        return 2     # the planted run would be contended too (and slow: ten times, retaken)
+    fi
     local status=0
     python tests/run_planted.py "${planted[@]}" check quick --baseline "$TMP/a.parquet" \
         --out "$TMP/slow.parquet" --force --verdicts "$TMP/slow.csv" "$@" || status=$?
     read -r shared matched < <(contended_share "$TMP/slow.csv")
+    [[ $shared =~ ^[0-9]+$ && $matched =~ ^[0-9]+$ ]] || return 1
     if [[ $status -eq 0 && $((2 * shared)) -ge $matched && ${#planted[@]} -eq 0 ]]; then
         echo "aa_check: inconclusive: $shared of $matched rows shared the CPU" >&2
         return 2

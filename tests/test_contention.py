@@ -337,7 +337,7 @@ def test_compare_counts_contended_rows_apart_and_says_why_an_all_contended_suite
 
 
 # ---- slow spells of the host (contention.host_probe_ms) ------------------------------------------
-def _probed_file(path, slowdown: float, probe_ms: float, seed: int) -> str:
+def _probed_file(path, slowdown: float, probe_ms: float, seed: int, threads: int = 2) -> str:
     """ROWS quiet CPU rows, every one `slowdown` slower, each with the host probe `probe_ms`."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -345,7 +345,8 @@ def _probed_file(path, slowdown: float, probe_ms: float, seed: int) -> str:
         problem = ConvProblem(2, 8, 8 + i, 8 + i, 8, 3, 3, name=f"layer{i}")
         point = Point(problem, "fwd", "fp32", "NCHW", "cpu", "im2col")
         samples = (1.0 + i / 10) * (1.0 + slowdown) * rng.lognormal(0.0, 0.01, 20)
-        extras = dict(cpu_time_ratio=2.0, load_avg=1.0, contended=False, host_probe_ms=probe_ms)
+        extras = dict(cpu_time_ratio=2.0, load_avg=1.0, contended=False, host_probe_ms=probe_ms,
+                      cpu_threads=threads)
         rows.append(store.to_row(_ok(point, samples.tolist(), **extras), "r", "t", {}, "now"))
     store.write(store.frame(rows), path)
     return str(path)
@@ -399,3 +400,23 @@ def test_where_schedstat_cannot_be_read_the_old_rule_judges_and_the_run_says_so(
     df = frame([to_row(m, "r", "t", {}, "now")])
     assert contention.FALLBACK_NOTE in sharing.sharing(df).sentence()
     assert isinstance(df, pd.DataFrame)
+
+
+def test_samples_that_waited_after_the_retakes_ran_out_are_dropped_where_the_clean_ones_suffice():
+    options = TimingOptions(budget_ms=1e3, min_samples=4, max_samples=6, noise_target=0.0,
+                            warmup=0)
+    loop = timer._judged_samples(_spin_ms(0.2), options, None, _Waits(waiting=6))
+    assert (len(loop.samples), loop.waited, loop.retaken) == (5, 0, 6)
+
+
+@pytest.mark.parametrize("case", ["beyond the reach", "spell in the base", "one thread"])
+def test_a_spell_excuses_only_what_it_can_explain(tmp_path, case):
+    """A 33% spell can move a point up to 1.33 ** SPELL_REACH = 2.0x: a 2.5x row stays SLOWER;
+    a spell in the baseline makes the candidate look faster, never excuses it for being slower;
+    a single-threaded point kept its speed in the spells."""
+    base_probe, new_probe, slowdown, threads = {
+        "beyond the reach": (0.46, 0.61, 1.5, 2), "spell in the base": (0.61, 0.46, 0.35, 2),
+        "one thread": (0.46, 0.61, 0.35, 1)}[case]
+    base = _probed_file(tmp_path / "base.parquet", 0.0, base_probe, seed=1, threads=threads)
+    new = _probed_file(tmp_path / "new.parquet", slowdown, new_probe, seed=2, threads=threads)
+    assert main(["compare", base, new]) == 1

@@ -72,7 +72,7 @@ def test_a_wrong_output_in_any_process_makes_the_row_wrong():
     point = _point()
     wrong = Measurement(point, "wrong", "relative L2 error 0.1 exceeds the fp32 tolerance")
     (row,) = process_split.merge([point], [[_ok(point, [1.0])], [wrong]])
-    assert row.status == "wrong" and "worker processes saw: ok, wrong" in row.reason
+    assert row.status == "wrong" and "its replicates saw: ok, wrong" in row.reason
 
 
 def test_a_crash_in_one_process_is_the_planned_point_crash_alone():

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
-from harness.contention import HOST_SLOWER
+from harness.contention import HOST_SLOWER, SPELL_REACH
 from harness.compare.verdicts import CompareOptions, _floor_text, MATCHED, RowResult, Verdict
 from harness.measurement import Status
 from harness.process_split import process_groups
@@ -28,6 +28,7 @@ class _Point:
     process_medians: list[float] = field(default_factory=list)   # one per worker process
     contended: str | None = None     # how an ok row shared the CPU (harness/contention.py)
     host_probe: float | None = None  # the slowest host_probe_ms its rows read (CPU rows)
+    threads: int | None = None       # cpu_threads: the threads it ran with (CPU rows)
 
 
 def _points(df: pd.DataFrame) -> dict[str, _Point]:
@@ -46,9 +47,11 @@ def _points(df: pd.DataFrame) -> dict[str, _Point]:
             point.process_medians += [statistics.median(g) for g in process_groups(
                 samples.tolist(), _text(rec.get("process_samples")))]
             point.contended = point.contended or _contention(rec)
-            probe = _number(rec.get("host_probe_ms"))
+            probe, ran_with = _number(rec.get("host_probe_ms")), _number(rec.get("cpu_threads"))
             if probe is not None:
                 point.host_probe = max(point.host_probe or 0.0, probe)
+            if ran_with is not None:
+                point.threads = int(ran_with)
         else:
             point.status = status
             point.reason = "no samples stored" if status == Status.OK else _text(rec.get("reason")) or ""
@@ -73,7 +76,7 @@ def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Poin
                                    (b.samples.size, n.samples.size), floor,
                                    _process_overlap(b, n, slower, threshold))
         shared = _shared_cpu_reason(b, n, ratio)
-        spell = None if shared else _host_spell_reason(b, n, ratio)
+        spell = None if shared else _host_spell_reason(b, n, ratio, verdict)
         if shared or spell:
             verdict, reason = Verdict.AMBIGUOUS, shared or spell
         rows.append(RowResult(pid, verdict, reason, **b.meta, base_median_ms=base_med,
@@ -87,22 +90,27 @@ def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Poin
 def host_spell(base: _Point, new: _Point) -> float | None:
     """How much slower the host ran for one run's timing of the point than for the other's
     (contention.host_probe_ms, the slower over the faster, minus 1) where that exceeds
-    contention.HOST_SLOWER, else None (or where either run has no probe: GPU rows, older
-    files)."""
-    if not base.host_probe or not new.host_probe:
+    contention.HOST_SLOWER, else None (or where either run has no probe: GPU rows, older files,
+    and single-threaded points, which a spell hardly moves: each vCPU alone kept its speed)."""
+    if not base.host_probe or not new.host_probe or base.threads == 1 or new.threads == 1:
         return None
     spell = max(base.host_probe, new.host_probe) / min(base.host_probe, new.host_probe) - 1.0
     return spell if spell > HOST_SLOWER else None
 
 
-def _host_spell_reason(base: _Point, new: _Point, ratio: float) -> str | None:
-    """Why a row timed during a slow spell of the host in either run is AMBIGUOUS: every
-    multi-threaded point slowed with the probe (up to 1.9x for a 30% slower probe), so the
-    ratio measures the host as much as the code."""
+def _host_spell_reason(base: _Point, new: _Point, ratio: float, verdict: Verdict) -> str | None:
+    """Why a SLOWER (FASTER) row timed during a slow spell of the host in the new (base) run is
+    AMBIGUOUS: every multi-threaded point slowed with the probe, so a ratio within the spell's
+    reach (SPELL_REACH) measures the host as much as the code. A spell in the other run, or a
+    ratio beyond the reach, changes nothing: the verdict stands."""
     spell = host_spell(base, new)
-    if spell is None:
+    if spell is None or verdict not in (Verdict.SLOWER, Verdict.FASTER):
         return None
-    which = "new" if new.host_probe > base.host_probe else "base"
+    in_new = new.host_probe > base.host_probe
+    if in_new != (verdict is Verdict.SLOWER) or \
+            abs(math.log(ratio)) > SPELL_REACH * math.log1p(spell):
+        return None
+    which = "new" if in_new else "base"
     return (f"{ratio - 1.0:+.1%}, but the host ran {spell:.0%} slower while the {which} run "
             f"measured it (a fixed matmul on every core: base {base.host_probe:.3g} ms, new "
             f"{new.host_probe:.3g} ms): a slow spell of the host; `convbench check` "
@@ -198,8 +206,9 @@ def _new(point: _Point, base: _Point | None) -> RowResult:
 def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
     before = f"first run {first.effect:+.1%}, adjusted p {first.adjusted_p:.2g}"
     if again is None:
+        flagged = "timed in a slow spell of the host" if first.host_spell else "flagged SLOWER"
         return replace(first, verdict=Verdict.AMBIGUOUS,
-                       reason=f"flagged SLOWER ({before}) but the confirmation run has no timing")
+                       reason=f"{flagged} ({before}) but the confirmation run has no timing")
     if first.host_spell:     # flagged for the host, not for its time: the rerun decides
         return replace(again, reason=f"re-measured after a slow spell of the host: "
                                      f"{again.reason} (first run {first.effect:+.1%})")
@@ -211,7 +220,8 @@ def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
     return replace(again, reason=f"not confirmed ({before}); rerun: {again.reason}")
 
 
-_CONTENTION = ("contended", "cpu_time_ratio", "load_avg", "cpu_steal", "host_probe_ms")
+_CONTENTION = ("contended", "cpu_time_ratio", "load_avg", "cpu_steal", "host_probe_ms",
+               "cpu_threads")
 
 
 def _contention(rec: dict[str, Any]) -> str | None:
