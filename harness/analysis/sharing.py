@@ -29,8 +29,9 @@ class Sharing:
             left = (f", {self.contended} point{'s' * (self.contended != 1)} left contended "
                     "(never ranked or picked; re-measure them on a quiet machine)"
                     if self.contended else ", every one re-measured clean")
+            samples = f"{self.retaken} sample{'s' * (self.retaken != 1)}"
             parts.append(f"{self.touched} of {self.cpu_points} CPU points shared the CPU: "
-                         f"{self.retaken} samples re-measured{left}")
+                         f"{samples} re-measured{left}")
         if self.fallback:
             parts.append(f"{self.fallback} CPU points: {FALLBACK_NOTE}")
         return ". ".join(parts)
