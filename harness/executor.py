@@ -287,24 +287,29 @@ def _time_gpu(prepared: Prepared, options, flush) -> Timing:
 
 
 def _time_cpu_alone(prepared: Prepared, options, flush) -> Timing:
+    """A CPU point timed between two readings of the host probe (contention.host_probe_ms)."""
+    cores = threads.available_cores()
+    before = contention.host_probe_ms(cores)
+    timing = _timed_again_if_shared(prepared, options, flush)
+    return replace(timing, host_probe_ms=(before + contention.host_probe_ms(cores)) / 2)
+
+
+def _timed_again_if_shared(prepared: Prepared, options, flush) -> Timing:
     """A CPU point timed, and timed once more (same prepared object) when the first timing
     shared the cores with other work (harness/contention.py). The row keeps the second timing;
     if that shared them too, it says so (`contended`, and why in its reason) and `compare`
     never calls it SLOWER or FASTER. One retry: on a machine that stays busy, more cost time
     and would not give a clean number."""
-    cores = threads.available_cores()
-    probe = contention.host_probe_ms(cores)
     first = time_cpu(prepared.launch, options, flush)
     if first.cpu_use is None or contention.shared_cores(first.cpu_use) is None:
-        return replace(first, host_probe_ms=(probe + contention.host_probe_ms(cores)) / 2)
+        return first
     again = time_cpu(prepared.launch, options, flush)
     why = contention.shared_cores(again.cpu_use, first.cpu_use)
     if why is not None:
         why += f"; re-measured once, the first timing: {contention.describe(first.cpu_use)}"
     # the retakes of both timings: what the row's `samples_retaken` counts
     use = replace(again.cpu_use, retaken=again.cpu_use.retaken + first.cpu_use.retaken)
-    return replace(again, contention=why, cpu_use=use,
-                   host_probe_ms=(probe + contention.host_probe_ms(cores)) / 2)
+    return replace(again, contention=why, cpu_use=use)
 
 
 def _sm_clock() -> tuple[int, int] | None:
