@@ -136,13 +136,13 @@ def replicate_sd(replicate_medians: Sequence[Sequence[float]]) -> float | None:
     that slows rows by different amounts spreads the pair's log ratios and raises the very bar it
     must clear (+74% on every row of a CPU run, +36% to +143%, was called within a +-264% floor);
     it moves every replicate of a row together, so it cannot widen this."""
-    residuals = []
+    residuals, rows = [], 0
     for medians in replicate_medians:
         logs = np.log([m for m in medians if m > 0])
         if logs.size >= 2:
+            rows += 1
             scale = math.sqrt(logs.size / (logs.size - 1))
             residuals.extend(np.abs(logs - logs.mean()) * scale)
-    rows = sum(1 for medians in replicate_medians if sum(m > 0 for m in medians) >= 2)
     if rows < MIN_ROWS:
         return None
     return _MAD_TO_SD * float(np.median(residuals))

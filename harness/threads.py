@@ -70,10 +70,10 @@ def limited(count: int) -> Iterator[None]:
     backend that uses it imports it when it prepares a point, before the verified runs this
     wraps."""
     if count == ALL:
-        if available_cores() >= (os.cpu_count() or 1):
+        count = available_cores()
+        if count >= (os.cpu_count() or 1):
             yield         # the libraries' default already is every core
             return
-        count = available_cores()
     from threadpoolctl import threadpool_limits
     torch = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else None

@@ -155,10 +155,11 @@ def _judged_samples(launch, options: TimingOptions, flush, waits) -> _Loop:
         wall_ns = time.perf_counter_ns() - start
         after = waits.read() if before is not None else None
         ns = contention.waited_ns(before, after) if after is not None else 0
-        if contention.sample_waited(wall_ns, ns) and retakes.take(launch):
+        shared = contention.sample_waited(wall_ns, ns)
+        if shared and retakes.take(launch):
             continue
         samples.append(wall_ns / 1e6)
-        waited.append(contention.sample_waited(wall_ns, ns))
+        waited.append(shared)
         waits_ms.append(ns / 1e6)
 
 

@@ -322,14 +322,20 @@ def test_check_refuses_negative_confirmation_rounds_and_no_samples(tmp_path, cap
     assert len(err) == 1 and named in err[0] and flags[0] in err[0], err
 
 
-def test_progress_counts_planned_points_not_the_rows_they_expand_into(tmp_path, capsys):
-    """Two problems x one expanding algorithm with two plans: 2 planned points, 4 rows."""
+def _plans_suite(tmp_path):
+    """Two problems x one expanding algorithm with two plans (planted_backends.PlansBackend)."""
     from harness import backends
     backends.register("plans", "planted_backends:PlansBackend")
     suite = tmp_path / "plans.toml"
     suite.write_text("name = 'plans'\nlayers = ['mb2ic4ih8oc4oh8kh3ph1n\"a\"', "
                      "'mb2ic8ih10oc8kh3sh2n\"b\"']\n[sweep]\ndirections = ['fwd']\n"
                      "precisions = ['fp64']\n[[sweep.backends]]\nname = 'plans'\n")
+    return suite
+
+
+def test_progress_counts_planned_points_not_the_rows_they_expand_into(tmp_path, capsys):
+    """Two problems x one expanding algorithm with two plans: 2 planned points, 4 rows."""
+    suite = _plans_suite(tmp_path)
     assert main(["run", str(suite), "--out", str(tmp_path / "plans.parquet")]) == 0
     progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert len(progress) == 4
@@ -492,12 +498,7 @@ def test_a_check_matches_the_rows_an_expanding_algorithm_makes(tmp_path, capsys)
     """Each plan of an expanding algorithm is a row with its own point id: the check keeps the
     baseline's rows of the points it plans by their planned point id, so they are judged (not
     dropped, leaving the run's rows NEW and nothing to compare)."""
-    from harness import backends
-    backends.register("plans", "planted_backends:PlansBackend")
-    suite = tmp_path / "plans.toml"
-    suite.write_text("name = 'plans'\nlayers = ['mb2ic4ih8oc4oh8kh3ph1n\"a\"', "
-                     "'mb2ic8ih10oc8kh3sh2n\"b\"']\n[sweep]\ndirections = ['fwd']\n"
-                     "precisions = ['fp64']\n[[sweep.backends]]\nname = 'plans'\n")
+    suite = _plans_suite(tmp_path)
     assert main(["run", str(suite), "--out", str(tmp_path / "base.parquet")]) == 0
     base = str(tmp_path / "base.parquet")
     assert _check(str(suite), base, tmp_path) == 0

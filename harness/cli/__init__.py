@@ -73,9 +73,10 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                         "point's time can depend on the process it runs in, and a row that "
                         "shows that spread is not mistaken for a regression by compare")
     p.add_argument("--cpu-rounds", type=int,
-                   help="rounds that share each CPU point's samples (default 2), each a few "
-                        "seconds apart with fresh buffers: the run's own replicates, from which "
-                        "compare takes a noise floor that a regression cannot raise")
+                   help="rounds that share each CPU point's samples (default 2), each with "
+                        "fresh buffers and apart by the points that share its test data: the "
+                        "run's own replicates, from which compare takes a noise floor that a "
+                        "regression cannot raise")
 
 
 class _Parser(argparse.ArgumentParser):

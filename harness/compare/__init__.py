@@ -44,14 +44,14 @@ few samples therefore come out AMBIGUOUS, not SLOWER: regression runs need 15-30
 Why a scatter floor as well as the rank test: the test sees the noise inside each row's window
 only, and on a shared machine the rows of two runs of unchanged code disagree by far more than
 that (8-13% on the 2-core CI VM against ~2% inside a window; harness/stats.py). Each run measures
-its own share of that: every point is timed in replicates (GPU worker processes, CPU rounds a
-few seconds apart with fresh buffers), and the spread of a run's replicate medians (stats.
+its own share of that: every point is timed in replicates (GPU worker processes, CPU rounds
+with fresh buffers, apart by the points that share its test data), and the spread of a run's replicate medians (stats.
 replicate_sd) predicts how far a row's ratio moves between two runs (stats.replicate_scatter); a
 row must move stats.SCATTER_ROW_K of those before it can be SLOWER or FASTER. A regression moves
 every replicate of a row alike, so it cannot raise this floor, as it raised the pair's own
 scatter (stats.run_to_run_scatter) used before: OPENBLAS_NUM_THREADS=1 slowed every CPU row by
 +36% to +143% and was called AMBIGUOUS within a +-264% floor. Files without replicates (older
-runs) fall back to the pair's scatter. What replicates a few seconds apart cannot see is a slow
+runs) fall back to the pair's scatter. What replicates seconds apart cannot see is a slow
 spell of the whole host for a whole run (the 2-core VM: every row 17-90% slower, no trace in the
 guest); `convbench check` re-measures what such a spell flags. Re-judging a subset (confirm)
 keeps the first comparison's scatter.
