@@ -252,8 +252,8 @@ class _Closable:
 
 # ---- a mixed run is read per GPU ----------------------------------------------------------------
 ROOT = Path(__file__).resolve().parent.parent
-H200_RUN = ROOT / "results" / "scaleout-cudnn-1gpu-nvidia-h200-2026-11-23.parquet"
-CPU_RUN = ROOT / "results" / "quick-cpu-2026-11-22.parquet"
+H200_RUN = ROOT / "tests" / "golden" / "scaleout-cudnn-1gpu-nvidia-h200-2026-11-23.parquet"
+CPU_RUN = ROOT / "tests" / "golden" / "quick-cpu-2026-11-22.parquet"
 
 
 def test_table_of_rows_from_two_machines_is_one_table_per_gpu(capsys):

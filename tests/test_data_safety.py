@@ -355,7 +355,7 @@ def test_an_internal_error_is_exit_3_with_one_line_and_the_traceback_on_disk(
 
 
 def test_a_closed_pipe_is_no_traceback():
-    big = TESTS.parent / "results" / "resnet50-cudnn-nvidia-h100-2026-11-22.parquet"
+    big = TESTS / "golden" / "resnet50-cudnn-nvidia-h100-2026-11-22.parquet"
     code = ("import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))")
     # thousands of table lines: far more than a pipe buffer, so `head` closes it mid-write
     shell = f"{sys.executable} -c {code!r} table {big} | head -n 2 >/dev/null"

@@ -24,7 +24,7 @@ from harness.sweep import AlgorithmChoice, Point, Sweep
 PROBLEM = ConvProblem(4, 32, 14, 14, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
                       name="small3x3")
 LENGTH = PROBLEM.reduction_length("fwd")            # 32 * 3 * 3 = 288
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
 def test_each_quantized_precision_offers_its_own_result_type_first_and_only_forward_extras():
@@ -158,7 +158,7 @@ def test_a_layer_direction_measured_only_in_an_asked_type_is_missing_from_the_st
 
 
 def test_older_files_read_as_auto_and_stay_one_point_per_layer_direction():
-    old = store.load(RESULTS / "quick-cpu-2026-11-22.parquet")      # from before the column
+    old = store.load(GOLDEN / "quick-cpu-2026-11-22.parquet")      # from before the column
     assert set(old["output"]) == {"auto"}
 
 
@@ -240,7 +240,7 @@ class _Pointer:
 
 def test_the_best_per_layer_table_names_an_asked_type_even_when_it_is_the_only_one(capsys):
     def header(name: str) -> str:
-        assert main(["table", str(RESULTS / name)]) == 0
+        assert main(["table", str(GOLDEN / name)]) == 0
         lines = capsys.readouterr().out.splitlines()
         return next(lines[i + 1] for i, line in enumerate(lines)
                     if line.startswith("best verified algorithm per layer"))
