@@ -1,6 +1,7 @@
-"""The house's layering, checked on the source: no import cycle among harness modules, no module
-importing one from a higher layer (lazy imports inside functions included), no module far over
-400 lines. Data flows one way (shared/design/architecture.md; issue 18)."""
+"""The house's layering, checked on the source: no import cycle among harness modules (imports
+inside functions included), no module importing one from a higher layer, no private name (one
+with a leading underscore, modules included) imported from another module, no module over 400
+lines. Data flows one way (shared/design/architecture.md; issues 18 and 37)."""
 from __future__ import annotations
 
 import ast
@@ -95,22 +96,79 @@ def test_no_module_imports_from_a_higher_layer(module):
     assert not upward, f"harness.{module} (layer {mine}) imports {upward} from above"
 
 
-def test_no_import_cycle_among_module_level_imports():
-    graph = {m: _imports(p, top_level_only=True) - {m} for m, p in MODULES.items() if m}
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` as a path (first module repeated at the end), or None."""
     state: dict[str, int] = {}
 
-    def visit(node: str, path: list[str]) -> None:
+    def visit(node: str, path: list[str]) -> list[str] | None:
         state[node] = 1
-        for nxt in graph.get(node, ()):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(path + [node, nxt]))
-            if nxt not in state:
-                visit(nxt, path + [node])
+                return path + [node, nxt]
+            if nxt not in state and (found := visit(nxt, path + [node])):
+                return found
         state[node] = 2
+        return None
 
-    for module in graph:
-        if module not in state:
-            visit(module, [])
+    for module in sorted(graph):
+        if module not in state and (found := visit(module, [])):
+            return found
+    return None
+
+
+def _import_graph(top_level_only: bool) -> dict[str, set[str]]:
+    return {m: _imports(p, top_level_only) - {m} for m, p in MODULES.items() if m}
+
+
+def test_no_import_cycle_among_module_level_imports():
+    cycle = _cycle(_import_graph(top_level_only=True))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_counting_imports_inside_functions():
+    # A lazy import keeps start-up light; it must not hide a circle of modules needing each other.
+    cycle = _cycle(_import_graph(top_level_only=False))
+    assert cycle is None, "import cycle (lazy imports included): " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(source: str) -> list[str]:
+    """Names with a leading underscore that `source` imports from a harness module: a private
+    function or class, or a private module (`harness.backends.cpu._blas`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+            names = node.module.split(".") + [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [part for a in node.names if a.name.startswith("harness")
+                     for part in a.name.split(".")]
+        else:
+            continue
+        found += [f"{getattr(node, 'module', None) or ''}:{n}" for n in names if _private(n)]
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m))
+def test_no_private_name_is_imported_from_another_module(module):
+    found = private_imports(MODULES[module].read_text(encoding="utf-8"))
+    assert not found, f"harness.{module} imports private names {found}: make them public"
+
+
+def test_the_private_import_check_sees_names_and_modules():
+    assert private_imports("from harness.cli.common import _say, warn") == ["harness.cli.common:_say"]
+    assert private_imports("from harness.backends.cpu import _blas") == [
+        "harness.backends.cpu:_blas"]
+    assert private_imports("import harness.backends._x") == [":_x"]
+    assert private_imports("from harness.cli.common import __all__, say") == []
+    assert private_imports("from os import _exit") == []
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m))
