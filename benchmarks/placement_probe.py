@@ -6,7 +6,7 @@ with one executor (the same buffers). Run on a GPU machine: python3 benchmarks/p
 import sys, random, statistics, subprocess, json
 from dataclasses import replace
 from harness.suite import load_suite
-from harness.suite_overrides import sweep_with_overrides
+from harness.suite.overrides import sweep_with_overrides
 from harness import runner
 from harness.executor import PointExecutor
 CASES = [("resnet_50:res4a_branch2b", "fwd", "bf16", "gemm"),

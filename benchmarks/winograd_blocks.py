@@ -65,7 +65,7 @@ def class_a_layers() -> list[ConvProblem]:
 
 
 def _algorithms(before: str) -> dict[str, object]:
-    from harness.backends.cpu import winograd
+    from harness.backends.cpu.winograd import algorithm as winograd
 
     old = _old_winograd(before)
     cpu = backends.get("cpu")
@@ -86,7 +86,8 @@ class _FilterTransformOnly:
     def __init__(self, problem: ConvProblem, data: reference.ProblemData):
         import numpy as np
 
-        from harness.backends.cpu import _tiles, toom_cook, winograd
+        from harness.backends.cpu import tiles as _tiles
+        from harness.backends.cpu.winograd import algorithm as winograd, toom_cook
         from harness.threads import available_cores
 
         p = problem
@@ -98,7 +99,7 @@ class _FilterTransformOnly:
                                              self._w, self._u, self._slots, swapped=True)
 
     def launch(self) -> None:
-        from harness.backends.cpu._workers import run_tasks
+        from harness.backends.cpu.workers import run_tasks
 
         run_tasks(self._tasks, self._slots)
 

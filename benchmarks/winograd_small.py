@@ -58,7 +58,7 @@ def _before_winograd(commit: str):
 
 
 def _algorithms(before: str) -> dict[str, object]:
-    from harness.backends.cpu import winograd
+    from harness.backends.cpu.winograd import algorithm as winograd
 
     old = _before_winograd(before)
     return {"F2 before": old.WinogradF2(), "F2 after": winograd.WinogradF2(),

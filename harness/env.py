@@ -21,6 +21,11 @@ ENV_FIELDS = (
 )
 # What must match before two runs' timings are compared (compare refuses otherwise).
 COMPARABILITY_FIELDS = ("cpu_model", "gpu_name", "gpu_driver", "cudnn", "cupy", "cuda_runtime")
+# Those of them that describe the GPU and its libraries: compared between GPU rows only. A CPU
+# row records them too (the probes run in every process), but they do not move its times, and
+# installing PyTorch, whose wheel bundles a cuDNN, would otherwise make every CPU baseline made
+# before it incomparable.
+GPU_FIELDS = ("gpu_name", "gpu_driver", "cudnn", "cupy", "cuda_runtime")
 
 
 def fingerprint(include_gpu: bool = True) -> dict[str, Any]:
@@ -116,7 +121,7 @@ def _gpu_from_nvml() -> dict[str, Any]:
 
 
 def _cudnn_version() -> dict[str, Any]:
-    from harness.backends.cudnn_lib import library_version
+    from harness.backends.cudnn.lib import library_version
     return {"cudnn": library_version()}
 
 

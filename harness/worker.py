@@ -17,22 +17,20 @@ from harness.sweep import Point
 # A unit (one algorithm, or one plan of an expanding algorithm, over a point's workspace
 # limits) that takes longer than this is declared hung: the worker is killed, the unit becomes a
 # `crashed` row naming the cap, and the group's other plans are measured in a fresh process.
-# Far above any unit that returns: on an H100 the slowest of 12 efficientnet_b0 depthwise
-# bwd_data plans took 8.5 s, and the 13th did not return in 140 s (benchmarks/stall_plans.py).
+# Far above any unit that returns: the slowest plan that returned took 8.5 s, the next never did.
+# Study (benchmarks/stall_plans.py):
+# evidence/logs/stall-efficientnet_b0-features.1.0.block.0.0-bwd_data-fp16-nvidia-h100-2026-11-23.log
 UNIT_TIMEOUT_S = 120.0
 # Once one plan of a point returned verified rows, the point's later plans get this shorter cap:
-# they share its problem, and the plans that returned took 0.0-8.5 s each (plan building
-# included); a plan still running after this is either hung or too slow to ever be picked, and on
-# efficientnet_b0 such a plan recurred on every depthwise layer (120 s each).
+# they share its problem, so a plan still running after this is hung or too slow to be picked.
 PLAN_TIMEOUT_S = 30.0
 # A plan of an engine that already hung in this run (on this point or another of the same
-# backend and direction) gets this cap: on efficientnet_b0 fp16 (H100) engine eng50 hung on every
-# depthwise bwd_data layer and 14 knob settings of eng57/eng59/eng64 each waited out 30 s on one
-# point; plans that return take 0.0-8.5 s each (benchmarks/stall_plans.py).
+# backend and direction) gets this cap: such an engine hung again on later points (the run
+# below).
 HUNG_ENGINE_TIMEOUT_S = 10.0
 # On the point where one knob setting of an engine hung, its other settings are not tried (a
-# `not_tried` row each): on that efficientnet_b0 point all 9 tried settings of eng57 and all 3
-# of eng64 hung, 12 x 30 s for no row that could be picked.
+# `not_tried` row each): there they hung too. Run:
+# evidence/logs/models-efficientnet_b0-nvidia-h100-2026-11-23-final-call.txt
 
 
 def _lost_context(measurements: list[Measurement]) -> bool:

@@ -223,7 +223,7 @@ class _FailsAtLaunch(_Forwarding):
 
 def _execution_failed() -> Exception:
     """What the cudnn backend raises when a kernel faulted: status 5000, the context is gone."""
-    from harness.backends.cudnn import CudnnFailed
+    from harness.backends.cudnn.legacy import CudnnFailed
     return CudnnFailed("CUDNN_STATUS_EXECUTION_FAILED (5000) from the convolution call: planted",
                        5000)
 

@@ -308,8 +308,8 @@ ND_PROBLEM = ConvProblem(2, 4, 6, 7, 8, 2, 1, stride_h=1, stride_w=3, pad_top=2,
     ("NHWC", (840, 1, 168, 28, 4), (576, 1, 192, 24, 8), 1),
 ])
 def test_legacy_nd_descriptor_arguments(layout, x_strides, y_strides, w_format):
-    from harness.backends import cudnn_lib
-    from harness.backends.cudnn import nd_arguments
+    from harness.backends.cudnn import lib as cudnn_lib
+    from harness.backends.cudnn.legacy import nd_arguments
     a = nd_arguments(ND_PROBLEM, layout)
     assert a.x_dims == (2, 4, 5, 6, 7) and a.x_strides == x_strides
     assert a.y_dims == (2, 8, 3, 8, 3) and a.y_strides == y_strides
@@ -319,7 +319,7 @@ def test_legacy_nd_descriptor_arguments(layout, x_strides, y_strides, w_format):
 
 
 def test_graph_geometry_lists_have_one_entry_per_axis():
-    from harness.backends.cudnn_graph import conv_geometry
+    from harness.backends.cudnn.graph import conv_geometry
     assert conv_geometry(ND_PROBLEM) == {"pre_padding": [1, 2, 0], "post_padding": [1, 2, 0],
                                          "stride": [2, 1, 3], "dilation": [1, 2, 1]}
     # asymmetric depth padding goes through as it is (the graph API takes pre / post lists)
@@ -336,7 +336,7 @@ def test_graph_geometry_lists_have_one_entry_per_axis():
 def test_uploaded_buffers_match_the_descriptor_strides(shape, layout):
     """What the GPU backends upload (a packed physical array) holds element [n, c, d, h, w] at
     the offset the descriptors' strides give, and 2-D keeps its old physical shape and strides."""
-    from harness.backends.device_buffers import element_strides, physical_shape, upload
+    from harness.backends.cudnn.device_buffers import element_strides, physical_shape, upload
     values = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
     physical = upload(np, values, layout, "fp32")     # numpy stands in for cupy.asarray
     assert physical.shape == physical_shape(shape, layout)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from harness import backends, epilogue, reference, schema
-from harness.backends import cudnn_graph
-from harness.backends.cudnn_graph_epilogue import (UID_BIAS, UID_RESIDUAL, bias_dims,
+from harness.backends.cudnn import graph as cudnn_graph
+from harness.backends.cudnn.graph_epilogue import (UID_BIAS, UID_RESIDUAL, bias_dims,
                                                    bias_strides, epilogue_pack, epilogue_steps)
-from harness.backends.device_buffers import physical_axes
+from harness.backends.cudnn.device_buffers import physical_axes
 from harness.problem import ConvProblem
 from harness.sweep import Point
 

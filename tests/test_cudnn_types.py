@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from harness import precision
-from harness.backends import cudnn, cudnn_lib as lib
-from harness.backends.cudnn_types import (NO_LEGACY, PRECISION_CONFIG, TypeConfig,
+from harness.backends.cudnn import legacy as cudnn, lib
+from harness.backends.cudnn.data_types import (NO_LEGACY, PRECISION_CONFIG, TypeConfig,
                                           scalar_type, type_config)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point

@@ -14,21 +14,19 @@ HARNESS = Path(__file__).resolve().parents[1] / "harness"
 # Lowest first. A module may import its own layer and those below, never above. Packages stand
 # for their modules unless a module is named on its own.
 LAYERS = [
-    # facts and pure helpers: no harness imports of their own (cudnn_lib: a ctypes binding)
+    # facts and pure helpers: no harness imports of their own (backends.cudnn.lib: a ctypes binding)
     {"problem", "precision", "stats", "locks", "threads", "contention", "cpu_memory",
-     "backends.cudnn_lib",
+     "backends.cudnn.lib",
      "epilogue"},
     {"problem_text"},
     {"env", "sweep"},
-    {"measurement", "suite_checks", "reference", "verdict"},
-    {"suite", "suite_overrides"},
+    {"measurement", "suite.checks", "reference", "verdict"},
+    {"suite"},                # its loader, axes and overrides
+
     {"models"},
     {"schema"},
     {"timer", "backends.base", "store"},
-    {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.cudnn_types",
-     "backends.cudnn_graph",
-     "backends.cudnn_graph_epilogue",
-     "backends.torch_cpu", "backends.torch_gpu", "backends.fake"},
+    {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.torch", "backends.fake"},
     {"executor", "process_split"},
     {"worker"},
     {"runner"},

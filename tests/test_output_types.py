@@ -14,11 +14,11 @@ import pytest
 from harness import precision, store
 from harness.analysis import networks, policies
 from harness.analysis.points import STEP_KEYS
-from harness.backends import device_buffers
+from harness.backends.cudnn import device_buffers
 from harness.cli import main
 from harness.problem import ConvProblem
 from harness.suite import load_suite
-from harness.suite_checks import SuiteError
+from harness.suite import SuiteError
 from harness.sweep import AlgorithmChoice, Point, Sweep
 
 PROBLEM = ConvProblem(4, 32, 14, 14, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
@@ -217,7 +217,7 @@ class _HostCupy:
 
 @pytest.mark.parametrize("channels", [32, 256])    # scale 2, and scale 1 (2,304 terms)
 def test_an_8_bit_result_always_gets_the_scale_its_graph_reads(channels):
-    from harness.backends.cudnn_graph_epilogue import UID_SCALE, epilogue_pack
+    from harness.backends.cudnn.graph_epilogue import UID_SCALE, epilogue_pack
     from harness.reference import make_data
     problem = ConvProblem(2, channels, 6, 6, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
                           pad_right=1)

@@ -1,6 +1,8 @@
 """Suite files: the shipped suites, name resolution, the format's errors, and CLI overrides."""
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import pytest
 from harness.problem_text import parse_benchdnn
 from harness.suite import (REPO_SUITES, SuiteError, available_suites, load_suite, parse_size,
                            parse_suite)
-from harness.suite_overrides import sweep_with_overrides
+from harness.suite.overrides import OVERRIDE_FLAGS, Overrides, sweep_with_overrides
 from harness.sweep import DIRECTIONS, AlgorithmChoice, TimingOptions
 
 SHIPPED = ["alexnet", "cpu_compare", "deepbench_train", "mobilenet_v1", "quick", "resnet50",
@@ -131,6 +133,19 @@ def test_unknown_suite_names_the_choices():
 def test_missing_file_path_is_an_error(tmp_path):
     with pytest.raises(SuiteError, match="no such suite file"):
         load_suite(str(tmp_path / "absent.toml"))
+
+
+def test_repo_suites_is_the_repository_suites_folder():
+    # The loader sits two folders below the repository (harness/suite/loader.py); one parent
+    # too few would look in harness/suites.
+    assert REPO_SUITES == Path(__file__).resolve().parents[1] / "suites"
+
+
+def test_the_package_exports_what_its_importers_use():
+    import harness.suite
+    missing = [name for name in harness.suite.__all__ if not hasattr(harness.suite, name)]
+    assert not missing
+    assert harness.suite.sweep_with_overrides is sweep_with_overrides
 
 
 # ---- the format -------------------------------------------------------------------------------
@@ -426,6 +441,37 @@ def test_override_errors_name_the_flag(quick, overrides, message):
     with pytest.raises(SuiteError) as info:
         sweep_with_overrides(quick, **overrides)
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_every_flag_is_a_keyword_and_an_overrides_field():
+    """sweep_with_overrides hands its keywords to Overrides one by one: a flag added to one of
+    the three and not the others would be refused or silently ignored."""
+    keywords = [name for name, parameter in inspect.signature(sweep_with_overrides).parameters
+                .items() if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert keywords == [field.name for field in dataclasses.fields(Overrides)]
+    assert set(keywords) == set(OVERRIDE_FLAGS)
+    assert Overrides() == Overrides(**dict.fromkeys(keywords))   # None keeps the suite's
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Overrides().batch = 2
+
+
+# One bad value per flag: each must reach its checker and come back naming that flag.
+BAD_OVERRIDES = {
+    "backends": ["cpu", "cpu"], "algorithms": ["cpu:"], "directions": ["sideways"],
+    "precisions": ["int4"], "layouts": ["nhwc"], "batch": 0, "budget_ms": 0,
+    "workspace_limits": ["64XB"], "timing_mode": "hot", "gpu_timer": "sundial",
+    "gpu_processes": 0, "cpu_rounds": 0, "threads": [0], "ops": ["conv_relu"],
+    "outputs": ["fp128"],
+}
+
+
+@pytest.mark.parametrize("key", sorted(BAD_OVERRIDES))
+def test_every_override_is_checked_and_names_its_flag(quick, key):
+    assert set(BAD_OVERRIDES) == set(OVERRIDE_FLAGS)
+    with pytest.raises(SuiteError) as info:
+        sweep_with_overrides(quick, **{key: BAD_OVERRIDES[key]})
+    assert str(info.value).startswith(f"{OVERRIDE_FLAGS[key]}: "), str(info.value)
+    assert info.value.entry == OVERRIDE_FLAGS[key]
 
 
 def test_batch_override_that_merges_layers_is_an_error(tmp_path):

@@ -9,9 +9,8 @@ import pytest
 from harness import backends, runner, schema, store, threads
 from harness.cli import main
 from harness.problem import ConvProblem
-from harness.suite import load_suite
-from harness.suite_checks import SuiteError
-from harness.suite_overrides import sweep_with_overrides
+from harness.suite import SuiteError, load_suite
+from harness.suite.overrides import sweep_with_overrides
 from harness.sweep import AlgorithmChoice, Point, Sweep, TimingOptions
 
 import planted_backends

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import backends, reference, verdict
-from harness.backends import torch_cpu
+from harness.backends.torch import cpu as torch_cpu
 from harness.backends.base import Unsupported
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
@@ -32,7 +32,7 @@ def _point(problem: ConvProblem, direction: str, precision: str = "fp32",
 
 
 def test_importing_the_backend_does_not_import_torch() -> None:
-    code = ("import sys, harness.backends.torch_cpu as t; t.TorchCpuBackend().algorithms(); "
+    code = ("import sys, harness.backends.torch.cpu as t; t.TorchCpuBackend().algorithms(); "
             "t.TorchCpuBackend().unavailable_reason(); "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

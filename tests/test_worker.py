@@ -13,10 +13,10 @@ from dataclasses import replace
 import pytest
 
 from harness import backends
-from harness.backends import cudnn_lib
+from harness.backends.cudnn import lib as cudnn_lib
 from harness.backends.base import CONTEXT_LOST_CODES, AlgorithmFailed, context_lost
-from harness.backends.cudnn import CudnnFailed
-from harness.backends.cudnn_graph import _frontend_status
+from harness.backends.cudnn.legacy import CudnnFailed
+from harness.backends.cudnn.graph import frontend_status
 from harness.executor import PointExecutor
 from harness.measurement import Status
 from harness.problem import ConvProblem
@@ -93,10 +93,10 @@ def test_the_graph_frontend_status_is_read_back_as_cudnn_numbers():
     def frontend(code: str) -> RuntimeError:
         return RuntimeError("cudnnBackendExecute(...) failed with message: CUDNN_STATUS_BAD_PARAM "
                             f"seen earlier, and code: {code}")
-    assert _frontend_status(frontend("CUDNN_STATUS_EXECUTION_FAILED_CUDART")) == 5003
-    assert _frontend_status(frontend("CUDNN_STATUS_NOT_SUPPORTED_SHAPE")) == 3002
-    assert _frontend_status(frontend("CUDNN_STATUS_EXECUTION_FAILED_SOMETHING_NEW")) == 5000
-    assert _frontend_status(RuntimeError("no status here")) is None
+    assert frontend_status(frontend("CUDNN_STATUS_EXECUTION_FAILED_CUDART")) == 5003
+    assert frontend_status(frontend("CUDNN_STATUS_NOT_SUPPORTED_SHAPE")) == 3002
+    assert frontend_status(frontend("CUDNN_STATUS_EXECUTION_FAILED_SOMETHING_NEW")) == 5000
+    assert frontend_status(RuntimeError("no status here")) is None
 
 
 # ---- executor and worker --------------------------------------------------------------------
@@ -219,7 +219,7 @@ def test_a_resumed_run_remembers_which_engines_hung_and_that_its_point_returned(
 
 
 def test_graph_plans_name_the_engine_their_knob_settings_belong_to():
-    from harness.backends.cudnn_graph import EnginesAlgorithm
+    from harness.backends.cudnn.graph import EnginesAlgorithm
     engines = EnginesAlgorithm(owner=None)
     assert engines.engine_of("eng57_k2=1_k5=3_k14=5") == engines.engine_of("eng57") == "eng57"
     assert engines.engine_of("eng5_k2=1") == "eng5" and engines.engine_of("odd") is None

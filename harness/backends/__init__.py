@@ -9,10 +9,10 @@ from harness.backends.base import Backend, BackendUnavailable
 # name -> "module:Class". Adding a backend is one line here and one module.
 _REGISTRY = {
     "cpu": "harness.backends.cpu:CpuBackend",
-    "torch_cpu": "harness.backends.torch_cpu:TorchCpuBackend",
-    "cudnn": "harness.backends.cudnn:CudnnBackend",
-    "cudnn_graph": "harness.backends.cudnn_graph:CudnnGraphBackend",
-    "torch_gpu": "harness.backends.torch_gpu:TorchGpuBackend",
+    "torch_cpu": "harness.backends.torch.cpu:TorchCpuBackend",
+    "cudnn": "harness.backends.cudnn.legacy:CudnnBackend",
+    "cudnn_graph": "harness.backends.cudnn.graph:CudnnGraphBackend",
+    "torch_gpu": "harness.backends.torch.gpu:TorchGpuBackend",
 }
 # The seeded `fake` backend (harness/backends/fake.py) is not listed: tests register it
 # (tests/conftest.py), so users never see its planted faults as an available backend.

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar
 
 from harness import epilogue, precision
-from harness.backends.cudnn_lib import CudnnError
+from harness.backends.cudnn.lib import CudnnError
 from harness.reference import ProblemData
 from harness.sweep import DIRECTIONS, Point, TimingOptions
 from harness.timer import Timing

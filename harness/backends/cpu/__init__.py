@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from harness.backends.base import Algorithm, Backend
 from harness.backends.cpu.direct import Direct
-from harness.backends.cpu.fft import Fft
-from harness.backends.cpu.im2col import Im2col
-from harness.backends.cpu.winograd import WinogradF2, WinogradF4
+from harness.backends.cpu.fft.algorithm import Fft
+from harness.backends.cpu.im2col.algorithm import Im2col
+from harness.backends.cpu.winograd.algorithm import WinogradF2, WinogradF4
 
 ALGORITHMS: tuple[type[Algorithm], ...] = (Direct, Im2col, Fft, WinogradF2, WinogradF4)
 

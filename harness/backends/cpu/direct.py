@@ -20,7 +20,7 @@ from itertools import product
 import numpy as np
 
 from harness.reference import ProblemData
-from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
+from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior,
                                           padded_shape, split, tap_major_weights, workspace_of)
 from harness.problem import Axis, ConvProblem
 from harness.sweep import Point

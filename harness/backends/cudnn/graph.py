@@ -27,7 +27,7 @@ A 3-D problem is the same one-node graph with 5-D tensors (NCDHW or NDHWC stride
 three-entry padding, stride and dilation lists (`conv_geometry`).
 
 Ops (issue 17): "engines" offers the plans of one fused forward graph (conv, bias, residual add,
-ReLU); "unfused" runs the plain conv's own plan, then separate kernels (cudnn_graph_epilogue).
+ReLU); "unfused" runs the plain conv's own plan, then separate kernels (graph_epilogue.py).
 """
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ from typing import Any
 
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
-from harness.backends.cudnn import CudnnFailed, DeviceOutput, cuda_unavailable_reason
-from harness.backends.device_buffers import (DeviceTensors, element_strides, logical_view,
+from harness.backends.cudnn.legacy import CudnnFailed, DeviceOutput, cuda_unavailable_reason
+from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
                                              poison_value)
 from harness import epilogue
-from harness.backends import cudnn_lib
+from harness.backends.cudnn import lib as cudnn_lib
 from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
-from harness.backends.cudnn_graph_epilogue import UnfusedAlgorithm, epilogue_pack, fused_tail
+from harness.backends.cudnn.graph_epilogue import UnfusedAlgorithm, epilogue_pack, fused_tail
 from harness.precision import output_precision
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
@@ -109,7 +109,7 @@ class EnginesAlgorithm(Algorithm):
     expands = True
     family = "engine"      # each prepared plan says its own family and error factor
     runs_3d = True         # 5-D tensors and three-entry geometry lists (conv_geometry)
-    ops = epilogue.OPS     # an epilogue is fused into the forward graph (cudnn_graph_epilogue)
+    ops = epilogue.OPS     # an epilogue is fused into the forward graph (graph_epilogue.py)
     description = ("every execution plan the graph-API heuristics (modes A, B, FALLBACK) "
                    "offer, one row each")
 
@@ -161,7 +161,7 @@ class GraphPrepared(DeviceOutput):
             self.execute(self.variant_pack, self.workspace.data.ptr, self.index, self.handle)
         except self.errors as err:
             raise CudnnFailed(f"execute_plan_at_index({self.index}) failed: {err}",
-                              _frontend_status(err)) from None
+                              frontend_status(err)) from None
 
     def release(self) -> None:
         super().release()
@@ -385,7 +385,7 @@ def _engine_id(plan_name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _frontend_status(err: BaseException) -> int | None:
+def frontend_status(err: BaseException) -> int | None:
     """The cuDNN status of a failed frontend call, as a number. The frontend raises a plain
     RuntimeError whose text names the status (cudnnGetErrorString) after cuDNN's last-error
     text, so the last status name in it is the call's."""

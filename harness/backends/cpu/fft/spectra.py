@@ -1,8 +1,8 @@
-"""The per-frequency half of the tiled FFT (_fft_tiled.py): the channel contraction, and the
+"""The per-frequency half of the tiled FFT (tiled.py): the channel contraction, and the
 kernel-sized spectra (K*C planes per frequency: at batch 1 the largest thing a launch touches).
 
 Each step is one batched NumPy GEMM over all frequencies, so BLAS spreads the thick ones over
-the cores. Made block by block of frequencies on the worker threads (_workers.py) instead, to
+the cores. Made block by block of frequencies on the worker threads (cpu/workers.py) instead, to
 keep each block in L2 next to its contraction, these thin GEMMs (2*rs = 22 terms) ran at one
 core's speed: 12.3 ms against 11.4 ms (128 channels, 28x28, 11x11, fwd). The contraction
 alone, its frequencies split between two worker threads, ran 1.6-2x faster in isolation
@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from harness.backends.cpu._blas import gemm_or_numpy
-from harness.backends.cpu._fft_tiled import (TWO, Tiling, complex_dft, inverse_cols,
+from harness.backends.cpu.blas import gemm_or_numpy
+from harness.backends.cpu.fft.tiled import (TWO, Tiling, complex_dft, inverse_cols,
                                              inverse_rows, real_dft)
 
 def _merged(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from harness.backends.cpu._blas import symbol
+from harness.backends.cpu.blas import symbol
 
 _GET, _SET = "scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"
 

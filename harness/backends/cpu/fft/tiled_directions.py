@@ -1,4 +1,4 @@
-"""The three directions of the tiled FFT convolution (_fft_tiled.py), each a lowered stride-1
+"""The three directions of the tiled FFT convolution (tiled.py), each a lowered stride-1
 correlation of tiles:
 - fwd: x's tiles (t rows) with the kernel; each tile keeps its first m outputs;
 - bwd_data: a full convolution of dy with the kernel, written as a correlation of dy shifted by
@@ -15,17 +15,17 @@ from typing import Callable
 
 import numpy as np
 
-from harness.backends.cpu._common import CpuPrepared, allocate, interior
-from harness.backends.cpu._fft_lowering import Lowering, taps
-from harness.backends.cpu._fft_spectra import KernelForward, KernelInverse, contract
-from harness.backends.cpu._fft_tiled import FOUR, TWO, Forward, Inverse, Shape, Tiling, window_view
+from harness.backends.cpu.common import CpuPrepared, allocate, interior
+from harness.backends.cpu.fft.lowering import Lowering, taps
+from harness.backends.cpu.fft.spectra import KernelForward, KernelInverse, contract
+from harness.backends.cpu.fft.tiled import FOUR, TWO, Forward, Inverse, Shape, Tiling, window_view
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
 
 
 # Channel pairs (Cg x Kg) per group from which the tiled path runs. With fewer, each
-# frequency's product is a handful of multiply-adds and fft.py's whole-image path, which sums
+# frequency's product is a handful of multiply-adds and algorithm.py's whole-image path, which sums
 # them elementwise, wins: measured (batch 1, fp32; whole / tiled ms, fwd) depthwise 7x7 at 64
 # channels 56x56 1.95 / 8.80, 3x3 at 64 channels in groups of 2 x 2 2.98 / 2.13 but 2.81 /
 # 3.59 bwd_data, in groups of 4 x 4 3.57 / 1.82 (tiled ahead in all three directions).
@@ -33,7 +33,7 @@ TILED_MIN_PAIRS = 16
 
 
 def pays(p: ConvProblem) -> bool:
-    """Whether the tiled path runs rather than the whole-image one (fft.py)."""
+    """Whether the tiled path runs rather than the whole-image one (algorithm.py)."""
     return p.channels_per_group * p.filters_per_group >= TILED_MIN_PAIRS
 
 

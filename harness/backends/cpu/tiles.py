@@ -1,7 +1,7 @@
 """Winograd's tiles: the overlapping input windows and output tiles of a padded NHWC plane
 (`Tiling`), the chunks of tiles a launch works through (`Chunk`) and how large they are, the
-copies of images into such a plane, and the steps both Winograd pipelines (winograd.py,
-_winograd_filter.py) take on a chunk's tiles."""
+copies of images into such a plane, and the steps both Winograd pipelines (winograd/algorithm.py,
+winograd/bwd_filter.py) take on a chunk's tiles."""
 from __future__ import annotations
 
 from dataclasses import dataclass

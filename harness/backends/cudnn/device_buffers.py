@@ -2,7 +2,7 @@
 has no bfloat16), physical layouts (NCHW as is, NHWC with the channels innermost, for 4-D and
 5-D tensors alike) with their element strides, the upload of a problem's tensors, the NaN poison
 and the float64 logical view of an output. One home, so the legacy and the graph backend hold
-identical buffers (moved out of cudnn.py when 3-D made it too long)."""
+identical buffers (moved out of legacy.py when 3-D made it too long)."""
 from __future__ import annotations
 
 from typing import Any

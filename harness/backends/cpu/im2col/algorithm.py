@@ -18,11 +18,11 @@ copying, shared/reference/gpu-findings.md):
   tap reads for a block of output rows is one contiguous run of the flattened plane (a run
   that leaves a row on either side lands in a gap, i.e. reads the padding). Each row yields
   `width` outputs of which Q are kept (57 for 56 at ResNet's res2); used where that waste is
-  small (`_columns.WIDE_MAX_WASTE`) and the column matrix is deep (`FLAT_MIN_DEPTH`), windows of
+  small (`columns.WIDE_MAX_WASTE`) and the column matrix is deep (`FLAT_MIN_DEPTH`), windows of
   exactly Q columns elsewhere. A 1x1 kernel whose plane holds exactly the output grid needs no
   copy at all: its plane is the column matrix;
-- shifted GEMMs (harness/backends/cpu/_shifted.py) where each tap's GEMM is deep enough
-  (`_shifted.MIN_CHANNELS` channels per group): the flat plane is the column matrix, a
+- shifted GEMMs (shifted.py) where each tap's GEMM is deep enough
+  (`shifted.MIN_CHANNELS` channels per group): the flat plane is the column matrix, a
   contiguous run of it per tap, and one accumulating GEMM per tap reads it in place; no column
   matrix is copied at all (it was 11-26% of a ResNet-50 3x3 forward, the GEMMs 63-84%).
 
@@ -42,10 +42,12 @@ from typing import Callable
 import numpy as np
 
 from harness.reference import ProblemData
-from harness.backends.cpu import _im2col_filter, _in_place, _shifted
-from harness.backends.cpu._blas import gemm_into
-from harness.backends.cpu._columns import AxisPhase, axis_phases, Columns
-from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
+from harness.backends.cpu.im2col import bwd_filter as filter_gemms
+from harness.backends.cpu.im2col import in_place as in_place_gemm
+from harness.backends.cpu.im2col import shifted as shifted_gemms
+from harness.backends.cpu.blas import gemm_into
+from harness.backends.cpu.im2col.columns import AxisPhase, axis_phases, Columns
+from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                           tap_cols, tap_rows, workspace_of)
 from harness.problem import ConvProblem
 from harness.threads import cores_for
@@ -98,8 +100,8 @@ class _Correlation:
     """The plan of one forward correlation of problem p: x (p.input_shape) with w -> y.
 
     A column matrix per block, gathered from the phase planes, then one GEMM; or, where
-    `shifted` (_shifted.shifted_pays), no column matrix: one accumulating GEMM per tap reads
-    the planes in place (harness/backends/cpu/_shifted.py)."""
+    `shifted` (shifted.shifted_pays), no column matrix: one accumulating GEMM per tap reads
+    the planes in place (harness/backends/cpu/im2col/shifted.py)."""
     p: ConvProblem
     columns: Columns
     images: list[tuple[int, int]]
@@ -110,8 +112,8 @@ class _Correlation:
     @classmethod
     def of(cls, p: ConvProblem, dtype: type, y: np.ndarray | None = None) -> "_Correlation":
         """The plan for writing into `y`: exact windows where the GEMM can fill y in place
-        (harness/backends/cpu/_in_place.py), flat columns where they pay (_columns) elsewhere
-        or where y is not given."""
+        (in_place.py), flat columns where they pay (columns.py) elsewhere or where y is not
+        given."""
         columns = Columns.of(p)
         # Shifted blocks are sized by the GEMM's output block. Measured interleaved on the
         # 2-core Intel Xeon VM (2026-11-24): 8 MiB ran as fast as 32 MiB on ResNet-50 res2a,
@@ -119,12 +121,12 @@ class _Correlation:
         # to 14%.
         shifted = cls(p, columns, *_blocks(p, p.out_channels * columns.width
                                            * np.dtype(dtype).itemsize, False), True)
-        if _shifted.shifted_pays(p, columns, dtype, shifted.block_columns):
+        if shifted_gemms.shifted_pays(p, columns, dtype, shifted.block_columns):
             return shifted
-        exact = None if y is None else _in_place.exact_where_in_place(columns, y)
+        exact = None if y is None else in_place_gemm.exact_where_in_place(columns, y)
         if exact is not None:
             plan = cls(p, exact, *_blocks(p, _row_bytes(p, exact, dtype), False), in_place=True)
-            if _in_place.wide_enough(min(rows for _, rows in plan.row_blocks) * p.out_w):
+            if in_place_gemm.wide_enough(min(rows for _, rows in plan.row_blocks) * p.out_w):
                 return plan
         return cls(p, columns, *_blocks(p, _row_bytes(p, columns, dtype), False))
 
@@ -133,7 +135,7 @@ class _Correlation:
         """GEMM columns of the largest block."""
         ni, pr = _max_len(self.images), _max_len(self.row_blocks)
         if self.shifted:
-            return _shifted.span(self.columns, ni, pr)
+            return shifted_gemms.span(self.columns, ni, pr)
         return ni * pr * self.columns.kept
 
     @property
@@ -150,11 +152,11 @@ class _Correlation:
 
     @property
     def weights_shape(self) -> tuple[int, ...]:
-        return _shifted.weights_shape(self.p) if self.shifted else self.p.weight_shape
+        return shifted_gemms.weights_shape(self.p) if self.shifted else self.p.weight_shape
 
     def weights_into(self, w: np.ndarray, target: np.ndarray) -> None:
         if self.shifted:
-            _shifted.weights_into(self.columns, w, target)
+            shifted_gemms.weights_into(self.columns, w, target)
         else:
             _weights_in_tap_order(self.columns, w, target)
 
@@ -164,7 +166,7 @@ class _Correlation:
         operand (see copies_weights)."""
         if self.shifted:
             blocks = [(n0, ni, p0, pr) for n0, ni in self.images for p0, pr in self.row_blocks]
-            return _shifted.bind(self.columns, blocks, x, w, y, planes, out_flat)
+            return shifted_gemms.bind(self.columns, blocks, x, w, y, planes, out_flat)
         p, columns = self.p, self.columns
         g, kg, k = p.groups, p.filters_per_group, p.out_channels
         wmat = w.reshape(g, kg, -1)
@@ -177,7 +179,7 @@ class _Correlation:
                 for p0, pr in self.row_blocks:
                     col = columns.gather(planes, col_flat, n0, ni, p0, pr)
                     if gemm is not None:
-                        _in_place.gemm_into_y(gemm, wmat, col, y[n0:n0 + ni, :, p0:p0 + pr])
+                        in_place_gemm.gemm_into_y(gemm, wmat, col, y[n0:n0 + ni, :, p0:p0 + pr])
                         continue
                     cols = col.shape[1]
                     out = out_flat[:k * cols].reshape(g, kg, cols)
@@ -315,28 +317,28 @@ def _col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: 
 
 def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray,
                      dtype: type) -> CpuPrepared:
-    """dW = dy col^T (or its transpose, _im2col_filter says when), accumulated over blocks of
+    """dW = dy col^T (or its transpose, bwd_filter.py says when), accumulated over blocks of
     whole images, col gathered as in fwd.
 
     With the flat column matrix the junk columns of col meet zeros in dy's copy, so they add
     nothing. The GEMM leaves dW in the column matrix's tap order; one gather restores R, S."""
-    columns = _im2col_filter.columns_for(p, dtype)
-    fold = _im2col_filter.fold_of(p, columns)
+    columns = filter_gemms.columns_for(p, dtype)
+    fold = filter_gemms.fold_of(p, columns)
     k, taps = p.out_channels, p.kernel_h * p.kernel_w
-    per_image = _im2col_filter.image_columns(columns, fold)
-    image_bytes = _im2col_filter.image_bytes(columns, fold, dtype)
+    per_image = filter_gemms.image_columns(columns, fold)
+    image_bytes = filter_gemms.image_bytes(columns, fold, dtype)
     images, _ = _blocks(p, -(-image_bytes // p.out_h), True)
-    slots = _im2col_filter.thread_slots(p, images, image_bytes >= BLOCK_BYTES,
+    slots = filter_gemms.thread_slots(p, images, image_bytes >= BLOCK_BYTES,
                                         cores_for(point.threads))
     dw = np.empty(p.weight_shape, dtype)
     taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)
-    shapes = {"planes": columns.planes_shape, **_im2col_filter.scratch_shapes(
+    shapes = {"planes": columns.planes_shape, **filter_gemms.scratch_shapes(
         p, columns, _max_len(images) * per_image, dtype, slots, fold)}
     if not columns.natural_order:
         shapes["dw_taps"] = taps_shape
     buf = allocate(point, dtype, shapes)
     dw_taps = buf.get("dw_taps", dw.reshape(taps_shape))
-    gradient = _im2col_filter.bind(columns, images, slots, x, dy, buf, dw_taps, fold)
+    gradient = filter_gemms.bind(columns, images, slots, x, dy, buf, dw_taps, fold)
     inverse = np.argsort(columns.tap_order)
 
     def kernel() -> None:
@@ -365,22 +367,12 @@ class Im2col(CpuAlgorithm):
         through fwd's im2col + GEMM: no col2im adds (they were a third of the time at ResNet-50
         res2a, and strided adds at stride 2).
 
-        Where K >= 2C col2im stays for correlations through a column matrix: per dy pixel they
-        copy K*R*S values into it, col2im writes and then adds C*R*S, each add a strided
-        read-modify-write worth about two copies. Measured on the 2-core VM (correlations /
-        col2im): K/C = 32 and 64 (DeepBench rows 2 and 55) 7-10x, 21 (VGG conv1_1) 5x, 4
-        1.05-1.4x, 1 0.5-0.6x. At K/C = 2 the correlations took 0.7-1.05x on a quiet machine
-        but lost 1.9-2.2x under load (DeepBench row 61, VGG conv3_1 and conv4_1): their GEMMs
-        reduce over K*R*S, col2im's over K, and the deeper reduction suffered more from busy
-        cores. 1x1 kernels, whose dy plane is the column matrix, tie from K/C = 2 up.
-
-        Shifted correlations copy nothing per tap, so at stride 1 col2im stays only from
-        K >= 8C. Measured on the 2-core Intel Xeon VM (2026-11-24, shifted correlations /
-        col2im, medians of interleaved rounds, benchmarks/im2col_strided.py): K/C = 2 at
-        stride 1 (VGG conv2_1 to conv4_1) 0.79-0.90; 4 (C = 32 and 64) 0.83-0.87; 8 (C = 16
-        and 64) 0.93-1.07 under load; 21 to 64 (C = 1 and 3: GEMMs with 1-3 rows) 2.3-6x in a
-        scratch loop. At stride 2 (DeepBench row 61, K/C = 2, four phase correlations) 1.05
-        in two runs: col2im stays there from K >= 2C."""
+        Where K >= 2C (COL2IM_MIN_RATIO) col2im stays for correlations through a column
+        matrix: per dy pixel they copy K*R*S values into it, col2im writes and then adds C*R*S,
+        each add a strided read-modify-write worth about two copies. Shifted correlations copy
+        nothing per tap, so at stride 1 col2im stays only from K >= 8C
+        (SHIFTED_COL2IM_MIN_RATIO).
+        Study: evidence/logs/im2col-issue16-cpu-intel-xeon-2026-11-24.txt"""
         p = point.problem
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)

@@ -1,11 +1,11 @@
-"""Shifted GEMMs: im2col's correlation without a column matrix (harness/backends/cpu/im2col.py
-chooses it by `shifted_pays`).
+"""Shifted GEMMs: im2col's correlation without a column matrix (algorithm.py chooses it
+by `shifted_pays`).
 
 In a flat phase plane (Columns: rows of [gap zeros | input row], images one after another per
 channel) the rows of the column matrix that tap t of a channel owns are one contiguous run of the
 plane, starting at `Columns.tap_offsets[t]`: at stride 1, tap (r, s) reads from r*width + s. So
 y = sum over taps of W_t (K, C) @ plane[:, offset_t : offset_t + columns], one accumulating
-GEMM per tap (_blas.gemm_into, BLAS beta = 1) reading the plane in place. The column matrix's
+GEMM per tap (blas.gemm_into, BLAS beta = 1) reading the plane in place. The column matrix's
 copy goes: BLAS packs its operand anyway, and packing the plane's runs costs what packing the
 column matrix did. What stays: each tap's GEMM is only C deep, a GEMM call per tap, group and
 block, and the plane's waste computed and dropped (its gap columns, and the rows below out_h of
@@ -18,24 +18,16 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from harness.backends.cpu._blas import gemm_into
-from harness.backends.cpu._columns import Columns
+from harness.backends.cpu.blas import gemm_into
+from harness.backends.cpu.im2col.columns import Columns
 from harness.problem import ConvProblem
 
-# Shifted GEMMs pay from this many channels per group (each tap's GEMM depth) up. Measured
-# interleaved on the 2-core Intel Xeon VM (OpenBLAS 0.3.31, 2026-11-24), column matrix / shifted,
-# fwd, median of 9 rounds' ratios (benchmarks/im2col_strided.py --variant
-# _shifted.MIN_CHANNELS=1000000): C = 16 1.08-1.14, 32 1.17, 64 1.25 (28x28, batch 1); and
-# shifted / column matrix in the cpu_compare run (after/before): res2a (C = 64) 0.77, res3a
-# (128) 0.85, res4a (256) 1.00, VGG conv2_1 to conv5_1 0.86-1.00, DeepBench rows 6 (32) 0.67 and
-# 61 (256) 0.92. In a scratch loop, C = 1 and 3 (DeepBench rows 2 and 55, VGG conv1_1) ran
-# 1.6-3.4x slower shifted (GEMMs 1-3 deep), C = 8 a tie (1.03).
-# results/logs/im2col-issue16-cpu-intel-xeon-2026-11-24.txt has the benchmark's figures.
+# Shifted GEMMs pay from this many channels per group (each tap's GEMM depth) up: shallower
+# GEMMs, one per tap, lose to the column matrix's one deep GEMM. Study:
+# evidence/logs/im2col-issue16-cpu-intel-xeon-2026-11-24.txt
 MIN_CHANNELS = 16
 # ... and from this many GEMM columns a block up: below, a call per tap and group costs more
-# than the copy it saves. Measured as above, column matrix / shifted, fwd, median of 9 rounds:
-# 210 columns (64 channels, 14x14, batch 1) 0.81, 350 (16 channels, 12x12, batch 2) 0.45;
-# 812 (64 channels, 28x28, batch 1) 1.16, 2,040 (16 channels, 14x14, batch 8) 1.16.
+# than the copy it saves (same study).
 MIN_COLUMNS = 512
 
 

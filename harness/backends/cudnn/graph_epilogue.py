@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from harness import epilogue
 from harness.backends.base import Algorithm, Prepared, Unsupported
-from harness.backends.device_buffers import element_strides, physical_shape
+from harness.backends.cudnn.device_buffers import element_strides, physical_shape
 from harness.precision import is_narrow
 from harness.problem import ConvProblem
 from harness.reference import ProblemData

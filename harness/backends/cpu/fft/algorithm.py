@@ -1,9 +1,9 @@
 """FFT convolution: real 2-D FFTs (NumPy's pocketfft) and a per-frequency channel contraction.
 
-Every problem is lowered to a stride-1, undilated correlation first (_fft_lowering.py: dilation
+Every problem is lowered to a stride-1, undilated correlation first (lowering.py: dilation
 spreads the kernel, a stride splits it into phases), so one core serves all shapes and all
 three directions exactly. Two paths: with several channels per group (tiled.pays), the
-overlap-save tiled transform of _fft_tiled.py, whose kernel spectrum has t x (t/2+1) rather
+overlap-save tiled transform of tiled.py, whose kernel spectrum has t x (t/2+1) rather
 than L x (L/2+1) frequencies and whose per-frequency contraction is a GEMM over images and
 tiles; otherwise (depthwise and near it) the whole-image transform below.
 
@@ -27,11 +27,11 @@ import math
 import numpy as np
 
 from harness.reference import ProblemData
-from harness.backends.cpu._common import (CpuAlgorithm, CpuPrepared, allocate, interior,
+from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior,
                                           nbytes, workspace_of)
-from harness.backends.cpu import _fft_tiled_directions as tiled
-from harness.backends.cpu._fft_lowering import Lowering as _Lowering, taps
-from harness.backends.cpu._fft_tiled import half_spectrum_weights, real_dft
+from harness.backends.cpu.fft import tiled_directions as tiled
+from harness.backends.cpu.fft.lowering import Lowering as _Lowering, taps
+from harness.backends.cpu.fft.tiled import half_spectrum_weights, real_dft
 from harness.problem import ConvProblem
 from harness.sweep import Point
 

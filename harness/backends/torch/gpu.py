@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness import epilogue
-from harness.backends import torch_cpu
+from harness.backends.torch import cpu as torch_cpu
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, padding_pairs
 from harness.reference import ProblemData
 from harness.sweep import Point

@@ -44,6 +44,7 @@ The format (suites/quick.toml shows every key):
     threshold = 0.05                     # fractional slowdown that counts as a regression
 
 Axis lists must be non-empty and free of duplicates; unknown keys are errors everywhere.
+The axes the command line can also set are checked in harness.suite.axes.
 """
 from __future__ import annotations
 
@@ -55,19 +56,21 @@ from typing import Any, Sequence
 from harness import epilogue
 from harness.problem import ConvProblem, ProblemError
 from harness.problem_text import parse_benchdnn, parse_deepbench
-from harness.suite_checks import (SuiteError, _Invalid, _check_keys, _choice, _did_you_mean,
-                                  _fraction, _gpu_processes, _cpu_rounds, _int_at_least, _is_int, _kind, _list,
-                                  _plain_from_file, _plain_name, _positive_int, _positive_number,
-                                  _show_size, _table, _text, _unique_list, checked_outputs,
-                                  parse_size)
+from harness.suite.axes import checked_choices, checked_threads, checked_workspace_limits
+from harness.suite.checks import (Invalid, SuiteError, check_keys, checked_choice,
+                                  checked_cpu_rounds, checked_fraction, checked_gpu_processes,
+                                  checked_int_at_least, checked_list, checked_outputs,
+                                  checked_plain_name, checked_positive_int,
+                                  checked_positive_number, checked_table, checked_text,
+                                  checked_unique_list, did_you_mean, is_int, kind_of,
+                                  plain_from_file)
 from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
-from harness.threads import ALL as ALL_THREADS
 
 SUITE_SUFFIX = ".toml"
-# This module's own path, not harness.__file__: a stale editable install can load `harness` as a
-# namespace package, whose __file__ is None.
-REPO_SUITES = Path(__file__).resolve().parent.parent / "suites"
+# This module's own path (harness/suite/loader.py), not harness.__file__: a stale editable install
+# can load `harness` as a namespace package, whose __file__ is None.
+REPO_SUITES = Path(__file__).resolve().parents[2] / "suites"
 
 
 _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
@@ -108,7 +111,7 @@ def resolve_suite(name_or_path: str | Path, search_dirs: Sequence[Path] | None =
         if candidate.is_file():
             return candidate
     known = available_suites(search_dirs)
-    raise SuiteError(f"unknown suite {text!r}{_did_you_mean(text, known)}; available: "
+    raise SuiteError(f"unknown suite {text!r}{did_you_mean(text, known)}; available: "
                      f"{', '.join(known) or 'none'}", file=text)
 
 
@@ -153,25 +156,25 @@ def parse_suite(text: str, source: str = "<suite>", default_name: str = "suite")
         raise SuiteError(f"{source}: not valid TOML: {what}", file=source) from None
     try:
         return _sweep_from_table(data, default_name)
-    except _Invalid as error:
+    except Invalid as error:
         raise SuiteError(f"{source}: {error}", file=source, entry=error.where) from None
 
 
 def _sweep_from_table(data: dict[str, Any], default_name: str) -> Sweep:
-    _check_keys(data, _TOP_KEYS, "")
-    name = (_plain_name(data["name"], "name") if "name" in data
-            else _plain_name(_plain_from_file(default_name), "name (from the file name)"))
-    _text(data.get("description", ""), "description", allow_empty=True)
-    axes = _table(data.get("sweep", {}), "sweep")
-    _check_keys(axes, _SWEEP_KEYS, "sweep")
-    batch = _positive_int(axes["batch"], "sweep.batch") if "batch" in axes else None
+    check_keys(data, _TOP_KEYS, "")
+    name = (checked_plain_name(data["name"], "name") if "name" in data
+            else checked_plain_name(plain_from_file(default_name), "name (from the file name)"))
+    checked_text(data.get("description", ""), "description", allow_empty=True)
+    axes = checked_table(data.get("sweep", {}), "sweep")
+    check_keys(axes, _SWEEP_KEYS, "sweep")
+    batch = checked_positive_int(axes["batch"], "sweep.batch") if "batch" in axes else None
     if "layers" not in data:
-        raise _Invalid("layers", "missing; a suite needs at least one layer")
+        raise Invalid("layers", "missing; a suite needs at least one layer")
     fields: dict[str, Any] = {
         "name": name,
         "problems": _layers(data["layers"], batch),
-        "timing": _timing(_table(data.get("timing", {}), "timing")),
-        "regression_threshold": _compare(_table(data.get("compare", {}), "compare")),
+        "timing": _timing(checked_table(data.get("timing", {}), "timing")),
+        "regression_threshold": _compare(checked_table(data.get("compare", {}), "compare")),
     }
     fields.update(_axes(axes))
     return checked_outputs(Sweep(**fields), "sweep.outputs")
@@ -199,20 +202,20 @@ def _axes(axes: dict[str, Any]) -> dict[str, Any]:
 
 # ---- layers -----------------------------------------------------------------------------------
 def _layers(value: Any, batch: int | None) -> tuple[ConvProblem, ...]:
-    entries = _list(value, "layers")
+    entries = checked_list(value, "layers")
     problems: list[ConvProblem] = []
     for index, entry in enumerate(entries):
         where = f"layers[{index}]"
         problem = _layer(entry, where, batch)
         if not problem.name.isprintable():
-            raise _Invalid(f"{where}.name", f"{problem.name!r} holds a control character or "
-                                            "an unpaired surrogate; a layer name is printable text")
+            raise Invalid(f"{where}.name", f"{problem.name!r} holds a control character or "
+                                           "an unpaired surrogate; a layer name is printable text")
         if batch is not None and problem.batch != batch:
             problem = problem.with_batch(batch)
         if problem in problems:
             first = problems.index(problem)
-            raise _Invalid(where, f"{problem.label!r} ({problem.short_shape}) repeats "
-                                  f"layers[{first}]")
+            raise Invalid(where, f"{problem.label!r} ({problem.short_shape}) repeats "
+                                 f"layers[{first}]")
         problems.append(problem)
     return tuple(problems)
 
@@ -226,37 +229,37 @@ def _layer(entry: Any, where: str, batch: int | None) -> ConvProblem:
         if isinstance(entry, dict):
             return _field_layer(entry, where, batch)
     except ProblemError as error:
-        raise _Invalid(where, str(error)) from None
-    raise _Invalid(where, f"expected a benchdnn descriptor string or a table, got "
-                          f"{_kind(entry)} {entry!r}")
+        raise Invalid(where, str(error)) from None
+    raise Invalid(where, f"expected a benchdnn descriptor string or a table, got "
+                         f"{kind_of(entry)} {entry!r}")
 
 
 def _deepbench_layer(entry: dict[str, Any], where: str) -> ConvProblem:
-    _check_keys(entry, _DEEPBENCH_KEYS, where)
-    fields = _list(entry["deepbench"], f"{where}.deepbench")
+    check_keys(entry, _DEEPBENCH_KEYS, where)
+    fields = checked_list(entry["deepbench"], f"{where}.deepbench")
     for index, item in enumerate(fields):
-        if not _is_int(item):
-            raise _Invalid(f"{where}.deepbench[{index}]", f"expected an integer, got "
-                                                         f"{_kind(item)} {item!r}")
-    name = _text(entry.get("name", ""), f"{where}.name", allow_empty=True)
-    multiplicity = _positive_int(entry.get("multiplicity", 1), f"{where}.multiplicity")
+        if not is_int(item):
+            raise Invalid(f"{where}.deepbench[{index}]", f"expected an integer, got "
+                                                         f"{kind_of(item)} {item!r}")
+    name = checked_text(entry.get("name", ""), f"{where}.name", allow_empty=True)
+    multiplicity = checked_positive_int(entry.get("multiplicity", 1), f"{where}.multiplicity")
     return parse_deepbench(fields, name=name, multiplicity=multiplicity)
 
 
 def _field_layer(entry: dict[str, Any], where: str, batch: int | None) -> ConvProblem:
-    _check_keys(entry, _PROBLEM_FIELDS, where)
+    check_keys(entry, _PROBLEM_FIELDS, where)
     fields = dict(entry)
     if batch is not None:
         fields.setdefault("batch", batch)
     missing = [key for key in _REQUIRED_FIELDS if key not in fields]
     if missing:
-        raise _Invalid(f"{where}.{missing[0]}", f"missing; a layer table needs "
-                                                f"{', '.join(_REQUIRED_FIELDS)}")
+        raise Invalid(f"{where}.{missing[0]}", f"missing; a layer table needs "
+                                               f"{', '.join(_REQUIRED_FIELDS)}")
     for key, value in fields.items():
         if key == "name":
-            _text(value, f"{where}.name", allow_empty=True)
-        elif not _is_int(value):
-            raise _Invalid(f"{where}.{key}", f"expected an integer, got {_kind(value)} {value!r}")
+            checked_text(value, f"{where}.name", allow_empty=True)
+        elif not is_int(value):
+            raise Invalid(f"{where}.{key}", f"expected an integer, got {kind_of(value)} {value!r}")
     # Padding stated on one side only almost always means the same on both sides.
     fields.setdefault("pad_bottom", fields.get("pad_top", 0))
     fields.setdefault("pad_right", fields.get("pad_left", 0))
@@ -264,137 +267,73 @@ def _field_layer(entry: dict[str, Any], where: str, batch: int | None) -> ConvPr
     return ConvProblem(**fields)
 
 
-# ---- sweep axes -------------------------------------------------------------------------------
-def checked_choices(value: Any, where: str, allowed: Sequence[str], what: str,
-             indexed: bool = True) -> tuple[str, ...]:
-    items = _unique_list(value, where, indexed)
-    for index, item in enumerate(items):
-        spot = f"{where}[{index}]" if indexed else where
-        if not isinstance(item, str) or item not in allowed:
-            raise _Invalid(spot, f"unknown {what} {item!r}{_did_you_mean(item, allowed)}; "
-                                 f"expected one of {', '.join(allowed)}")
-    return tuple(items)
-
-
-def checked_workspace_limits(value: Any, where: str, indexed: bool = True) -> tuple[int | None, ...]:
-    items = _list(value, where, allow_empty=False)
-    limits: list[int | None] = []
-    for index, item in enumerate(items):
-        spot = f"{where}[{index}]" if indexed else where
-        limit = _size(item, spot)
-        if limit in limits:
-            raise _Invalid(spot, f"{item!r} repeats an earlier limit ({_show_size(limit)})")
-        limits.append(limit)
-    return tuple(limits)
-
-
-def checked_threads(value: Any, where: str, indexed: bool = True) -> tuple[int, ...]:
-    """Thread counts for CPU points: positive integers, or "all" (the libraries' default)."""
-    counts: list[int] = []
-    for index, item in enumerate(_unique_list(value, where, indexed)):
-        spot = f"{where}[{index}]" if indexed else where
-        if isinstance(item, str) and item.strip().lower() == "all":
-            counts.append(ALL_THREADS)
-        elif isinstance(item, str) and item.strip().isdigit():
-            counts.append(_positive_int(int(item), spot))
-        elif _is_int(item):
-            counts.append(_positive_int(item, spot))
-        else:
-            raise _Invalid(spot, f"expected a thread count or 'all', got {_kind(item)} {item!r}")
-    if len(set(counts)) < len(counts):
-        raise _Invalid(where, "a thread count is given twice")
-    return tuple(counts)
-
-
-# Results store the limit as int64; a larger limit than 8 EiB means unlimited anyway.
-_LARGEST_LIMIT = 2**63 - 1
-
-
-def _size(item: Any, where: str) -> int | None:
-    if item is None:
-        return None
-    if _is_int(item):
-        if item < 0:
-            raise _Invalid(where, f"{item!r} is negative; a workspace limit is a byte count")
-        size = item
-    elif isinstance(item, str):
-        try:
-            size = parse_size(item)
-        except SuiteError as error:
-            raise _Invalid(where, str(error)) from None
-    else:
-        raise _Invalid(where, f"expected a byte count or a size such as '64MiB', got "
-                              f"{_kind(item)} {item!r}")
-    if size is not None and size > _LARGEST_LIMIT:
-        raise _Invalid(where, f"{item!r} is more than 8 EiB; say 'unlimited'")
-    return size
-
-
+# ---- backends ---------------------------------------------------------------------------------
 def _backends(value: Any, where: str) -> tuple[AlgorithmChoice, ...]:
-    entries = _list(value, where, allow_empty=False)
+    entries = checked_list(value, where, allow_empty=False)
     choices: list[AlgorithmChoice] = []
     for index, entry in enumerate(entries):
         choice = _backend(entry, f"{where}[{index}]")
         if choice.backend in [c.backend for c in choices]:
-            raise _Invalid(f"{where}[{index}].name", f"backend {choice.backend!r} is listed twice")
+            raise Invalid(f"{where}[{index}].name", f"backend {choice.backend!r} is listed twice")
         choices.append(choice)
     return tuple(choices)
 
 
 def _backend(entry: Any, where: str) -> AlgorithmChoice:
     if isinstance(entry, str):  # shorthand: "cpu" is {name = "cpu"}
-        return AlgorithmChoice(_text(entry, where))
-    table = _table(entry, where)
-    _check_keys(table, _BACKEND_KEYS, where)
+        return AlgorithmChoice(checked_text(entry, where))
+    table = checked_table(entry, where)
+    check_keys(table, _BACKEND_KEYS, where)
     if "name" not in table:
-        raise _Invalid(f"{where}.name", "missing; every backend entry needs a name")
-    name = _text(table["name"], f"{where}.name")
+        raise Invalid(f"{where}.name", "missing; every backend entry needs a name")
+    name = checked_text(table["name"], f"{where}.name")
     algorithms = ()
     if "algorithms" in table:
         spot = f"{where}.algorithms"
-        algorithms = tuple(_text(item, f"{spot}[{i}]")
-                           for i, item in enumerate(_unique_list(table["algorithms"], spot)))
+        names = checked_unique_list(table["algorithms"], spot)
+        algorithms = tuple(checked_text(item, f"{spot}[{i}]") for i, item in enumerate(names))
     optional = table.get("optional", False)
     if not isinstance(optional, bool):
-        raise _Invalid(f"{where}.optional", f"expected true or false, got {_kind(optional)} "
-                                            f"{optional!r}")
+        raise Invalid(f"{where}.optional", f"expected true or false, got {kind_of(optional)} "
+                                           f"{optional!r}")
     return AlgorithmChoice(name, algorithms, optional)
 
 
 # ---- timing and compare -----------------------------------------------------------------------
 def _timing(table: dict[str, Any]) -> TimingOptions:
-    _check_keys(table, _TIMING_KEYS, "timing")
+    check_keys(table, _TIMING_KEYS, "timing")
     fields: dict[str, Any] = {}
     if "mode" in table:
-        fields["mode"] = _choice(table["mode"], "timing.mode", TIMING_MODES, "timing mode")
+        fields["mode"] = checked_choice(table["mode"], "timing.mode", TIMING_MODES, "timing mode")
     if "gpu_timer" in table:
-        fields["gpu_timer"] = _choice(table["gpu_timer"], "timing.gpu_timer", GPU_TIMERS,
-                                      "GPU timer")
+        fields["gpu_timer"] = checked_choice(table["gpu_timer"], "timing.gpu_timer", GPU_TIMERS,
+                                             "GPU timer")
     if "budget_ms" in table:
-        fields["budget_ms"] = _positive_number(table["budget_ms"], "timing.budget_ms")
-    for key, checked in (("gpu_processes", _gpu_processes), ("cpu_rounds", _cpu_rounds)):
+        fields["budget_ms"] = checked_positive_number(table["budget_ms"], "timing.budget_ms")
+    for key, checked in (("gpu_processes", checked_gpu_processes),
+                         ("cpu_rounds", checked_cpu_rounds)):
         if key in table:
             fields[key] = checked(table[key], f"timing.{key}")
     for key in ("min_samples", "max_samples"):
         if key in table:
-            fields[key] = _positive_int(table[key], f"timing.{key}")
+            fields[key] = checked_positive_int(table[key], f"timing.{key}")
     if "warmup" in table:
-        fields["warmup"] = _int_at_least(table["warmup"], "timing.warmup", 0)
+        fields["warmup"] = checked_int_at_least(table["warmup"], "timing.warmup", 0)
     if "noise_target" in table:
-        fields["noise_target"] = _fraction(table["noise_target"], "timing.noise_target")
+        fields["noise_target"] = checked_fraction(table["noise_target"], "timing.noise_target")
     timing = TimingOptions(**fields)
     if timing.max_samples < timing.min_samples:
-        raise _Invalid("timing.max_samples", f"{timing.max_samples} is less than min_samples="
-                                             f"{timing.min_samples}")
+        raise Invalid("timing.max_samples", f"{timing.max_samples} is less than min_samples="
+                                            f"{timing.min_samples}")
     return timing
 
 
 def _compare(table: dict[str, Any]) -> float:
-    _check_keys(table, _COMPARE_KEYS, "compare")
+    check_keys(table, _COMPARE_KEYS, "compare")
     default = next(f.default for f in dataclasses.fields(Sweep)
                    if f.name == "regression_threshold")
     if "threshold" not in table:
         return default
-    return _fraction(table["threshold"], "compare.threshold", example="0.05 for 5%")
+    return checked_fraction(table["threshold"], "compare.threshold", example="0.05 for 5%")
 
 

@@ -1,9 +1,9 @@
 """Winograd's filter gradient (bwd_filter), F(3x3, mxm) on the same interpolation points as the
-forward F(mxm, 3x3) of winograd.py: each m x m dy tile acts as the "filter" correlated with its
+forward F(mxm, 3x3) of algorithm.py: each m x m dy tile acts as the "filter" correlated with its
 input tile, giving a 3x3 contribution; the sum over all tiles is one GEMM per tile position
 (transformed dy tiles^T @ transformed input tiles, the tiles being the GEMM's inner dimension).
 
-Chunks of tiles run on the launch's threads as in winograd.py; each thread sums its chunks'
+Chunks of tiles run on the launch's threads as in algorithm.py; each thread sums its chunks'
 GEMMs into an accumulator of its own, inside BLAS (beta = 1), and the accumulators are added
 once at the end.
 """
@@ -13,10 +13,10 @@ from functools import partial
 
 import numpy as np
 
-from harness.backends.cpu._blas import gemm_into
-from harness.backends.cpu._tiles import (Chunk, Tiling, by_group, even_parts, kron, per_slot,
+from harness.backends.cpu.blas import gemm_into
+from harness.backends.cpu.tiles import (Chunk, Tiling, by_group, even_parts, kron, per_slot,
                                          place_tasks, plan, scratch, slot_count, transform_input)
-from harness.backends.cpu._workers import run_chunks, run_tasks
+from harness.backends.cpu.workers import run_chunks, run_tasks
 from harness.problem import ConvProblem
 
 

@@ -1,4 +1,4 @@
-"""Phase planes and column matrices of im2col (harness/backends/cpu/im2col.py says why each
+"""Phase planes and column matrices of im2col (algorithm.py says why each
 choice): which taps read which phase of the stride along one axis (`axis_phases`), and the
 planes a launch splits its input into and gathers a block's column matrix from (`Columns`).
 """

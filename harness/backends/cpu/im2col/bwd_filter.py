@@ -1,4 +1,4 @@
-"""im2col's bwd_filter GEMMs (harness/backends/cpu/im2col.py plans the blocks of whole images):
+"""im2col's bwd_filter GEMMs (algorithm.py plans the blocks of whole images):
 per block, dW += dy (K x cols) @ col^T, or dW^T (C*R*S x K) += col @ dy^T where the filters are
 few (`transposed`), with several taps of a kernel row folded into one row of col and dy
 copied once per folded tap where that copies far fewer rows (`fold_of`); dy read in place
@@ -21,45 +21,36 @@ from typing import Callable
 
 import numpy as np
 
-from harness.backends.cpu._blas import MAX_GROUP_CALLS, gemm_into, gemm_or_numpy
-from harness.backends.cpu._columns import Columns
-from harness.backends.cpu._tiles import even_parts, per_slot, slot_count
-from harness.backends.cpu._workers import run_chunks, run_tasks
+from harness.backends.cpu.blas import MAX_GROUP_CALLS, gemm_into, gemm_or_numpy
+from harness.backends.cpu.im2col.columns import Columns
+from harness.backends.cpu.tiles import even_parts, per_slot, slot_count
+from harness.backends.cpu.workers import run_chunks, run_tasks
 from harness.problem import ConvProblem
 
-# dW^T where the filters are this few (and the column matrix's rows more): measured as in the
-# module's docstring, DeepBench row 61 (512 filters) ran 1.39x slower as dW^T in the launch (rows
-# 2 and 6, 32 filters, 1.15-1.18x faster).
+# dW^T only where the filters are this few (and the column matrix's rows more): with many
+# filters the transposed GEMM lost in the launch. Study:
+# evidence/logs/im2col-classb-issue16-cpu-intel-xeon-2026-11-24.txt
 TRANSPOSED_MAX_FILTERS = 64
 # Blocks run on threads only where each holds one image, its column matrix filling a block
-# (im2col.BLOCK_BYTES) alone, so that the gather is a long copy, which one thread ran with a core
-# idle; and where the GEMM does at least THREADS_MIN_FLOPS_PER_ELEMENT per element it streams
-# (2 Kg Cg*R*S / (Kg + Cg*R*S)): skinnier GEMMs are bound by memory, which threads share.
-# Measured interleaved on the 2-core Intel Xeon VM (2026-11-24, threads / one thread with BLAS's
-# two, bwd_filter, benchmarks/im2col_strided.py, 2-4 runs each): DeepBench row 6 (63 flops an
-# element) 0.74-0.76, VGG conv2_1 (209) 0.84-0.87, conv3_1 (419) 0.90-0.91, row 61 (948)
-# 0.94-0.97; row 2 (48) 0.70 and 0.75 in two runs, 1.07 in two (per launch 0.62-1.32), row 55
-# (36) 1.25-1.44. Layers whose images were split finer for threads lost: ResNet-50 res2a to res4a
-# 1.3-2x in most launches (each thread's block took twice as long while the other ran), res5a
-# 1.87x.
+# (algorithm.BLOCK_BYTES) alone, so that the gather is a long copy, which one thread ran with a
+# core idle; and where the GEMM does at least THREADS_MIN_FLOPS_PER_ELEMENT per element it
+# streams (2 Kg Cg*R*S / (Kg + Cg*R*S)): skinnier GEMMs are bound by memory, which threads share.
+# Study: evidence/logs/im2col-filter-threads-cpu-intel-xeon-2026-11-24.txt
 THREADS_MIN_FLOPS_PER_ELEMENT = 56
 # dy is read in place where each image's GEMM reduces over at least this many pixels (here the
-# image's columns are the GEMM's depth, not its width as in _in_place.MIN_COLUMNS). Measured
-# interleaved as in the module's docstring (5 rounds, load about 1), dy copied / in place:
-# DeepBench rows 2 and 55, VGG conv1_1 (13,000-56,000 pixels an image) 1.19-1.44; row 61 (369)
-# 1.04-1.06; ResNet-50 res3a and VGG conv4_1 (784) 1.01-1.02, conv5_1 (196) 1.02, res4a (196)
-# 0.96; res5a, identical code on both sides, 1.04: from 196 to 784 the effect is in the noise.
+# image's columns are the GEMM's depth, not its width as in in_place.MIN_COLUMNS): large images
+# gain from it, and from 196 to 784 pixels copied and in place tie. Study:
+# evidence/logs/im2col-classb-issue16-cpu-intel-xeon-2026-11-24.txt
 MIN_IMAGE_COLUMNS = 256
 # bwd_filter folds taps (fold_of) where that copies at most this share of the rows it copied
-# unfolded (dy read in place). Measured interleaved on the 2-core Intel Xeon VM (2026-11-25,
-# benchmarks/im2col_strided.py, 11 rounds, folded / unfolded): DeepBench row 6 (480 rows for
-# 1600, fold 5) 0.63; ResNet-50 res2a (384 for 576, fold 3) 1.05 slower.
+# unfolded (dy read in place): a smaller saving does not pay for the fold's shifted dy copies.
+# Study: evidence/logs/im2col-filter-fold-cpu-intel-xeon-2026-11-25.txt
 FOLD_MAX_ROWS = 0.5
 
 
 def batched(p: ConvProblem) -> bool:
     """Whether a block's GEMMs over the groups are one np.matmul and an add (many groups:
-    _blas.MAX_GROUP_CALLS) rather than one accumulating BLAS call per group."""
+    blas.MAX_GROUP_CALLS) rather than one accumulating BLAS call per group."""
     return p.groups > MAX_GROUP_CALLS
 
 

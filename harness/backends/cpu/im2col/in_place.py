@@ -1,4 +1,4 @@
-"""im2col's column-path GEMM written straight into y (harness/backends/cpu/im2col.py).
+"""im2col's column-path GEMM written straight into y (harness/backends/cpu/im2col/algorithm.py).
 
 With exact windows (Q columns an output row, no gap) a block's GEMM result per image is y's
 own block, K rows of rows*Q values one image apart: BLAS writes it in place, reading the image's
@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from harness.backends.cpu._blas import MAX_GROUP_CALLS, GemmInto, gemm_into
-from harness.backends.cpu._columns import Columns
+from harness.backends.cpu.blas import MAX_GROUP_CALLS, GemmInto, gemm_into
+from harness.backends.cpu.im2col.columns import Columns
 
 # In place only where each image's GEMM of a block is this wide: ResNet-50 res5a (7x7 outputs,
 # 49 columns an image instead of 392 a block) ran 1.37-1.41x slower in place (fwd, bwd_data);

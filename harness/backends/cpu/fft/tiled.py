@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.backends.cpu._fft_lowering import Lowering, fast_size
+from harness.backends.cpu.fft.lowering import Lowering, fast_size
 from harness.problem import ConvProblem
 
 # Cost of one small BLAS call (NumPy's loop, OpenBLAS's setup), in multiply-adds' worth of

@@ -1,6 +1,5 @@
 """Winograd's minimal filtering matrices F(m, r), built exactly (fractions) by the Toom-Cook
-construction for any output size and interpolation points (harness/backends/cpu/winograd.py
-uses them)."""
+construction for any output size and interpolation points (algorithm.py uses them)."""
 from __future__ import annotations
 
 from fractions import Fraction

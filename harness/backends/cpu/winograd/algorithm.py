@@ -20,7 +20,7 @@ NumPy spends its time in data movement and in thin GEMMs, and its copies use one
   of about CHUNK_BYTES of transformed tiles, and each chunk runs the whole pipeline (gather,
   input transform, the per-position GEMMs, output transform, the transposing copy into NCHW)
   while its buffers are in cache; chunks run on as many Python threads as BLAS may use, BLAS
-  single-threaded meanwhile (_workers.py), so copies and transforms use every core too;
+  single-threaded meanwhile (cpu/workers.py), so copies and transforms use every core too;
 - each 2-D transform X -> L X R^T is one GEMM with the Kronecker product L (x) R over all tiles
   and channels of a chunk (for F4 that is 4x the multiplies of the separable form, but
   the separable form is two GEMMs with an inner dimension of 6, which OpenBLAS runs 3-4x below
@@ -40,7 +40,7 @@ Directions (stride 1, dilation 1, 3x3 only):
 - bwd_data is the same tile algorithm on dy, padded by 2 - pad, with the kernel rotated by 180
   degrees and its two channel axes swapped: the rotation reverses the columns of G (x) G, the
   swap is a transposed GEMM operand, so no rotated copy of the weights is made;
-- bwd_filter is F(3x3, mxm) on the same points (_winograd_filter.py).
+- bwd_filter is F(3x3, mxm) on the same points (bwd_filter.py).
 """
 from __future__ import annotations
 
@@ -52,13 +52,13 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from harness.reference import ProblemData
-from harness.backends.cpu.toom_cook import matrices
-from harness.backends.cpu._tiles import (Chunk, Tiling, by_group, chunks, even_parts,
+from harness.backends.cpu.winograd.toom_cook import matrices
+from harness.backends.cpu.tiles import (Chunk, Tiling, by_group, chunks, even_parts,
                                          kron, per_slot, place_tasks, plan,
                                          scratch, slot_count, transform_input)
-from harness.backends.cpu._winograd_filter import FilterGradient
-from harness.backends.cpu._workers import run_chunks, run_tasks
-from harness.backends.cpu._common import CpuAlgorithm, CpuPrepared, allocate, workspace_of
+from harness.backends.cpu.winograd.bwd_filter import FilterGradient
+from harness.backends.cpu.workers import run_chunks, run_tasks
+from harness.backends.cpu.common import CpuAlgorithm, CpuPrepared, allocate, workspace_of
 from harness.problem import ConvProblem
 from harness.threads import cores_for
 from harness.sweep import Point

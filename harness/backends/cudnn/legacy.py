@@ -1,10 +1,10 @@
 """Every legacy cuDNN convolution algorithm (forward 8, backward data 6, backward filter 7) in
 fp32 (FMA math: true fp32), tf32 (default math), fp16 and bf16 (float compute, tensor-op math),
 fp64 and int8 (forward INT8_EXT_CONFIG: NHWC, int32 sums, fp32 y, or INT8_CONFIG with a scaled
-int8 y; IMPLICIT_PRECOMP_GEMM only), NCHW and NHWC, through ctypes (cudnn_lib) with CuPy for
+int8 y; IMPLICIT_PRECOMP_GEMM only), NCHW and NHWC, through ctypes (lib.py) with CuPy for
 memory and streams. The types of each
 precision, and the refusals of fp8 (no legacy fp8 convolution) and of int8 problems outside
-INT8_EXT_CONFIG, are in cudnn_types.
+INT8_EXT_CONFIG, are in data_types.py.
 
 cuDNN statuses become data: NOT_SUPPORTED from the workspace query is `unsupported` with the
 status name and cuDNN's own last-error text; any failing call is `failed` with the same. For each
@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.backends import cudnn_lib as lib
-from harness.backends.device_buffers import (DeviceTensors, element_strides, logical_view,
+from harness.backends.cudnn import lib
+from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
                                              poison_value)
 from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
                                    padding_pairs, require_fits)
-from harness.backends.cudnn_types import quantized_refusal, scalar_type, type_config
+from harness.backends.cudnn.data_types import quantized_refusal, scalar_type, type_config
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -37,7 +37,7 @@ FAMILIES = {"implicit_gemm": "implicit_gemm", "implicit_precomp_gemm": "implicit
             "gemm": "gemm", "direct": "direct", "fft": "fft", "fft_tiling": "fft",
             "winograd": "winograd", "winograd_nonfused": "winograd", "algo_0": "implicit_gemm",
             "algo_1": "implicit_gemm", "algo_3": "implicit_gemm"}
-# What each name is, with its cudnnConvolution*Algo_t enum per direction (cudnn_lib.ALGOS).
+# What each name is, with its cudnnConvolution*Algo_t enum per direction (lib.ALGOS).
 DESCRIPTIONS = {
     "implicit_gemm": "fwd IMPLICIT_GEMM (0): GEMM without building the im2col matrix, "
                      "no workspace",

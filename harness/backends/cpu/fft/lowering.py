@@ -1,4 +1,4 @@
-"""What both FFT paths (whole-image in fft.py, tiled in _fft_tiled.py) share: transform sizes
+"""What both FFT paths (whole-image in algorithm.py, tiled in tiled.py) share: transform sizes
 and the lowering of every problem to a stride-1, undilated correlation.
 
 - dilation: the kernel is spread out with zeros (R -> (R-1)*dilation+1 taps);

@@ -1,5 +1,6 @@
-"""The suite loader's checkers: each names where a value came from (a file entry or a flag) and
-the rule it broke; sizes such as "64MiB"; SuiteError, what a bad suite or override raises."""
+"""The value checkers shared by the suite file (loader) and the command line (overrides): each
+names where a value came from (a file entry or a flag) and the rule it broke, by raising Invalid;
+sizes such as "64MiB"; SuiteError, what a bad suite or override raises."""
 from __future__ import annotations
 
 import difflib
@@ -27,8 +28,9 @@ class SuiteError(ValueError):
         self.entry = entry
 
 
-class _Invalid(Exception):
-    """Raised by the checkers below; turned into a SuiteError that names the file or the flag."""
+class Invalid(Exception):
+    """Raised by the checkers below; the loader and the overrides turn it into a SuiteError that
+    names the file or the flag, so no caller outside harness.suite ever sees it."""
 
     def __init__(self, where: str, message: str):
         super().__init__(f"{where}: {message}")
@@ -50,123 +52,123 @@ def parse_size(text: str) -> int | None:
     return int(value)
 
 
-def _show_size(limit: int | None) -> str:
+def show_size(limit: int | None) -> str:
     return "unlimited" if limit is None else f"{limit} bytes"
 
 
-def _check_keys(table: dict[str, Any], allowed: Sequence[str], where: str) -> None:
+def check_keys(table: dict[str, Any], allowed: Sequence[str], where: str) -> None:
     for key in table:
         if key not in allowed:
             spot = f"{where}.{key}" if where else key
-            raise _Invalid(spot, f"unknown key {key!r}{_did_you_mean(key, allowed)}; expected "
-                                 f"one of {', '.join(allowed)}")
+            raise Invalid(spot, f"unknown key {key!r}{did_you_mean(key, allowed)}; expected "
+                                f"one of {', '.join(allowed)}")
 
 
-def _table(value: Any, where: str) -> dict[str, Any]:
+def checked_table(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise _Invalid(where, f"expected a table, got {_kind(value)} {value!r}")
+        raise Invalid(where, f"expected a table, got {kind_of(value)} {value!r}")
     return value
 
 
-def _list(value: Any, where: str, allow_empty: bool = False) -> list[Any]:
+def checked_list(value: Any, where: str, allow_empty: bool = False) -> list[Any]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise _Invalid(where, f"expected a list, got {_kind(value)} {value!r}")
+        raise Invalid(where, f"expected a list, got {kind_of(value)} {value!r}")
     if not value and not allow_empty:
-        raise _Invalid(where, "is empty; give at least one value")
+        raise Invalid(where, "is empty; give at least one value")
     return list(value)
 
 
-def _unique_list(value: Any, where: str, indexed: bool = True) -> list[Any]:
-    items = _list(value, where)
+def checked_unique_list(value: Any, where: str, indexed: bool = True) -> list[Any]:
+    items = checked_list(value, where)
     for index, item in enumerate(items):
         if item in items[:index]:
             spot = f"{where}[{index}]" if indexed else where
-            raise _Invalid(spot, f"{item!r} is listed twice")
+            raise Invalid(spot, f"{item!r} is listed twice")
     return items
 
 
-def _choice(value: Any, where: str, allowed: Sequence[str], what: str) -> str:
+def checked_choice(value: Any, where: str, allowed: Sequence[str], what: str) -> str:
     if not isinstance(value, str) or value not in allowed:
-        raise _Invalid(where, f"unknown {what} {value!r}{_did_you_mean(value, allowed)}; "
-                              f"expected one of {', '.join(allowed)}")
+        raise Invalid(where, f"unknown {what} {value!r}{did_you_mean(value, allowed)}; "
+                             f"expected one of {', '.join(allowed)}")
     return value
 
 
-def _text(value: Any, where: str, allow_empty: bool = False) -> str:
+def checked_text(value: Any, where: str, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
-        raise _Invalid(where, f"expected a string, got {_kind(value)} {value!r}")
+        raise Invalid(where, f"expected a string, got {kind_of(value)} {value!r}")
     if not allow_empty and not value.strip():
-        raise _Invalid(where, f"{value!r} is empty; expected a name")
+        raise Invalid(where, f"{value!r} is empty; expected a name")
     return value
 
 
-def _plain_from_file(stem: str) -> str:
+def plain_from_file(stem: str) -> str:
     """A file called 'my suite.toml' is suite 'my-suite': a name the user never typed is made
     plain rather than refused."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).replace("..", "-").lstrip(".-")[:100] or "suite"
 
 
-def _plain_name(value: Any, where: str) -> str:
-    name = _text(value, where)
+def checked_plain_name(value: Any, where: str) -> str:
+    name = checked_text(value, where)
     if not _PLAIN_NAME.fullmatch(name) or ".." in name:
-        raise _Invalid(where, f"{name!r} is not a plain name: use letters, digits, '_', '-' and "
-                              "'.', not starting with '.' or '-', no '..', at most 100 "
-                              "characters; it becomes part of file names")
+        raise Invalid(where, f"{name!r} is not a plain name: use letters, digits, '_', '-' and "
+                             "'.', not starting with '.' or '-', no '..', at most 100 "
+                             "characters; it becomes part of file names")
     return name
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int_at_least(value: Any, where: str, lowest: int) -> int:
-    if not _is_int(value) or value < lowest:
+def checked_int_at_least(value: Any, where: str, lowest: int) -> int:
+    if not is_int(value) or value < lowest:
         rule = "a positive integer" if lowest == 1 else f"an integer >= {lowest}"
-        raise _Invalid(where, f"{value!r} must be {rule}")
+        raise Invalid(where, f"{value!r} must be {rule}")
     return value
 
 
-def _positive_int(value: Any, where: str) -> int:
-    return _int_at_least(value, where, 1)
+def checked_positive_int(value: Any, where: str) -> int:
+    return checked_int_at_least(value, where, 1)
 
 
-def _cpu_rounds(value: Any, where: str) -> int:
+def checked_cpu_rounds(value: Any, where: str) -> int:
     return _replicates(value, where, "rounds per CPU point")
 
 
-def _gpu_processes(value: Any, where: str) -> int:
+def checked_gpu_processes(value: Any, where: str) -> int:
     return _replicates(value, where, "worker processes per GPU")
 
 
 def _replicates(value: Any, where: str, what: str) -> int:
     """A count of replicates a point is timed in (GPU processes, CPU rounds)."""
-    count = _positive_int(value, where)
+    count = checked_positive_int(value, where)
     if count > MAX_GPU_PROCESSES:
-        raise _Invalid(where, f"{count} {what} is more than the {MAX_GPU_PROCESSES} allowed")
+        raise Invalid(where, f"{count} {what} is more than the {MAX_GPU_PROCESSES} allowed")
     return count
 
 
-def _positive_number(value: Any, where: str) -> float:
-    ok = (_is_int(value) or isinstance(value, float)) and math.isfinite(value) and value > 0
+def checked_positive_number(value: Any, where: str) -> float:
+    ok = (is_int(value) or isinstance(value, float)) and math.isfinite(value) and value > 0
     if not ok:
-        raise _Invalid(where, f"{value!r} must be a positive number")
+        raise Invalid(where, f"{value!r} must be a positive number")
     return float(value)
 
 
-def _fraction(value: Any, where: str, example: str = "0.01 for 1%") -> float:
-    number = _positive_number(value, where)
+def checked_fraction(value: Any, where: str, example: str = "0.01 for 1%") -> float:
+    number = checked_positive_number(value, where)
     if number >= 1:
-        raise _Invalid(where, f"{value!r} must be a fraction between 0 and 1, e.g. {example}")
+        raise Invalid(where, f"{value!r} must be a fraction between 0 and 1, e.g. {example}")
     return number
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "list",
              dict: "table"}
     return names.get(type(value), type(value).__name__)
 
 
-def _did_you_mean(word: Any, options: Iterable[str]) -> str:
+def did_you_mean(word: Any, options: Iterable[str]) -> str:
     if not isinstance(word, str):
         return ""
     options = list(options)
@@ -180,8 +182,8 @@ def checked_outputs(sweep: Sweep, where: str) -> Sweep:
     none writes is a mistake (the axis would change nothing), not a no-op."""
     unoffered = sweep.unoffered_outputs()
     if unoffered:
-        raise _Invalid(where, f"no precision asked ({', '.join(sweep.precisions)}) writes "
-                              f"{unoffered[0]} results in the directions asked; outputs other "
-                              f"than auto are for fp8 (fwd: bf16, fp32, its own fp8) and int8 "
-                              f"(fwd: int8)")
+        raise Invalid(where, f"no precision asked ({', '.join(sweep.precisions)}) writes "
+                             f"{unoffered[0]} results in the directions asked; outputs other "
+                             f"than auto are for fp8 (fwd: bf16, fp32, its own fp8) and int8 "
+                             f"(fwd: int8)")
     return sweep

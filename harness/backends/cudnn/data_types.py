@@ -3,14 +3,14 @@ which cuDNN data, compute and math types each precision runs in, the result writ
 precision's type (int8: INT8_EXT_CONFIG, int32 sums written as FLOAT) or the one a point asks
 (int8 into int8: INT8_CONFIG), the type of the alpha / beta scalars, and the precisions and
 int8 problems the legacy API cannot take at all. Pure data and rules, checked without a GPU;
-cudnn.py builds its descriptors from them.
+legacy.py builds its descriptors from them.
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
 
-from harness.backends import cudnn_lib as lib
+from harness.backends.cudnn import lib
 from harness.precision import output_precision
 from harness.sweep import Point
 
