@@ -1,5 +1,5 @@
 """How many rows a second the one client and its journal take, and what the Dask scheduler costs
-a shard: the numbers that say where `--cluster` stops scaling (README: Many GPUs and clusters).
+a shard: the numbers that say where `--cluster` stops scaling (docs/clusters.md).
 
 Points of the fake backend cost next to nothing (simulated timings, 4x4 problems), so what is
 measured is the harness around them:

@@ -2,7 +2,7 @@
 (issue 13: power, measured on real reruns)
 
     python benchmarks/power.py [--suite quick] [--runs 21] [--fraction 0.25] [--seed 0]
-                               [--runs-dir DIR] [--out results/logs/power-MACHINE-DATE.md]
+                               [--runs-dir DIR] [--out evidence/logs/power-MACHINE-DATE.md]
                                [-- extra `convbench run` flags, e.g. --backend cudnn]
 
 Measures the suite --runs times (each a real `python -m harness.cli run SUITE --out FILE`, from

@@ -29,7 +29,7 @@ Two things the run queue does not show, judged as well:
   fixed matmul on both cores ran ~30% slower (0.46 -> 0.61 ms) and every multi-threaded point
   with it (a 2-thread direct convolution up to 1.9x), with no run-queue wait and no steal: the
   host not running both vCPUs at once, which stalls every fork/join (each vCPU alone stayed at
-  its speed; benchmarks/host_drift.py). Nothing in the guest can wait it out sample by sample,
+  its speed; evidence/studies/host_drift.py). Nothing in the guest can wait it out sample by sample,
   so each CPU point records that probe, timed just before and after it, and `compare` does not
   call a multi-threaded row SLOWER (FASTER) where the new (base) run's probe read HOST_SLOWER
   slower and the row moved no more than the spell can move a point (SPELL_REACH).

@@ -1,6 +1,6 @@
 """A plan: per layer of a suite and per direction, the fastest verified algorithm under a workspace
 limit, with its expected time, workspace and delivered precision. JSON a framework integration can
-apply (schema below, README "Plans"); built from results by the one analysis (harness.analysis).
+apply (schema below); built from results by the one analysis (harness.analysis).
 
 {"schema": "convbench-plan/1", "suite": ..., "precision": "fp16", "layout": "NHWC",
  "workspace_limit_bytes": null | int, "machine": {"gpu": ..., "cudnn": ..., ...},

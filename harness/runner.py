@@ -72,7 +72,7 @@ def with_samples_floor(timing: TimingOptions, rows: int) -> tuple[TimingOptions,
     raised = replace(timing, min_samples=floor, max_samples=max(timing.max_samples, floor))
     return raised, (f"min_samples raised from {timing.min_samples} to {floor} for {rows} points: "
                     f"the fewest with which `convbench compare` can call one regressed row "
-                    f"SLOWER (README: Regression checks)")
+                    f"SLOWER (docs/regression-checks.md)")
 
 
 def _locality(sweep: Sweep) -> Callable[[Point], tuple]:

@@ -39,7 +39,7 @@ come from one window of one run, so its rank test sees only the noise inside tha
 else differs between two runs of unchanged code (a neighbour on a shared host, the memory the
 buffers landed in) moves each row by its own amount and shows up only as rows disagreeing with
 each other by more than their samples can. On the 2-core CI VM
-(results/logs/power-cpu-*.md; 21 runs of `quick`): rows moved 8-13% (sd) between runs while their
+(evidence/logs/power-cpu-*.md; 21 runs of `quick`): rows moved 8-13% (sd) between runs while their
 medians' standard errors inside a run were ~2%, so 25-30% of A/A rows came out "significantly"
 slower by more than 5%; spreading a row's samples over the run or re-allocating its buffers
 between samples did not shrink that (12-13% either way). On an H100 it is well under 1%, and with

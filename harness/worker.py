@@ -18,7 +18,7 @@ from harness.sweep import Point
 # limits) that takes longer than this is declared hung: the worker is killed, the unit becomes a
 # `crashed` row naming the cap, and the group's other plans are measured in a fresh process.
 # Far above any unit that returns: the slowest plan that returned took 8.5 s, the next never did.
-# Study (benchmarks/stall_plans.py):
+# Study (evidence/studies/stall_plans.py):
 # evidence/logs/stall-efficientnet_b0-features.1.0.block.0.0-bwd_data-fp16-nvidia-h100-2026-11-23.log
 UNIT_TIMEOUT_S = 120.0
 # Once one plan of a point returned verified rows, the point's later plans get this shorter cap:

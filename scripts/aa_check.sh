@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regression check on the CPU, in two steps that must both hold (issue 13: a check that can fail),
-# gated the way README "Regression checks" advises on a shared CPU machine: `convbench check`,
+# gated the way docs/regression-checks.md advises on a shared CPU machine: `convbench check`,
 # which re-measures the rows it flags and fails only on what the re-measurement confirms.
 #  1. A/A: measure the `quick` suite once at its default sample count, then `convbench check` it
 #     against that run: nothing changed, so check must exit 0. A failure means the verdicts cry

@@ -56,7 +56,7 @@ class PlansBackend(FakeBackend):
 
 # Ten times slower: what two runs on the 2-core CI VM tell apart even when something else is
 # running on its cores. Its rows scatter 5-34% between quiet runs of unchanged code (median 13%,
-# results/logs/power-cpu-*.md: +100% on every row was a SLOWER suite in 17 of 20 pairs, +200% in
+# evidence/logs/power-cpu-*.md: +100% on every row was a SLOWER suite in 17 of 20 pairs, +200% in
 # 20 of 20), and up to ±98% with a test suite running beside it, where the suite's scatter floor
 # is 5.5x and a planted 3x read as AMBIGUOUS. The check tests the gate end to end on a real
 # rerun; benchmarks/power.py measures where its edge lies.
@@ -283,7 +283,7 @@ class _LostOnSecondPlan(_FaultOnSecondPlan):
 
 class _HangsOnSecondPlan(_FaultOnSecondPlan):
     """The second plan never returns, as an efficientnet_b0 depthwise bwd_data graph plan did
-    on an H100 (benchmarks/stall_plans.py)."""
+    on an H100 (evidence/studies/stall_plans.py)."""
     name = "hanging_plans"
 
     def faulty(self, prepared):

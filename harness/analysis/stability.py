@@ -18,7 +18,7 @@ reference is faster; above it a rerun picks something else often enough (one tim
 more) that calling the pick "the best" would claim more than the samples hold.
 
 What this leaves out: the samples come from one window of one run. Run-to-run scatter (the
-process a point runs in, clocks; README, Evidence) is not in them, so p_change is a lower bound
+process a point runs in, clocks; evidence/diary.md) is not in them, so p_change is a lower bound
 on how often a real rerun picks differently. A row whose fastest sample is slower than the
 reference's slowest can win no resample; it is not resampled (its share is 0).
 """

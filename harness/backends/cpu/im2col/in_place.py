@@ -4,7 +4,7 @@ With exact windows (Q columns an output row, no gap) a block's GEMM result per i
 own block, K rows of rows*Q values one image apart: BLAS writes it in place, reading the image's
 columns of the column matrix as a strided operand. No GEMM output buffer, and no copy out of it
 (that copy was 46-48% of DeepBench row 55's and VGG conv1_1's forward, 20% of row 2's).
-Measured interleaved on the 2-core Intel Xeon VM (2026-11-24, benchmarks/im2col_strided.py,
+Measured interleaved on the 2-core Intel Xeon VM (2026-11-24, evidence/studies/im2col_strided.py,
 after/before, fwd): VGG conv1_1 0.66, DeepBench row 55 0.62; row 2 (flat columns before) 0.84
 with exact windows in place.
 """

@@ -92,7 +92,7 @@ BY_FILTERS_MAX_CHUNKS = 1
 # (36 MiB on res5a) out to memory first. Measured on one thread, half of res5a's filters
 # (transform and GEMMs, ms): all at once 6.0; 16 filters at a time (1.2 MiB) 5.1, 8 6.5, 32 6.6,
 # 64 6.7. 1.25 MiB makes it 17 of 512 channels, so a thread's 256 go 16 at a time (even_parts).
-# In the launch (2-core Xeon VM, 2026-11-25, interleaved, benchmarks/winograd_blocks.py
+# In the launch (2-core Xeon VM, 2026-11-25, interleaved, evidence/studies/winograd_blocks.py
 # --before): res5a F4 bwd_data 11.9 -> 9.5 ms, fwd 8.9 -> 9.0 (its GEMMs of 32 tiles, not U's
 # traffic, bound it); U's 36 MiB of workspace are gone.
 FUSED_U_BYTES = 5 << 18

@@ -3,7 +3,7 @@ printing each before it starts (run it under `timeout`: the last "start" line na
 The point is efficientnet_b0's depthwise features.1.0.block.0.0 (g32, 112x112, batch 32) bwd_data
 NHWC, where a `run --model torchvision:efficientnet_b0` sweep stopped making rows on 2026-11-23.
 
-    timeout 170 python benchmarks/stall_plans.py fp16
+    timeout 170 python evidence/studies/stall_plans.py fp16
 """
 import sys, time
 from harness.problem_text import parse_benchdnn

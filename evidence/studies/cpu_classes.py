@@ -1,6 +1,6 @@
 """Own CPU algorithms against oneDNN (torch_cpu) by layer class, from a results file.
 
-    .venv/bin/python benchmarks/cpu_classes.py results/cpu_compare-cpu-DATE.parquet \
+    .venv/bin/python evidence/studies/cpu_classes.py evidence/runs/cpu_compare-cpu-DATE.parquet \
         [--standalone results/onednn-alone.parquet [more alone runs ...]]
 
 Class A: 3x3 stride-1 layers with >= 64 input and output channels (where Winograd and im2col
@@ -20,7 +20,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pandas as pd  # noqa: E402
 

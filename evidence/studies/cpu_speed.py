@@ -2,7 +2,7 @@
 
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
 
-    .venv/bin/python benchmarks/cpu_speed.py [--reps 7] [--check] [--layers res2,speech1]
+    .venv/bin/python evidence/studies/cpu_speed.py [--reps 7] [--check] [--layers res2,speech1]
 
 Each point is prepared once through the backend API the runner uses, launched once to warm up,
 then timed with time.perf_counter_ns, GC off. Each algorithm's launches run back to back (as the
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BEFORE = "73e3a4e"
 
 

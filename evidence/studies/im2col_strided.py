@@ -2,14 +2,14 @@
 
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
 
-    .venv/bin/python benchmarks/im2col_strided.py [--reps 11] [--layers train_61,res3a]
+    .venv/bin/python evidence/studies/im2col_strided.py [--reps 11] [--layers train_61,res3a]
         [--directions fwd,bwd_data] [--all-strides] [--suites cpu_compare]
         [--before COMMIT] [--variant _shifted.MIN_CHANNELS=1000000 ...] (a number: integer or float) [--descriptor DESC ...]
 
 The layers are the stride > 1 layers of the suites (cpu_compare and resnet50 by default; every
 layer of them with --all-strides), at batch 8, fp32, NCHW, in all three directions. "before" is
 harness/backends/cpu/im2col.py at commit --before (by default where HEAD left main;
-benchmarks/_before.py loads it from git, with the _columns.py of that commit); "after" is the
+evidence/studies/_before.py loads it from git, with the _columns.py of that commit); "after" is the
 harness's im2col; "torch" is the torch_cpu backend (torch.nn.functional.conv2d and
 aten.convolution_backward). With --variant MODULE.NAME=VALUE (repeatable), "variant" is the
 harness's im2col prepared with those module constants of harness.backends.cpu changed (a shape
@@ -23,7 +23,7 @@ would otherwise slow whichever library runs next) and one untimed launch (caches
 warm again). The table shows medians, the median and the spread (lowest and highest) of the
 per-round ratios after/before and after/torch, before's and after's workspace, and the load
 average when each point started; the geometric means of the per-round ratios' medians are by
-issue 16's classes (benchmarks/cpu_classes.py: A = 3x3 stride 1 with >= 64 channels in and
+issue 16's classes (evidence/studies/cpu_classes.py: A = 3x3 stride 1 with >= 64 channels in and
 out, B = the rest).
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402

@@ -6,7 +6,7 @@ nothing for the copies with this BLAS.
 
 Not a test: a script whose table goes into the closing note with the machine it ran on.
 
-    .venv/bin/python benchmarks/gemm_ceiling.py [--reps 9] [--suite cpu_compare] [--class A|B]
+    .venv/bin/python evidence/studies/gemm_ceiling.py [--reps 9] [--suite cpu_compare] [--class A|B]
         [--gemms fwd,bwd_data,bwd_filter]
 
 Per layer (batch 8, fp32) and direction, its GEMM (`_gemms` gives the shapes: fwd's W @ col,
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402

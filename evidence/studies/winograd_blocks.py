@@ -5,7 +5,7 @@ the yardsticks.
 
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
 
-    .venv/bin/python benchmarks/winograd_blocks.py [--rounds 11] [--layers res2a,conv3_1]
+    .venv/bin/python evidence/studies/winograd_blocks.py [--rounds 11] [--layers res2a,conv3_1]
         [--directions fwd,bwd_data] [--warm-ms 60] [--check] [--before COMMIT]
 
 Layers: the "class A" rows of suites/cpu_compare.toml (3x3, stride 1, at least 64 channels in
@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "evidence" / "studies"))
 
 from _before import module_at  # noqa: E402
 from harness import backends, reference  # noqa: E402

@@ -1,7 +1,7 @@
 """Do GPU rows' run-to-run jumps come from the process state they are measured in? (issue 13)
 The same cuDNN points measured (A) once in each of 8 fresh processes, (B) 10 times in one process
 with a fresh executor (new buffers) after a random spacer allocation, (C) 10 times in that process
-with one executor (the same buffers). Run on a GPU machine: python3 benchmarks/placement_probe.py
+with one executor (the same buffers). Run on a GPU machine: python3 evidence/studies/placement_probe.py
 (results/logs/gpu-placement-*.md)."""
 import sys, random, statistics, subprocess, json
 from dataclasses import replace

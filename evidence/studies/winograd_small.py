@@ -3,7 +3,7 @@ CPU convolution (oneDNN).
 
 Not a test: a script whose printed table goes into the closing note with the machine it ran on.
 
-    .venv/bin/python benchmarks/winograd_small.py [--reps 9] [--layers res4a,res5a]
+    .venv/bin/python evidence/studies/winograd_small.py [--reps 9] [--layers res4a,res5a]
         [--directions fwd,bwd_data] [--before COMMIT]
 
 The layers are cpu_compare's ResNet-50 res2a-res5a 3x3 layers by default (any cpu_compare layer
@@ -11,7 +11,7 @@ whose name contains one of --layers), at batch 8, fp32, NCHW. "before" is the Wi
 (winograd.py, _tiles.py, _winograd_filter.py, _workers.py) at commit --before (by default where
 HEAD left main), loaded from git beside today's; "after" is the working tree's. Each point is
 prepared through the backend API, every output checked against torch's, then timed as
-benchmarks/winograd_blocks.py times (interleaved launch by launch in a rotating order, a pause
+evidence/studies/winograd_blocks.py times (interleaved launch by launch in a rotating order, a pause
 where the library changes and WARM_MS of untimed launches before each timed one). The table shows medians, the median and spread
 of the per-round ratios after/before (F2, F4) and best own (F2 or F4) / torch, before and after,
 and the load average when each point started; then geometric means of those medians.
@@ -24,7 +24,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _before import module_at  # noqa: E402

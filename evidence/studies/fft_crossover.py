@@ -1,7 +1,7 @@
 """Where FFT convolution starts to beat im2col (and oneDNN), from a results file of
 suites/large_kernel.toml (5x5 to 11x11 kernels, stride 1):
 
-    .venv/bin/python benchmarks/fft_crossover.py results/large_kernel-cpu-DATE.parquet
+    .venv/bin/python evidence/studies/fft_crossover.py evidence/runs/large_kernel-cpu-DATE.parquet
 
 Prints, per layer and direction, the verified medians of cpu:im2col, cpu:fft, cpu:direct and
 torch_cpu and fft's ratio to im2col, then for each shape family and direction the smallest kernel
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pandas as pd  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Where does a quiet CPU machine's run-to-run drift come from? (issue 36)
 
-    python benchmarks/host_drift.py [--seconds 180] [--suite quick]
+    python evidence/studies/host_drift.py [--seconds 180] [--suite quick]
 
 Times, round after round for --seconds, three fixed probes and every forward and bwd_filter CPU
 point of the suite (prepared once, so buffers, allocator and code stay put):
