@@ -16,7 +16,7 @@ import pytest
 from harness import store
 from harness.measurement import STATUSES
 from harness.report import PolicyError, render_report
-from harness.report import analysis, figures
+from harness.report import computed, figures
 from harness.report.tables import fmt_bytes, fmt_ms, fmt_ratio
 
 try:  # tests/ is a plain folder on sys.path, or a package when someone adds __init__.py
@@ -120,7 +120,7 @@ def find_row(tables: list[tuple[str, list[list[str]]]], title: str,
 
 # ---- rendering ------------------------------------------------------------------------------------
 def test_import_harness_does_not_import_matplotlib() -> None:
-    code = ("import sys, harness, harness.report, harness.report.analysis; "
+    code = ("import sys, harness, harness.report, harness.report.computed; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -142,10 +142,10 @@ def test_gpu_report_has_every_section_and_figure(gpu_report) -> None:
 
 def test_selection_section_shows_what_selection_computes(gpu_report, small) -> None:
     from harness.analysis import selection
-    from harness.report import analysis
+    from harness.report import computed
     markdown = gpu_report.markdown.read_text(encoding="utf-8")
     assert "## Who picks the fastest algorithm" in markdown
-    picks = selection.selection(analysis.prepare(small))
+    picks = selection.selection(computed.prepare(small))
     summary = selection.policy_summary(picks)
     assert set(summary["policy"]) >= {"cudnn_heuristic", "cudnn_find", "pytorch"}
     for _, row in summary.iterrows():
@@ -283,10 +283,10 @@ def test_cells_match_numbers_recomputed_from_the_data(gpu_report, small: pd.Data
 
 # ---- the pieces ---------------------------------------------------------------------------------
 def test_heatmap_cells_carry_every_non_ok_status(small: pd.DataFrame) -> None:
-    df = analysis.prepare(small)
+    df = computed.prepare(small)
     seen: set[str] = set()
     for _, part in df.groupby(["effective_precision", "layout", "workspace_limit", "timing_mode"]):
-        ratio, status = analysis.relative_matrix(part, ["direction", "layer_label"])
+        ratio, status = computed.relative_matrix(part, ["direction", "layer_label"])
         assert not (ratio.isna() & (status == "ok")).to_numpy().any()
         seen |= set(status.to_numpy().ravel())
     assert set(STATUSES) <= seen
@@ -313,7 +313,7 @@ def test_figures_never_mix_ops_or_result_types(small: pd.DataFrame, tmp_path: Pa
     fp16 = small[small["precision"] == "fp16"]
     slower = fp16.assign(op="conv_bias_relu", median_ms=fp16["median_ms"] * 3)
     into_fp32 = fp16.assign(output="fp32", median_ms=fp16["median_ms"] * 5)
-    df = analysis.prepare(pd.concat([fp16, slower, into_fp32], ignore_index=True))
+    df = computed.prepare(pd.concat([fp16, slower, into_fp32], ignore_index=True))
     capture = _Capture()
     heat = {p.name: info for info, p in figures.heatmaps(df, tmp_path, capture)}
     pareto = {p.name for _, p in figures.pareto_figures(df, tmp_path, capture)}
@@ -328,7 +328,7 @@ def test_figures_never_mix_ops_or_result_types(small: pd.DataFrame, tmp_path: Pa
                          ("heatmap_fp16_into-fp32_NCHW_unlimited_warm.png", 5)):
         (part,) = capture.jobs[name]
         ok = part[part["status"] == "ok"]
-        plain = analysis.prepare(fp16)
+        plain = computed.prepare(fp16)
         plain = plain[(plain["status"] == "ok")
                       & (plain["workspace_limit"] == heat[name]["workspace_limit"])]
         assert len(ok) == len(plain) > 0
@@ -340,20 +340,20 @@ def test_pareto_front_keeps_only_undominated_candidates() -> None:
     df = pd.DataFrame({"layer": "L", "candidate": [r[0] for r in rows],
                        "workspace_bytes": [r[1] for r in rows],
                        "median_ms": [r[2] for r in rows], "status": "ok"})
-    front = analysis.pareto_fronts(df, ["layer"])
+    front = computed.pareto_fronts(df, ["layer"])
     assert list(front["candidate"]) == ["a", "b", "d"]
 
 
 def test_baseline_policies(small: pd.DataFrame) -> None:
     from harness.analysis import policies
-    df = analysis.prepare(small)
+    df = computed.prepare(small)
     assert policies.available(df) == ["cudnn_heuristic", "cudnn_find", "pytorch"]
     for policy in ("cudnn_find", "pytorch", "cudnn", "cudnn:IMPLICIT_GEMM"):
-        best = analysis.best_per_point(df, policy)
+        best = computed.best_per_point(df, policy)
         assert (best["speedup_base"].dropna() >= 1.0 - 1e-12).all()   # never beats the oracle
     # the names the report used before the policy table was shared still work
-    old = analysis.best_per_point(df, "heuristic")["base_median_ms"]
-    assert old.equals(analysis.best_per_point(df, "cudnn_heuristic")["base_median_ms"])
+    old = computed.best_per_point(df, "heuristic")["base_median_ms"]
+    assert old.equals(computed.best_per_point(df, "cudnn_heuristic")["base_median_ms"])
     with pytest.raises(PolicyError, match="did you mean cudnn:IMPLICIT_GEMM"):
         policies.check(df, "cudnn:IMPLICIT_GEM")
 
@@ -372,7 +372,7 @@ def test_roofline_uses_a_given_peaks_table(tmp_path: Path) -> None:
 
 
 def test_ceilings_are_recovered_from_roofline_pct(small: pd.DataFrame) -> None:
-    peaks = analysis.implied_ceilings(analysis.prepare(small))
+    peaks = computed.implied_ceilings(computed.prepare(small))
     for precision in ("fp32", "fp16"):
         assert peaks[precision] == pytest.approx(H200_PEAKS[precision], rel=1e-6)
     assert peaks["bandwidth_gbps"] == pytest.approx(H200_PEAKS["bandwidth_gbps"], rel=1e-6)
@@ -420,14 +420,14 @@ def test_every_image_loads_in_headless_chromium(gpu_report, tmp_path: Path) -> N
 
 
 def test_a_plan_delivering_lower_precision_ranks_there_not_as_asked(small: pd.DataFrame) -> None:
-    from harness.report import analysis
+    from harness.report import computed
     df = small.copy()
     fp32_ok = df[(df["precision"] == "fp32") & (df["status"] == "ok")
                  & (df["backend"] == "cudnn")].index[0]
     df.loc[fp32_ok, "effective_precision"] = "tf32"        # asked fp32, computed at TF32
     df.loc[fp32_ok, "median_ms"] = 1e-6                    # and absurdly fast because of it
     row = df.loc[fp32_ok]
-    best = analysis.best_per_point(analysis.prepare(df), None)
+    best = computed.best_per_point(computed.prepare(df), None)
     where = ((best["direction"] == row["direction"]) & (best["layout"] == row["layout"])
              & (best["workspace_limit"] == row["workspace_limit"])
              & best["layer_label"].str.contains(row["layer"].split(":")[-1]))
@@ -484,9 +484,9 @@ def test_the_heatmap_never_times_a_contended_row() -> None:
     """The slice a heatmap worker gets must carry the flag: without it a contended row showed
     as a timed cell, "1" where it was the fastest, ranked in the picture though never in the
     tables."""
-    df = analysis.prepare(checked_cpu_frame(contended=1))
+    df = computed.prepare(checked_cpu_frame(contended=1))
     shared = df[df["contended"].fillna(False).astype(bool)].iloc[0]
-    ratio, status = analysis.relative_matrix(df[figures.HEATMAP_COLUMNS],
+    ratio, status = computed.relative_matrix(df[figures.HEATMAP_COLUMNS],
                                              ["direction", "layer_label"])
     cell = (shared["direction"], shared["layer_label"]), shared["candidate"]
     assert pd.isna(ratio.loc[cell]) and status.loc[cell] == figures.CONTENDED

@@ -163,7 +163,7 @@ def _lowered_graph_frame() -> pd.DataFrame:
 def test_the_report_and_the_cli_judge_policies_alike():
     # The report's frame once rewrote `precision` to the delivered one, so its selection table
     # counted a lowered graph pick as kept (0 lowered) while `table --selection` said 1.
-    from harness.report import analysis as report_analysis
+    from harness.report import computed as report_analysis
     df = _lowered_graph_frame()
     cli = selection.policy_summary(selection.selection(df))
     report = selection.policy_summary(selection.selection(report_analysis.prepare(df)))
@@ -172,7 +172,7 @@ def test_the_report_and_the_cli_judge_policies_alike():
 
 
 def test_a_lowered_pick_has_no_ratio_in_the_report_tables():
-    from harness.report import analysis as report_analysis
+    from harness.report import computed as report_analysis
     df = report_analysis.prepare(_lowered_graph_frame())
     best = report_analysis.best_per_point(df, "graph_heuristic").set_index("effective_precision")
     assert best.loc["fp32", "base_candidate"] == "cudnn_graph:eng0 [asked fp32]"

@@ -3,8 +3,10 @@ figures, from one or more results frames or files.
 
     render_report(["results/h200.parquet"], "reports/h200", baseline_policy="heuristic")
 
-writes reports/h200/index.html, reports/h200/index.md and reports/h200/figures/*.png. Nothing is
-fetched from the network; matplotlib is imported only when a report is drawn.
+writes reports/h200/index.html, reports/h200/index.md and reports/h200/figures/*.png, and lists
+them in reports/h200/.convbench-report.json: a later report there deletes only what that list
+names (harness/report/folder.py). Nothing is fetched from the network; matplotlib is imported only
+when a report is drawn.
 """
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ from typing import Iterable, Union
 import pandas as pd
 
 from harness.analysis.policies import PolicyError
+from harness.report.folder import FolderRefused
 
 __all__ = ["render_report", "ReportPaths", "PolicyError", "EmptyResults", "PeaksError",
-           "load_frames", "read_peaks"]
+           "FolderRefused", "load_frames", "read_peaks"]
 
 
 class EmptyResults(ValueError):
@@ -47,7 +50,7 @@ class ReportPaths:
 def render_report(frames_or_paths: FrameOrPath | Iterable[FrameOrPath], out_dir: str | Path,
                   baseline_policy: str | None = None, *, peaks: dict[str, float] | None = None,
                   title: str | None = None, embed_images: bool = False,
-                  jobs: int = 1) -> ReportPaths:
+                  jobs: int = 1, force: bool = False) -> ReportPaths:
     """Write index.html, index.md and figures/*.png for the given results into `out_dir`.
 
     baseline_policy: what the best algorithm is compared against: "heuristic" (cuDNN's
@@ -59,29 +62,35 @@ def render_report(frames_or_paths: FrameOrPath | Iterable[FrameOrPath], out_dir:
     linking figures/ beside it; the PNG files are written either way for index.md.
     jobs: worker processes drawing figures. Workers are spawned and re-import `__main__`, so
     pass more than 1 only from a guarded entry point (the CLI; `if __name__ == "__main__"`).
+    force: write into a folder that holds other files but no earlier report (FolderRefused
+    without it). Either way only files an earlier report listed in its manifest are deleted;
+    the filesystem root and the home folder are always refused.
     """
-    from harness.report import analysis, figures, html, markdown, sections
+    from harness.report import computed, document, figures, folder, html, markdown, sections
 
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} must be a positive integer")
     raw = load_frames(frames_or_paths)
-    df = analysis.prepare(raw)
+    df = computed.prepare(raw)
     if df.empty:
         raise EmptyResults("no result rows to report on")
     baseline = _resolve_baseline(df, baseline_policy)
     _check_peaks(peaks)
     out = Path(out_dir)
+    earlier = folder.open_folder(out, force, FIGURES)
     fig_dir = out / FIGURES
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    for stale in fig_dir.glob("*.png"):   # a figure from an earlier report must not linger
-        stale.unlink()
-    if not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs={jobs!r} must be a positive integer")
     with figures.Renderer(jobs) as renderer:
         doc = sections.build(df, fig_dir, baseline, peaks, title or _default_title(df), renderer,
                              repeats=len(raw) - len(df))
-    figure_files = tuple(sorted(fig_dir.glob("*.png")))
-    paths = ReportPaths(out, out / "index.html", out / "index.md", figure_files)
-    paths.html.write_text(html.render(doc, out, embed_images), encoding="utf-8")
-    paths.markdown.write_text(markdown.render(doc), encoding="utf-8")
+    # The figures this report drew are the ones its pages show; any other file in figures/
+    # is an earlier report's (deleted below when its manifest lists it) or someone else's.
+    shown = sorted({image.path for block in (doc.intro, *(s.blocks for s in doc.sections))
+                    for image in document.images(block)})
+    paths = ReportPaths(out, out / "index.html", out / "index.md",
+                        tuple(out / name for name in shown))
+    folder.write_text(paths.html, html.render(doc, out, embed_images))
+    folder.write_text(paths.markdown, markdown.render(doc))
+    folder.close_folder(out, [paths.html.name, paths.markdown.name, *shown], earlier)
     return paths
 
 
@@ -101,9 +110,9 @@ def load_frames(frames_or_paths: FrameOrPath | Iterable[FrameOrPath]) -> pd.Data
 
 def _resolve_baseline(df: pd.DataFrame, policy: str | None) -> str | None:
     from harness.analysis import policies
-    from harness.report import analysis
+    from harness.report import computed
     if policy is None:
-        return analysis.default_baseline(df)
+        return computed.default_baseline(df)
     policies.check(df, policy)
     return None if policy == policies.ORACLE else policies.canonical(policy)
 

@@ -1,7 +1,7 @@
 """Three answers users ask of a sweep, as report blocks: the cost of determinism, how stable
 a pick is, and the network table. The report's sections and `convbench table --determinism /
 --stability / --networks` show these same blocks (report/text.py writes them for a terminal),
-so the pages and the terminal say the same numbers; the numbers come from harness/analysis."""
+so the pages and the terminal say the same numbers; the numbers come from harness/computed."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,9 +10,9 @@ import pandas as pd
 
 from harness.analysis import determinism, layer_labels, networks, policies, stability
 from harness.analysis.points import STEP_KEYS
-from harness.report import analysis
+from harness.report import computed
 from harness.report.document import Block, Fold, Table, Text
-from harness.report.tables import (DASH, KEY_HEADERS, _missing, fmt_candidate, fmt_key, fmt_ms,
+from harness.report.tables import (DASH, KEY_HEADERS, is_missing, fmt_candidate, fmt_key, fmt_ms,
                                    fmt_total)
 
 HEADERS = {**KEY_HEADERS, "batch": "Batch", networks.SOURCE: "Source", "suite": "Network",
@@ -59,17 +59,17 @@ def _label(policy: str) -> str:
 def shown_keys(frame: pd.DataFrame, always: list[str],
                optional: list[str] = SHOWN_WHEN_VARYING) -> list[str]:
     """A table's key columns: `always`, then those of `optional` whose value varies here."""
-    return [*always, *analysis.varying(frame, [k for k in optional
+    return [*always, *computed.varying(frame, [k for k in optional
                                                if k in frame and k not in always])]
 
 
 def _pct(value: Any) -> str:
-    return DASH if _missing(value) else f"{float(value):.1f}%"
+    return DASH if is_missing(value) else f"{float(value):.1f}%"
 
 
 # ---- the network table ------------------------------------------------------------------------
 def networks_table(long: pd.DataFrame) -> Table:
-    """The long frame of analysis.networks.network_table as one row per network setting."""
+    """The long frame of computed.networks.network_table as one row per network setting."""
     split = [k for k in (networks.SOURCE, "suite", networks.MACHINE) if k in long.columns]
     keys = shown_keys(long, [*split, "effective_precision", "layout"])
     names = list(dict.fromkeys(long["policy"]))
@@ -97,15 +97,15 @@ def _network_cell(r: pd.Series) -> str:
 
 
 def _part(ms: Any, missing: Any, points: Any) -> str:
-    if _missing(points) or not points:
+    if is_missing(points) or not points:
         return NOT_MEASURED
-    if missing >= points or _missing(ms):
+    if missing >= points or is_missing(ms):
         return DASH
     return f"≥{fmt_ms(ms)}" if missing else fmt_ms(ms)
 
 
 def _saves(r: pd.Series) -> str:
-    if _missing(r["saves_ms"]):
+    if is_missing(r["saves_ms"]):
         return DASH
     return f"{fmt_ms(r['saves_ms'])} ms ({r['saves_pct']:.1f}%)"
 
@@ -124,7 +124,7 @@ def determinism_blocks(df: pd.DataFrame) -> list[Block]:
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["points"]),
                   fmt_total(r["total_oracle"], r["missing_oracle"], r["points"]),
                   fmt_total(r["total_deterministic"], r["missing_deterministic"], r["points"]),
-                  DASH if _missing(r["cost_ms"]) else fmt_ms(r["cost_ms"]), _pct(r["cost_pct"]),
+                  DASH if is_missing(r["cost_ms"]) else fmt_ms(r["cost_ms"]), _pct(r["cost_pct"]),
                   *[str(r[f"nondeterministic_{p}"]) for p in marked])
                  for _, r in cost.iterrows())
     headers = (*[HEADERS[k] for k in keys], "Layer-dirs", "Best ms", "Deterministic ms",
@@ -167,7 +167,7 @@ def _determinism_points(points: pd.DataFrame, marked: list[str]) -> list[Block]:
 
 def _marked(r: pd.Series, policy: str) -> str:
     candidate, deterministic = r[f"{policy}_candidate"], r[f"{policy}_deterministic"]
-    return DASH if _missing(candidate) else _candidate(candidate, deterministic)
+    return DASH if is_missing(candidate) else _candidate(candidate, deterministic)
 
 
 def _candidate(candidate: Any, deterministic: Any) -> str:
@@ -176,7 +176,7 @@ def _candidate(candidate: Any, deterministic: Any) -> str:
 
 def _false(flag: Any) -> bool:
     """Known to be False (a nullable flag: unknown is not False)."""
-    return not _missing(flag) and not bool(flag)
+    return not is_missing(flag) and not bool(flag)
 
 
 # ---- pick stability ---------------------------------------------------------------------------

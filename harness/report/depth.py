@@ -9,7 +9,7 @@ import pandas as pd
 from harness.analysis import POINT_KEYS, depth, layer_labels
 from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Table, Text
-from harness.report.tables import DASH, _missing, fmt_candidate, fmt_key, fmt_ms
+from harness.report.tables import DASH, is_missing, fmt_candidate, fmt_key, fmt_ms
 
 TEXT = ("3-D convolutions (a depth axis: video frames, volume slices). Per point: the fastest "
         "verified algorithm with its rate, then each backend's fastest verified time, or the "
@@ -22,7 +22,7 @@ REASON_CHARS = 60
 def _cell(value: Any) -> str:
     if isinstance(value, str):
         return value if len(value) <= REASON_CHARS else value[:REASON_CHARS - 1] + "…"
-    return DASH if _missing(value) else fmt_ms(value)
+    return DASH if is_missing(value) else fmt_ms(value)
 
 
 def conv3d_blocks(df: pd.DataFrame) -> list[Block]:
@@ -35,7 +35,7 @@ def conv3d_blocks(df: pd.DataFrame) -> list[Block]:
                 {*keys, *POINT_KEYS, "shape", "best_candidate", "best_ms", "best_gflops"}]
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], r["shape"], fmt_candidate(r["best_candidate"]),
                   _cell(r["best_ms"]),
-                  DASH if _missing(r["best_gflops"]) else f"{r['best_gflops']:.1f}",
+                  DASH if is_missing(r["best_gflops"]) else f"{r['best_gflops']:.1f}",
                   *[_cell(r[b]) for b in backends])
                  for _, r in points.iterrows())
     headers = (*[HEADERS[k] for k in keys], "Shape", "Best", "ms", "GFLOP/s",

@@ -12,7 +12,7 @@ from harness.analysis.networks import SOURCE
 from harness.epilogue import CONV
 from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Fold, Table, Text
-from harness.report.tables import DASH, _missing, fmt_candidate, fmt_key, fmt_ms
+from harness.report.tables import DASH, is_missing, fmt_candidate, fmt_key, fmt_ms
 
 TEXT = (
     "At each point whose op adds an epilogue to the convolution (bias, ReLU, residual add), the "
@@ -29,7 +29,7 @@ _OPTIONAL = [SOURCE, "suite", *SHOWN_WHEN_VARYING]     # a network's name where 
 
 
 def _saves(ms: Any, pct: Any) -> str:
-    return DASH if _missing(ms) else f"{fmt_ms(ms)} ms ({pct:.1f}%)"
+    return DASH if is_missing(ms) else f"{fmt_ms(ms)} ms ({pct:.1f}%)"
 
 
 def fusion_blocks(df: pd.DataFrame) -> list[Block]:
@@ -40,7 +40,7 @@ def fusion_blocks(df: pd.DataFrame) -> list[Block]:
     totals = fusion.network_savings(points)
     keys = shown_keys(totals, _ALWAYS, _OPTIONAL)
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], f"{r['points_compared']} of {r['points']}",
-                  *[DASH if _missing(r[f"{w}_total"]) else fmt_ms(r[f"{w}_total"])
+                  *[DASH if is_missing(r[f"{w}_total"]) else fmt_ms(r[f"{w}_total"])
                     for w in fusion.WAYS],
                   *[_saves(r[f"saves_vs_{w}_ms"], r[f"saves_vs_{w}_pct"])
                     for w in fusion.WAYS[1:]])

@@ -13,7 +13,7 @@ from harness.analysis.points import own_output
 from harness.precision import QUANTIZED, TABLE
 from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Fold, Table, Text
-from harness.report.tables import (DASH, _missing, fmt_candidate, fmt_key, fmt_ms, fmt_ratio,
+from harness.report.tables import (DASH, is_missing, fmt_candidate, fmt_key, fmt_ms, fmt_ratio,
                                    maybe_fold)
 
 _ALWAYS = ["effective_precision", "direction", "layout"]
@@ -62,7 +62,7 @@ def intro() -> str:
 
 
 def _error(value: Any) -> str:
-    return DASH if _missing(value) else f"{float(value):.2g}"
+    return DASH if is_missing(value) else f"{float(value):.2g}"
 
 
 def _rows(r: pd.Series) -> str:
@@ -79,7 +79,7 @@ def quantized_blocks(df: pd.DataFrame) -> list[Block]:
     rows = tuple((*[fmt_key(k, r[k]) for k in keys],
                   f"{r['points_compared']} of {r['points']}", str(r["no_plan"]),
                   fmt_ratio(r["speedup_geomean"]),
-                  DASH if _missing(r["speedup_min"]) else
+                  DASH if is_missing(r["speedup_min"]) else
                   f"{fmt_ratio(r['speedup_min'])} – {fmt_ratio(r['speedup_max'])}",
                   *([fmt_ratio(r["vs_own_geomean"])] if own else []),
                   _error(r["max_rel_error_fastest"]), _error(r["max_rel_error"]), _rows(r))

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis import policies
 from harness.analysis.policies import meaning
-from harness.report import analysis, answers, depth, figures, fusion, quantized, tables
+from harness.report import computed, answers, depth, figures, fusion, quantized, tables
 from harness.report import sharing as shared_cpu
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 
@@ -23,7 +23,7 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
     shown = [policies.ORACLE, *policies.available(df)]
     if baseline and baseline not in shown:
         shown.append(baseline)
-    totals = analysis.network_totals(df, shown)
+    totals = computed.network_totals(df, shown)
     rel = fig_dir.name
     sections = (     # the headline first: how much the whole network gains
         network_section(totals, shown, fig_dir, rel, renderer, df),
@@ -61,8 +61,8 @@ def intro(df: pd.DataFrame, baseline: str | None, repeats: int = 0) -> list[Bloc
                            f"({runs} runs contribute). Compare runs with `convbench compare`."))
     if baseline:
         blocks.append(Text(f"Baseline policy: {baseline}, {policies.meaning(baseline)}."))
-    if analysis.machines(df) > 1:
-        blocks.append(Text(f"Warning: these rows come from {analysis.machines(df)} different "
+    if computed.machines(df) > 1:
+        blocks.append(Text(f"Warning: these rows come from {computed.machines(df)} different "
                            "machines; rankings mix them. Compare machines with `convbench "
                            "compare` instead."))
     throttled = int(df["throttled"].sum())
@@ -90,7 +90,7 @@ def _figure_blocks(items: list[tuple[str, Path]], rel: str, caption: str) -> lis
 
 # ---- sections ------------------------------------------------------------------------------------
 def best_section(df: pd.DataFrame, baseline: str | None) -> Section:
-    best = analysis.best_per_point(df, baseline)
+    best = computed.best_per_point(df, baseline)
     text = ("Only verified rows (status ok: the output matched the float64 reference within "
             "tolerance) compete; wrong, failed and unsupported rows never win. Speed-up = the "
             "other's median time / the best median time (vs runner-up, vs the baseline); \"same\": "
@@ -105,7 +105,7 @@ def best_section(df: pd.DataFrame, baseline: str | None) -> Section:
 
 def heatmap_section(df: pd.DataFrame, fig_dir: Path, rel: str,
                     renderer: figures.Renderer) -> Section:
-    reference = analysis.reference_limit(df)
+    reference = computed.reference_limit(df)
     items = figures.heatmaps(df, fig_dir, renderer)
     main = [(_label(i), p) for i, p in items if i["workspace_limit"] == reference]
     other = [(_label(i), p) for i, p in items if i["workspace_limit"] != reference]
@@ -142,7 +142,7 @@ def workspace_section(df: pd.DataFrame, totals: pd.DataFrame, fig_dir: Path, rel
         return Section("Workspace vs time", "workspace", tuple(blocks))
     pareto = [(_label(i), p) for i, p in figures.pareto_figures(df, fig_dir, renderer)]
     blocks += _figure_blocks(pareto, rel, "Workspace vs time per layer, Pareto fronts")
-    fronts = analysis.pareto_fronts(df, figures.PARETO_KEYS)
+    fronts = computed.pareto_fronts(df, figures.PARETO_KEYS)
     blocks.append(Fold("Pareto fronts as a table", (tables.pareto_table(fronts),)))
     return Section("Workspace vs time", "workspace", tuple(blocks))
 
@@ -163,7 +163,7 @@ def roofline_section(df: pd.DataFrame, peaks: dict[str, float] | None, fig_dir: 
                      rel: str, renderer: figures.Renderer) -> Section:
     source = "the peaks table given"
     if not peaks:
-        peaks, source = analysis.implied_ceilings(df), "implied by the roofline_pct column"
+        peaks, source = computed.implied_ceilings(df), "implied by the roofline_pct column"
     path = figures.roofline_figure(df, peaks, fig_dir, renderer) if peaks else None
     if path is None:
         return Section("Roofline", "roofline", (Text(
@@ -191,7 +191,7 @@ def network_section(totals: pd.DataFrame, names: list[str], fig_dir: Path, rel: 
     if path is not None:
         blocks.append(Image(f"{rel}/{path.name}", "Network totals per selection policy, "
                             "relative to the oracle" if len(names) > 1 else "Network totals"))
-    limit = analysis.reference_limit(totals)
+    limit = computed.reference_limit(totals)
     headline = totals[totals["workspace_limit"] == limit]
     blocks.append(tables.network_table(headline, names,
                                        f"Workspace {tables.fmt_limit(limit)}"))

@@ -7,9 +7,9 @@ import pandas as pd
 
 from harness.analysis import verified
 from harness.analysis.sharing import contended_rows, sharing
-from harness.report import analysis
+from harness.report import computed
 from harness.report.document import Block, Table, Text
-from harness.report.tables import (DASH, KEY_HEADERS, SHARING_HEADER, _missing, fmt_candidate,
+from harness.report.tables import (DASH, KEY_HEADERS, SHARING_HEADER, is_missing, fmt_candidate,
                                    fmt_key, fmt_ms, maybe_fold)
 
 TITLE = "Points that shared the CPU (not ranked)"
@@ -40,7 +40,7 @@ def intro_blocks(df: pd.DataFrame) -> list[Block]:
 
 def contended_table(rows: pd.DataFrame) -> Table:
     """One line per contended row, with the reason the timer gave (how it shared the CPU)."""
-    keys = ["layer_label", "direction", *analysis.varying(rows, SHOWN_WHEN_VARYING)]
+    keys = ["layer_label", "direction", *computed.varying(rows, SHOWN_WHEN_VARYING)]
     cells = tuple((*[fmt_key(k, r[k]) for k in keys], fmt_candidate(r["candidate"]),
                    fmt_ms(r["median_ms"]), _reason(r["reason"]))
                   for _, r in rows.iterrows())
@@ -49,7 +49,7 @@ def contended_table(rows: pd.DataFrame) -> Table:
 
 
 def _reason(reason: object) -> str:
-    return DASH if _missing(reason) or not str(reason) else str(reason)
+    return DASH if is_missing(reason) or not str(reason) else str(reason)
 
 
 def best_note(df: pd.DataFrame) -> str:

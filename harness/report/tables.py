@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis import policies
 from harness.measurement import Status
-from harness.report import analysis
+from harness.report import computed
 from harness.report.document import Block, Fold, Table
 from harness.store import limit_from_column
 
@@ -22,24 +22,24 @@ SHARING_HEADER = "CPU sharing"      # the best tables' column of fmt_sharing cel
 
 
 # ---- formatters ---------------------------------------------------------------------------------
-def _missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def fmt_ms(value: Any) -> str:
     """Milliseconds to four significant digits; thousands grouped instead of an exponent."""
-    if _missing(value):
+    if is_missing(value):
         return DASH
     value = float(value)
     return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
 
 
 def fmt_ratio(value: Any) -> str:
-    return DASH if _missing(value) else f"{float(value):.2f}×"
+    return DASH if is_missing(value) else f"{float(value):.2f}×"
 
 
 def fmt_bytes(value: Any) -> str:
-    if _missing(value):
+    if is_missing(value):
         return DASH
     value = float(value)
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -53,12 +53,12 @@ def fmt_limit(value: Any) -> str:
 
 
 def fmt_pct(value: Any) -> str:
-    return DASH if _missing(value) else f"{100 * float(value):.2g}%"
+    return DASH if is_missing(value) else f"{100 * float(value):.2g}%"
 
 
 def fmt_total(total: Any, missing: int, points: int) -> str:
     """A network total, said to be a lower bound where some points had no verified pick."""
-    if missing >= points or _missing(total):
+    if missing >= points or is_missing(total):
         return DASH
     text = fmt_ms(total)
     return f"≥ {text} ({missing} of {points} points missing)" if missing else text
@@ -70,14 +70,14 @@ def fmt_key(name: str, value: Any) -> str:
 
 def fmt_candidate(candidate: Any) -> str:
     """backend:algorithm (with "[asked fp32]" where it delivered a lower precision than asked)."""
-    return DASH if _missing(candidate) else str(candidate)
+    return DASH if is_missing(candidate) else str(candidate)
 
 
 def fmt_sharing(counted: Any) -> str:
     """A point's Sharing (harness/analysis/sharing.py) in a cell: "retaken 4" (samples that
     waited for a core, taken again clean), "2 contended" (candidates left out of the ranking),
     blank where nothing shared the CPU or nothing was checked (GPU rows, older files)."""
-    if _missing(counted):
+    if is_missing(counted):
         return ""
     parts = []
     if counted.retaken:
@@ -101,7 +101,7 @@ def _key_cells(row: pd.Series, keys: Iterable[str]) -> list[str]:
 # ---- 1. best algorithm per point ------------------------------------------------------------------
 def best_tables(best: pd.DataFrame, baseline: str | None) -> list[Block]:
     """One table per direction x precision, rows sorted in network order, long ones folded."""
-    shown = analysis.varying(best, ["layout", "workspace_limit", "timing_mode", "threads", "op",
+    shown = computed.varying(best, ["layout", "workspace_limit", "timing_mode", "threads", "op",
                                     "output"])
     with_workspace = best["best_workspace_bytes"].notna().any()
     blocks: list[Block] = []
@@ -151,7 +151,7 @@ def _best_cells(r: pd.Series, keys: list[str], baseline: str | None) -> list[str
 def _baseline_pick(r: pd.Series) -> str:
     """"same" where the baseline already picks the best: the eye finds the rows that differ."""
     status = r["base_status"]
-    if _missing(status):
+    if is_missing(status):
         return DASH
     if status != Status.OK:
         return f"{r['base_candidate']} ({status})"
@@ -163,7 +163,7 @@ def _baseline_pick(r: pd.Series) -> str:
 # ---- 3. workspace ---------------------------------------------------------------------------------
 def workspace_totals_table(totals: pd.DataFrame) -> Table:
     """Oracle network total (all layers and directions) under each workspace limit."""
-    keys = ["effective_precision", "layout", *analysis.varying(totals, ["timing_mode", "threads", "op"])]
+    keys = ["effective_precision", "layout", *computed.varying(totals, ["timing_mode", "threads", "op"])]
     headers = [KEY_HEADERS[k] for k in keys] + ["Workspace limit", "Network total ms"]
     rows = [(*_key_cells(r, keys), fmt_limit(r["workspace_limit"]),
              fmt_total(r["total_oracle"], r["missing_oracle"], r["points"]))
@@ -174,7 +174,7 @@ def workspace_totals_table(totals: pd.DataFrame) -> Table:
 def pareto_table(fronts: pd.DataFrame) -> Table:
     """Per point, the workspace/time trade-offs worth taking, by rising workspace."""
     keys = ["layer_label", "direction", "effective_precision",
-            *analysis.varying(fronts, ["layout", "timing_mode", "threads", "op", "output"])]
+            *computed.varying(fronts, ["layout", "timing_mode", "threads", "op", "output"])]
     rows = []
     for values, part in fronts.groupby(keys, sort=False):
         steps = "; ".join(f"{fmt_bytes(w)} → {fmt_ms(t)} ms ({c})" for w, t, c in
@@ -186,7 +186,7 @@ def pareto_table(fronts: pd.DataFrame) -> Table:
 
 # ---- 6. network totals per policy -----------------------------------------------------------------
 def network_table(totals: pd.DataFrame, policies: list[str], title: str = "") -> Table:
-    keys = ["effective_precision", *analysis.varying(totals, ["layout", "workspace_limit", "timing_mode",
+    keys = ["effective_precision", *computed.varying(totals, ["layout", "workspace_limit", "timing_mode",
                                                           "threads"])]
     headers = [KEY_HEADERS[k] for k in keys] + [f"{p} ms" for p in policies]
     if "oracle" in policies and len(policies) > 1:
@@ -215,7 +215,7 @@ def _policy_ratio(r: pd.Series, policy: str) -> str:
 def env_table(df: pd.DataFrame) -> Table:
     rows = []
     for column in [c for c in df.columns if c.startswith("env_")]:
-        values = analysis.distinct_values(df, column)
+        values = computed.distinct_values(df, column)
         if not values:
             continue
         text = values[0][0] if len(values) == 1 else "; ".join(f"{v} ({n} rows)" for v, n in values)
@@ -229,25 +229,25 @@ def counts_text(values: list[tuple[str, int]]) -> str:
 
 def method_table(df: pd.DataFrame) -> Table:
     """How the numbers were measured: modes, budgets, noise, stop reasons, host and setup cost."""
-    noise = analysis.noise_stats(df)
-    ok = analysis.verified(df)
+    noise = computed.noise_stats(df)
+    ok = computed.verified(df)
     rows = [
-        ("Timing modes", counts_text(analysis.distinct_values(df, "timing_mode"))),
-        ("Budget per point (ms)", counts_text(analysis.distinct_values(df, "budget_ms"))),
-        ("Stop reasons (verified rows)", counts_text(analysis.distinct_values(ok, "stop_reason"))),
+        ("Timing modes", counts_text(computed.distinct_values(df, "timing_mode"))),
+        ("Budget per point (ms)", counts_text(computed.distinct_values(df, "budget_ms"))),
+        ("Stop reasons (verified rows)", counts_text(computed.distinct_values(ok, "stop_reason"))),
         ("Samples per verified row (median, min)",
          f"{_median(ok['n_samples']):.0f}, {_min(ok['n_samples']):.0f}" if len(ok) else DASH),
         ("Relative noise of the median (median, 90th pct)",
          f"{fmt_pct(noise['median'])}, {fmt_pct(noise['p90'])}" if noise else DASH),
         ("Throttled rows (SM clock < 90% of max)", str(int(df["throttled"].sum()))),
-        ("Rows by status", counts_text(analysis.distinct_values(df, "status"))),
+        ("Rows by status", counts_text(computed.distinct_values(df, "status"))),
     ]
     return Table(("What", "Value"), tuple(rows), title="How the numbers were measured")
 
 
 def backend_cost_table(df: pd.DataFrame) -> Table:
     """Per backend: host cost per call and setup cost (plan building), verified rows' medians."""
-    ok = analysis.verified(df)
+    ok = computed.verified(df)
     grouped = ok.groupby("backend")[["host_ms", "setup_ms"]].median()
     tried = df.groupby("backend").size()
     rows = tuple((b, str(tried[b]), str(int((ok["backend"] == b).sum())),
@@ -281,11 +281,11 @@ def policy_table(summary: pd.DataFrame) -> Table:
 
 
 def _share(percent: Any) -> str:
-    return DASH if _missing(percent) else f"{float(percent):.1f}%"
+    return DASH if is_missing(percent) else f"{float(percent):.1f}%"
 
 
 def _regret(value: Any) -> str:
-    return DASH if _missing(value) else f"{float(value):.3f}"
+    return DASH if is_missing(value) else f"{float(value):.3f}"
 
 
 def versus_pytorch_table(versus: pd.DataFrame) -> Table:

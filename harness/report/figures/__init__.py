@@ -2,7 +2,7 @@
 
 matplotlib is imported inside these functions only: `import harness` must work without it
 (architecture rule 4). No pyplot either: its global figure registry is state we do not need.
-Each public function takes a prepared frame (analysis.prepare) and returns the files it wrote.
+Each public function takes a prepared frame (computed.prepare) and returns the files it wrote.
 """
 from harness.report.figures.common import (CONTENDED, DPI, RATIO_CAP, SERIAL, STATUS_LABELS,
                                            STATUS_MARKS, ZERO_ERROR, Renderer, family_colours,

@@ -7,8 +7,8 @@ from typing import Any
 import pandas as pd
 
 from harness.measurement import Status
-from harness.report.figures.common import (family_colours, _family_legend, _log_axes, _panels,
-                                           Renderer, _save, SERIAL, _tidy_ticks, ZERO_ERROR)
+from harness.report.figures.common import (family_colours, family_legend, log_axes, panels,
+                                           Renderer, save, SERIAL, tidy_ticks, ZERO_ERROR)
 
 def accuracy_figure(df: pd.DataFrame, out: Path, renderer: Renderer = SERIAL) -> Path | None:
     rows = df[df["rel_error"].notna() & df["median_ms"].notna()]
@@ -23,13 +23,13 @@ def accuracy_figure(df: pd.DataFrame, out: Path, renderer: Renderer = SERIAL) ->
 def _accuracy_png(rows: pd.DataFrame, path: Path) -> None:
     precisions = list(dict.fromkeys(rows["effective_precision"]))
     colours = family_colours(list(rows["family"]))
-    fig, axes = _panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
+    fig, axes = panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
                         ("median time (ms)", "relative L2 error vs float64"))
     for ax, precision in zip(axes, precisions):
         _accuracy_axis(ax, rows[rows["effective_precision"] == precision], colours)
         ax.set_title(precision, fontsize=9)
-    _family_legend(fig, colours, extra_wrong=True)
-    _save(fig, path)
+    family_legend(fig, colours, extra_wrong=True)
+    save(fig, path)
 
 
 def _accuracy_axis(ax: Any, rows: pd.DataFrame, colours: dict[str, Any]) -> None:
@@ -41,8 +41,8 @@ def _accuracy_axis(ax: Any, rows: pd.DataFrame, colours: dict[str, Any]) -> None
         ax.scatter(part["median_ms"][~ok], error[part.index][~ok], s=30, marker="x",
                    color=colours[family], linewidths=1.5)
     _tolerance_lines(ax, sorted(set(rows["tolerance"].dropna().astype(float))))
-    _log_axes(ax)
-    _tidy_ticks(ax)
+    log_axes(ax)
+    tidy_ticks(ax)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
 

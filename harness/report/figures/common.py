@@ -12,7 +12,7 @@ import numpy as np
 from harness.epilogue import CONV
 from harness.measurement import Status
 from harness.precision import AUTO_OUTPUT
-from harness.report.analysis import CONTENDED
+from harness.report.computed import CONTENDED
 from harness.threads import ALL as ALL_THREADS
 
 DPI = 100
@@ -30,7 +30,7 @@ RATIO_CAP = 8.0           # colour scale saturates at 8x the best: beyond that i
 ZERO_ERROR = 1e-17        # where an exact result (error 0) is drawn on the log axis
 
 
-def _figure(width: float, height: float) -> Any:
+def figure(width: float, height: float) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     fig = Figure(figsize=(width, height), dpi=DPI)
@@ -38,7 +38,7 @@ def _figure(width: float, height: float) -> Any:
     return fig
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=DPI, facecolor="white")
     compact_png(path)
     return path
@@ -149,7 +149,7 @@ def family_colours(families: list[str]) -> dict[str, Any]:
     return {f: cmap(i % 10) for i, f in enumerate(sorted(set(families)))}
 
 
-def _panels(count: int, ncols: int, panel: tuple[float, float], labels: tuple[str, str],
+def panels(count: int, ncols: int, panel: tuple[float, float], labels: tuple[str, str],
             share: bool = False, gap: tuple[float, float] = (0.55, 0.6)) -> tuple[Any, list[Any]]:
     """A figure of `count` panels of `panel` inches, margins fixed in inches (not fractions) so
     one panel or twenty get the same room for the legend on top and the axis labels."""
@@ -157,7 +157,7 @@ def _panels(count: int, ncols: int, panel: tuple[float, float], labels: tuple[st
     left, right, top, bottom = 0.95, 0.15, 0.6, 0.6
     width = max(left + right + ncols * panel[0] + (ncols - 1) * gap[0], 7.0)
     height = top + bottom + nrows * panel[1] + (nrows - 1) * gap[1]
-    fig = _figure(width, height)
+    fig = figure(width, height)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=share, sharey=share).ravel()
     for ax in axes[count:]:
         ax.set_visible(False)
@@ -170,7 +170,7 @@ def _panels(count: int, ncols: int, panel: tuple[float, float], labels: tuple[st
 
 
 # ---- text drawn as paths -------------------------------------------------------------------------
-def _labels(ax: Any, texts: list[str], xy: np.ndarray, colours: list[Any], size: float = 7,
+def glyph_labels(ax: Any, texts: list[str], xy: np.ndarray, colours: list[Any], size: float = 7,
             bold: bool = False) -> None:
     """Many short labels as one collection of glyph outlines, centred on data points.
 
@@ -202,7 +202,7 @@ def _glyphs(text: str, size: float, bold: bool) -> Any:
     return path.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
 
 
-def _log_axes(ax: Any, x: str = "log", y: str = "log") -> None:
+def log_axes(ax: Any, x: str = "log", y: str = "log") -> None:
     if x == "symlog":
         ax.set_xscale("symlog", linthresh=1.0)
     else:
@@ -210,7 +210,7 @@ def _log_axes(ax: Any, x: str = "log", y: str = "log") -> None:
     ax.set_yscale(y)
 
 
-def _tidy_ticks(ax: Any) -> None:
+def tidy_ticks(ax: Any) -> None:
     """After the data is in: no minor ticks (each tick is four artists, and pages of small
     panels spent most of their drawing time on minor ticks nobody reads), and 1-2-5 labelled
     steps on log axes spanning under two decades, which would otherwise show one label or none."""
@@ -223,7 +223,7 @@ def _tidy_ticks(ax: Any) -> None:
             axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
-def _family_legend(fig: Any, colours: dict[str, Any], extra_wrong: bool = False) -> None:
+def family_legend(fig: Any, colours: dict[str, Any], extra_wrong: bool = False) -> None:
     from matplotlib.lines import Line2D
     handles = [Line2D([], [], color=c, marker="o", linestyle="", label=f)
                for f, c in colours.items()]

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from harness.measurement import Status
-from harness.report import analysis
-from harness.report.figures.common import (figure_parts, FIGURE_KEYS, _figure, _labels, RATIO_CAP, Renderer,
-                                           _save, SERIAL, short_names, slug, OPTIONAL_MARKS,
-                                           STATUS_LABELS, STATUS_MARKS)
+from harness.report import computed
+from harness.report.figures.common import (figure_parts, FIGURE_KEYS, figure, glyph_labels,
+                                           RATIO_CAP, Renderer, save, SERIAL, short_names, slug,
+                                           OPTIONAL_MARKS, STATUS_LABELS, STATUS_MARKS)
 
 # `contended` too: without it, the worker's slice would time (and rank) rows the tables never do
 HEATMAP_COLUMNS = ["direction", "layer_label", "layer_order", "candidate", "status", "median_ms",
@@ -34,17 +34,17 @@ def heatmaps(df: pd.DataFrame, out: Path,
 
 
 def _heatmap_png(part: pd.DataFrame, path: Path) -> None:
-    _save(_heatmap_figure(part), path)
+    save(heatmap_figure(part), path)
 
 
 GAP = "gap"     # the blank column between two directions' blocks
 
 
-def _heatmap_figure(part: pd.DataFrame) -> Any:
+def heatmap_figure(part: pd.DataFrame) -> Any:
     """The directions' matrices side by side in ONE axes with a blank column between them: a
     third of the axes (and their tick machinery) that separate panels cost, same picture. Each
     block has only the algorithms run in its direction (cuDNN's differ per direction)."""
-    ratio, status = analysis.relative_matrix(part, ["direction", "layer_label"])
+    ratio, status = computed.relative_matrix(part, ["direction", "layer_label"])
     directions = list(dict.fromkeys(ratio.index.get_level_values(0)))
     layers = list(dict.fromkeys(ratio.index.get_level_values(1)))
     blocks = {d: [c for c in status.columns if (status.loc[d][c] != "").any()]
@@ -53,11 +53,8 @@ def _heatmap_figure(part: pd.DataFrame) -> Any:
     values, states, labels = _side_by_side(ratio, status, blocks, layers)
     shown = display_names(layers)
     longest = max(len(shown[x]) for x in layers)
-    longest_name = max(len(label) for label in labels)
     width = 1.3 + 0.075 * longest + 0.48 * len(labels)
-    # Tall enough for the rotated column labels under the matrix, however few layers there are.
-    height = max(2.4 + 0.26 * len(layers), 2.0 + 0.058 * longest_name)
-    fig = _figure(min(max(width, 8.0), 24.0), height)
+    fig = figure(min(max(width, 8.0), 24.0), 0.25 * len(layers) + 2.0)   # height set by _fit
     ax = fig.add_subplot()
     image = _draw_heatmap(ax, values, states)
     start = 0
@@ -69,14 +66,35 @@ def _heatmap_figure(part: pd.DataFrame) -> Any:
     ax.set_xticks(ticks, [labels[j] for j in ticks], rotation=50, ha="right",
                   rotation_mode="anchor", fontsize=8)
     ax.set_yticks(range(len(layers)), [shown[x] for x in layers], fontsize=8)
-    width, height = fig.get_figwidth(), fig.get_figheight()
-    right = 1 - 0.75 / width                      # room for the colour bar
-    fig.subplots_adjust(left=(0.25 + 0.068 * longest) / width, right=right,
-                        top=1 - 0.4 / height, bottom=(0.5 + 0.058 * longest_name) / height)
-    _heatmap_legend(fig, image, right, set(states.ravel()))
+    legend = _status_legend(fig, set(states.ravel()))
+    right = _fit(fig, ax, legend, matrix_height=0.25 * len(layers) + 0.8,
+                 left=0.25 + 0.068 * longest)
+    _colour_bar(fig, image, right)
     return fig
 
 
+def _fit(fig: Any, ax: Any, legend: Any, matrix_height: float, left: float) -> float:
+    """Margins measured, not guessed: the rotated algorithm names under the matrix reach down as
+    far as the longest is long, and the legend goes below the lowest of them. (A margin guessed
+    from the name lengths let a three-row legend cover the names.) Returns the matrix's right
+    edge as a figure fraction."""
+    top, pad = 0.4, 0.12                          # inches: room for the direction titles
+    width = fig.get_figwidth()
+    right = 1 - 0.75 / width                      # room for the colour bar
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    names = ax.xaxis.get_tightbbox(renderer) or box
+    rows = ax.yaxis.get_tightbbox(renderer) or box
+    dpi = fig.dpi
+    below = max(box.y0 - names.y0, 0.0) / dpi     # tick labels are sized in points, so these
+    beside = max(box.x0 - min(names.x0, rows.x0), 0.0) / dpi    # hold at any figure size
+    bottom = legend.get_window_extent(renderer).height / dpi + pad + below
+    left = max(left, beside + pad)
+    height = top + matrix_height + bottom
+    fig.set_size_inches(width, height)
+    fig.subplots_adjust(left=left / width, right=right, top=1 - top / height,
+                        bottom=bottom / height)
+    return right
 MAX_COLUMNS = 24   # per direction; graph-API sweeps offer ~90 plans, unreadable side by side
 
 
@@ -136,7 +154,7 @@ def _draw_heatmap(ax: Any, values: np.ndarray, status: np.ndarray) -> Any:
     for labels, bold in ((ratios, False), (letters, True)):
         if labels:
             texts, colours, xy = zip(*labels)
-            _labels(ax, list(texts), np.array(xy, dtype=float), list(colours), bold=bold)
+            glyph_labels(ax, list(texts), np.array(xy, dtype=float), list(colours), bold=bold)
     rows, cols = values.shape
     gaps = [j for j in range(cols) if (status[:, j] == GAP).all()]
     for lo, hi in zip([-1, *gaps], [*gaps, cols]):   # a frame around each direction's block
@@ -170,16 +188,29 @@ def _ratio_label(r: float) -> str:
     return "1" if r == 1.0 else (f"{r:.1f}" if r < 9.95 else f"{r:.0f}")
 
 
-def _heatmap_legend(fig: Any, image: Any, right: float, states: set[str]) -> None:
-    """Status swatches along the bottom, the colour scale upright at the right."""
+def _status_legend(fig: Any, states: set[str]) -> Any:
+    """Status swatches along the bottom, in as many columns as the figure's width holds."""
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=c, hatch=h, edgecolor="#9a9a9a",
                      label=f"{letter} {STATUS_LABELS.get(s, s.replace('_', ' '))}")
                for s, (letter, c, h) in STATUS_MARKS.items()
                if s not in OPTIONAL_MARKS or s in states]
-    ncol = len(handles) if fig.get_figwidth() >= 8.5 else 3
-    fig.legend(handles=handles, loc="lower left", ncol=ncol, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.0, 0.0), handlelength=1.6, columnspacing=1.0)
+    renderer = fig.canvas.get_renderer()
+
+    def legend(ncol: int) -> Any:
+        return fig.legend(handles=handles, loc="lower left", ncol=ncol, fontsize=8,
+                          frameon=False, bbox_to_anchor=(0.0, 0.0), handlelength=1.6,
+                          columnspacing=1.0)
+    for ncol in range(len(handles), 1, -1):
+        wide = legend(ncol)
+        if wide.get_window_extent(renderer).width <= fig.bbox.width:
+            return wide
+        wide.remove()
+    return legend(1)
+
+
+def _colour_bar(fig: Any, image: Any, right: float) -> None:
+    """The colour scale upright at the right of the matrix."""
     box = fig.axes[0].get_position()
     bar_ax = fig.add_axes((right + 0.12 / fig.get_figwidth(), box.y0,
                            0.14 / fig.get_figwidth(), box.height))

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report import analysis, tables
-from harness.report.figures.common import _figure, Renderer, _save, SERIAL, threads_text
+from harness.report import computed, tables
+from harness.report.figures.common import figure, Renderer, save, SERIAL, threads_text
 
 def network_figure(totals: pd.DataFrame, policies: list[str], out: Path,
                    renderer: Renderer = SERIAL) -> Path | None:
@@ -22,11 +22,11 @@ def network_figure(totals: pd.DataFrame, policies: list[str], out: Path,
 
 
 def _network_png(totals: pd.DataFrame, policies: list[str], path: Path) -> None:
-    limit = analysis.reference_limit(totals)
+    limit = computed.reference_limit(totals)
     part = totals[totals["workspace_limit"] == limit]
     panels = list(part.groupby(["layout", "timing_mode", "threads"], sort=False))
     relative = len(policies) > 1 and "oracle" in policies
-    fig = _figure(max(6.0, 1.2 + 0.45 * len(policies) * part["effective_precision"].nunique() * len(panels)),
+    fig = figure(max(6.0, 1.2 + 0.45 * len(policies) * part["effective_precision"].nunique() * len(panels)),
                   3.8)
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     for ax, ((layout, mode, threads), rows) in zip(axes, panels):
@@ -40,7 +40,7 @@ def _network_png(totals: pd.DataFrame, policies: list[str], path: Path) -> None:
                fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.9 / fig.get_figwidth(), right=0.99, top=0.84, bottom=0.16,
                         wspace=0.08)
-    _save(fig, path)
+    save(fig, path)
 
 
 def _network_axis(ax: Any, rows: pd.DataFrame, policies: list[str], relative: bool) -> None:

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report import analysis
-from harness.report.figures.common import (family_colours, _family_legend, _log_axes, _panels,
-                                           Renderer, _save, SERIAL, _tidy_ticks)
+from harness.report import computed
+from harness.report.figures.common import (family_colours, family_legend, log_axes, panels,
+                                           Renderer, save, SERIAL, tidy_ticks)
 
 def roofline_figure(df: pd.DataFrame, peaks: dict[str, float], out: Path,
                     renderer: Renderer = SERIAL) -> Path | None:
-    rows = analysis.verified(df)
+    rows = computed.verified(df)
     rows = rows[rows["arithmetic_intensity"].notna() & rows["effective_precision"].isin(list(peaks))]
     if rows.empty:
         return None
@@ -28,20 +28,20 @@ def roofline_figure(df: pd.DataFrame, peaks: dict[str, float], out: Path,
 def _roofline_png(rows: pd.DataFrame, peaks: dict[str, float], path: Path) -> None:
     precisions = list(dict.fromkeys(rows["effective_precision"]))
     colours = family_colours(list(rows["family"]))
-    fig, axes = _panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
+    fig, axes = panels(len(precisions), min(3, len(precisions)), (3.9, 2.9),
                         ("arithmetic intensity (FLOP / byte of compulsory traffic)",
                          "achieved TFLOP/s"))
     for ax, precision in zip(axes, precisions):
         part = rows[rows["effective_precision"] == precision]
         _roofline_axis(ax, part, peaks[precision], peaks.get("bandwidth_gbps"), colours)
         ax.set_title(f"{precision} (peak {peaks[precision]:.4g} TFLOP/s)", fontsize=9)
-    _family_legend(fig, colours)
-    _save(fig, path)
+    family_legend(fig, colours)
+    save(fig, path)
 
 
 def _roofline_axis(ax: Any, rows: pd.DataFrame, peak: float, bandwidth_gbps: float | None,
                    colours: dict[str, Any]) -> None:
-    tflops = analysis.achieved_tflops(rows)
+    tflops = computed.achieved_tflops(rows)
     intensity = rows["arithmetic_intensity"].astype(float)
     for family, part in rows.groupby("family", sort=True):
         ax.scatter(intensity[part.index], tflops[part.index], s=8, alpha=0.5,
@@ -51,7 +51,7 @@ def _roofline_axis(ax: Any, rows: pd.DataFrame, peak: float, bandwidth_gbps: flo
     if bandwidth_gbps:
         ceiling = np.minimum(ceiling, x * bandwidth_gbps / 1000.0)
     ax.plot(x, ceiling, color="black", linewidth=1.2)
-    _log_axes(ax)
-    _tidy_ticks(ax)
+    log_axes(ax)
+    tidy_ticks(ax)
     ax.tick_params(labelsize=7)
     ax.grid(True, which="major", alpha=0.3)

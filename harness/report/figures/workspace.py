@@ -7,13 +7,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report import analysis, tables
+from harness.report import computed, tables
 from harness.report.figures.heatmap import display_names
-from harness.report.figures.common import (figure_parts, FIGURE_KEYS, threads_text, _log_axes, _panels, Renderer, _save,
-                                           SERIAL, slug, _tidy_ticks)
+from harness.report.figures.common import (figure_parts, FIGURE_KEYS, threads_text, log_axes, panels, Renderer, save,
+                                           SERIAL, slug, tidy_ticks)
 
 # A Pareto front trades workspace for time: every key of the point but the workspace limit.
-PARETO_KEYS = [k for k in analysis.LABELLED_KEYS if k != "workspace_limit"]
+PARETO_KEYS = [k for k in computed.LABELLED_KEYS if k != "workspace_limit"]
 
 
 def pareto_figures(df: pd.DataFrame, out: Path,
@@ -25,8 +25,8 @@ def pareto_figures(df: pd.DataFrame, out: Path,
     keys = [k for k in FIGURE_KEYS if k != "workspace_limit"]
     colours = _direction_colours(df)
     columns = ["layer_label", "direction", "workspace_bytes", "median_ms"]
-    ok = analysis.verified(df)
-    fronts = analysis.pareto_fronts(df, PARETO_KEYS)
+    ok = computed.verified(df)
+    fronts = computed.pareto_fronts(df, PARETO_KEYS)
     front_parts = dict(iter(fronts.groupby(keys, sort=False)))
     for values, part in ok.groupby(keys, sort=False):
         info = dict(zip(keys, values))
@@ -39,7 +39,7 @@ def pareto_figures(df: pd.DataFrame, out: Path,
 
 def _pareto_png(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, Any],
                 path: Path) -> None:
-    _save(_pareto_figure(ok, fronts, colours), path)
+    save(_pareto_figure(ok, fronts, colours), path)
 
 
 def _direction_colours(df: pd.DataFrame) -> dict[str, Any]:
@@ -53,12 +53,12 @@ def _pareto_figure(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, An
     (per-panel tick labels were most of the drawing time)."""
     layers = list(dict.fromkeys(ok["layer_label"]))
     shown = display_names(layers)
-    fig, axes = _panels(len(layers), min(5, len(layers)), (2.55, 1.75),
+    fig, axes = panels(len(layers), min(5, len(layers)), (2.55, 1.75),
                         ("workspace (MiB, symlog)", "median time (ms)"), share=True,
                         gap=(0.08, 0.25))
     by_layer = dict(iter(ok.groupby("layer_label", sort=False)))
     fronts_by_layer = dict(iter(fronts.groupby("layer_label", sort=False)))
-    _log_axes(axes[0], x="symlog")
+    log_axes(axes[0], x="symlog")
     # Fixed limits: autoscaling twenty shared axes re-walks every sibling and was slow.
     mib = ok["workspace_bytes"].astype(float).fillna(0.0) / (1 << 20)
     axes[0].set_xlim(-0.3, max(float(mib.max()), 1.0) * 2.5)
@@ -69,7 +69,7 @@ def _pareto_figure(ok: pd.DataFrame, fronts: pd.DataFrame, colours: dict[str, An
         _pareto_axis(ax, by_layer[layer], fronts_by_layer.get(layer), colours)
         ax.text(0.5, 1.02, shown[layer], transform=ax.transAxes, fontsize=7.5, ha="center",
                 va="bottom")
-    _tidy_ticks(axes[0])     # shared axes share their tickers
+    tidy_ticks(axes[0])     # shared axes share their tickers
     for ax in axes:
         ax.tick_params(labelsize=7)
         # Inner panels drop their axes outright, not just the labels: invisible ticks are still
@@ -111,7 +111,7 @@ def workspace_totals_figure(totals: pd.DataFrame, out: Path,
 
 def _workspace_totals_png(totals: pd.DataFrame, path: Path) -> None:
     precisions = list(dict.fromkeys(totals["effective_precision"]))
-    fig, axes = _panels(len(precisions), min(5, len(precisions)), (2.4, 2.2),
+    fig, axes = panels(len(precisions), min(5, len(precisions)), (2.4, 2.2),
                         ("workspace limit", "network total (ms, Σ best × multiplicity)"))
     for ax, precision in zip(axes, precisions):
         part = totals[totals["effective_precision"] == precision]
@@ -136,4 +136,4 @@ def _workspace_totals_png(totals: pd.DataFrame, path: Path) -> None:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
     fig.legend(list(legend.values()), list(legend), loc="upper center", ncol=len(legend),
                fontsize=8, frameon=False)
-    _save(fig, path)
+    save(fig, path)

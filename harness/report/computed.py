@@ -2,9 +2,10 @@
 
 Every number a table or figure shows comes from a function here or in harness.analysis (the one
 point key, verified rows, best per point, policies and the oracle), so a test can check it once.
-A *point* is one measured situation (analysis.POINT_KEYS: layer, direction, delivered precision,
-layout, workspace limit, timing mode); the *candidates* at a point are the backend:algorithm
-pairs that ran there.
+(This module was harness/report/analysis.py: two modules named `analysis` made every import of
+one a guess at which.) A *point* is one measured situation (harness.analysis.POINT_KEYS: layer,
+direction, delivered precision, layout, workspace limit, timing mode); the *candidates* at a
+point are the backend:algorithm pairs that ran there.
 """
 from __future__ import annotations
 
