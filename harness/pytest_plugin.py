@@ -4,14 +4,16 @@ pytest-benchmark benchmarks, so --benchmark-autosave, --benchmark-compare and
 
     def test_res2a_fwd(convbench):
         convbench('mb32ic64ih56oc64oh56kh3ph1n"resnet_50:res2a_branch2b"',
-                  backend="cudnn", algorithm="IMPLICIT_PRECOMP_GEMM", precision="fp16")
+                  backend="cudnn", algorithm="implicit_precomp_gemm", precision="fp16")
 
 The fixture measures the point through the harness (harness.runner.run_point: verification first,
 then CUDA-event or CPU timing) and hands the harness's raw samples to pytest-benchmark instead of
 letting it time a Python call, which on a GPU would measure launch overhead. A point that cannot
 run here (unsupported, over its workspace limit, backend unavailable) skips the test with the
-reason; a wrong result, a library failure or a crash fails it. Environment and status go into
-the benchmark's extra_info.
+reason; a wrong result, a library failure or a crash fails it. Backend and algorithm names are
+case-insensitive, and a name no backend knows fails the test on every machine, GPU or not: a
+typo must not hide behind the skip a CPU runner gives every GPU test. Environment and status go
+into the benchmark's extra_info.
 
 pytest-benchmark has no public way to accept external times, so the samples go in through its
 public `pedantic()` with a replay clock in place of its timer: each round "starts" at 0 and "ends"
@@ -94,8 +96,31 @@ def make_point(problem: "ConvProblem | str", *, backend: str, algorithm: str,
     if not isinstance(problem, ConvProblem):
         raise TypeError(f"convbench: problem must be a ConvProblem or a benchdnn descriptor, "
                         f"not {type(problem).__name__}")
+    backend, algorithm = resolve_names(backend, algorithm)
     return Point(problem, direction, precision, layout, backend, algorithm, workspace_limit,
                  timing or TimingOptions(min_samples=MIN_SAMPLES))
+
+
+def resolve_names(backend: str, algorithm: str) -> tuple[str, str]:
+    """The registered spelling of `backend` and `algorithm`, matched case-insensitively;
+    ValueError for a name the backend does not have. A backend's algorithm list is static (no
+    GPU is touched to build it), so the check runs on a CPU runner too. A backend with an
+    expanding algorithm (cudnn_graph's engines) also takes the names of its concrete variants,
+    known only on the GPU: such a name is passed on as written."""
+    from harness import backends
+    names = {name.lower(): name for name in backends.names()}
+    if backend.lower() not in names:
+        raise ValueError(f"convbench: backend={backend!r} is unknown; known: "
+                         f"{', '.join(backends.names())}")
+    backend = names[backend.lower()]
+    algorithms = backends.get(backend).algorithms()
+    known = {a.name.lower(): a.name for a in algorithms}
+    if algorithm.lower() in known:
+        return backend, known[algorithm.lower()]
+    if any(a.expands for a in algorithms):
+        return backend, algorithm
+    raise ValueError(f"convbench: algorithm={algorithm!r} is not one of backend {backend!r}'s: "
+                     f"{', '.join(a.name for a in algorithms)}")
 
 
 def extra_info(m: "Measurement", env: dict[str, Any]) -> dict[str, Any]:

@@ -311,8 +311,10 @@ def test_geometric_mean_ratio_over_matched_rows():
 
 
 # ---- environment ---------------------------------------------------------------------------------
-def _with_env(df: pd.DataFrame, **env) -> pd.DataFrame:
+def _with_env(df: pd.DataFrame, backend: str = "cudnn", **env) -> pd.DataFrame:
+    """`df` as rows of `backend` (GPU by default: the GPU fields count on GPU rows only)."""
     df = df.copy()
+    df["backend"] = backend
     for name in COMPARABILITY_FIELDS:
         df[f"env_{name}"] = env.get(name, "same")
     return df
@@ -341,6 +343,29 @@ def test_env_mismatch_allowed_is_recorded_and_marked():
     text = markdown_summary(c)
     assert text.index("Environment mismatch") < text.index("SAME")
     assert "gpu_name: base 'A' vs new 'B'" in text
+
+
+def test_cpu_rows_ignore_the_gpu_libraries_beside_them():
+    """Installing PyTorch brings a cuDNN (and a CUDA runtime) into a CPU machine's fingerprint;
+    a CPU baseline from before must still compare. The CPU itself still counts."""
+    base, new, _ = synthetic_pair(0, rows=5)
+    base = _with_env(base, "cpu", cudnn=None, cuda_runtime=None, gpu_driver=None)
+    new = _with_env(new, "torch_cpu", cudnn="91002", cuda_runtime="13.0", gpu_driver="580.1")
+    assert environment_mismatches(base, new) == []
+    assert compare(base, new).rows
+    new["env_cpu_model"] = "another CPU"
+    assert [m.field for m in environment_mismatches(base, new)] == ["cpu_model"]
+
+
+def test_gpu_rows_beside_cpu_rows_keep_their_cudnn_check():
+    base, new, _ = synthetic_pair(0, rows=6)
+    base, new = _with_env(base, cudnn="91002"), _with_env(new, cudnn="91400")
+    base.loc[:2, "backend"] = new.loc[:2, "backend"] = "cpu"
+    base.loc[:2, "env_cudnn"] = new.loc[:2, "env_cudnn"] = None   # CPU rows: no cuDNN either side
+    (mismatch,) = environment_mismatches(base, new)
+    assert (mismatch.field, mismatch.base, mismatch.new) == ("cudnn", ("91002",), ("91400",))
+    with pytest.raises(EnvironmentMismatch, match="cudnn: base '91002' vs new '91400'"):
+        compare(base, new)
 
 
 def test_unrecorded_env_on_both_sides_is_no_mismatch():

@@ -128,9 +128,14 @@ def test_second_conv_sees_the_size_inferred_from_the_first(tmp_path):
     assert geometry(b) == (16, 5, 6, 32, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1)
 
 
-def test_other_convolutions_are_counted_as_skipped(tmp_path):
+def depth(p):
+    """The depth fields of a 3-D problem: (D, kd, sd, front, back, dd)."""
+    return (p.in_d, p.kernel_d, p.stride_d, p.pad_front, p.pad_back, p.dilation_d)
+
+
+def test_3d_and_2d_convs_are_imported_and_the_others_counted_as_skipped(tmp_path):
     # Conv3d 3x4x8x8 pad 1 -> 4x4x8x8; Reshape -> 16x8x8; Conv2d 1x1 -> 8x8x8;
-    # ConvTranspose2d stride 2 -> 4x16x16; QLinearConv not run either.
+    # ConvTranspose2d stride 2 -> 4x16x16, not run.
     nodes = [
         helper.make_node("Conv", ["x", "w3d"], ["v"], name="c3d", pads=[1] * 6),
         helper.make_node("Reshape", ["v", "shape"], ["r"], name="flatten_depth"),
@@ -142,8 +147,44 @@ def test_other_convolutions_are_counted_as_skipped(tmp_path):
                     numpy_helper.from_array(np.array([1, 16, 8, 8], np.int64), "shape")]
     path = save(tmp_path, nodes, initializers, (1, 3, 4, 8, 8))
     result = capture(path, None)
-    assert [geometry(c) for c in result.convs] == [(16, 8, 8, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1)]
-    assert result.skipped == {"Conv3d": 1, "ConvTranspose2d": 1}
+    c3d, c2d = result.convs
+    assert (geometry(c3d), depth(c3d)) == ((3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+                                           (4, 3, 1, 1, 1, 1))
+    assert c3d.is_3d and not c2d.is_3d
+    assert geometry(c2d) == (16, 8, 8, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1)
+    assert result.skipped == {"ConvTranspose2d": 1}
+
+
+def test_3d_conv_attributes_map_depth_height_width_in_order(tmp_path):
+    # Input 3x8x10x12, kernel 3x1x5, strides (2,1,3), dilations (1,1,2), pads
+    # [front 1, top 0, left 4, back 1, bottom 0, right 4] (ONNX: every begin, then every end).
+    # Out: D (8+2-3)//2+1 = 4, H (10-1)+1 = 10, W (12+8-9)//3+1 = 4; a C3D-style 1x3x3 with
+    # SAME_UPPER follows on 4x10x4: pads 0/0, 1/1, 1/1.
+    path = conv_chain(tmp_path, [
+        ("odd", (6, 3, 3, 1, 5), dict(strides=[2, 1, 3], dilations=[1, 1, 2],
+                                      pads=[1, 0, 4, 1, 0, 4])),
+        ("spatial", (6, 6, 1, 3, 3), dict(auto_pad="SAME_UPPER"))], (2, 3, 8, 10, 12))
+    odd, spatial = capture(path, None).convs
+    assert geometry(odd) == (3, 10, 12, 6, 1, 5, 1, 3, 0, 4, 0, 4, 1, 2, 1)
+    assert depth(odd) == (8, 3, 2, 1, 1, 1)
+    assert (odd.out_d, odd.out_h, odd.out_w) == (4, 10, 4)
+    assert geometry(spatial) == (6, 10, 4, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1)
+    assert depth(spatial) == (4, 1, 1, 0, 0, 1)
+    # ONNX's own output size agrees with the one our pads give.
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+    (y0,) = [i for i in model.graph.value_info if i.name == "y0"]
+    assert tuple(d.dim_value for d in y0.type.tensor_type.shape.dim[2:]) == (4, 10, 4)
+
+
+def test_a_5d_input_of_symbolic_size_takes_input_cdhw(tmp_path):
+    path = conv_chain(tmp_path, [("c", (8, 3, 3, 3, 3), dict(pads=[1] * 6))],
+                      ("N", "C", "D", "H", "W"))
+    with pytest.raises(ModelError, match=r"dims \[N, C, D, H, W\].*CxDxHxW for a 5-D input"):
+        capture(path, None)
+    (conv,) = capture(path, (3, 16, 20, 24)).convs
+    assert (conv.in_d, conv.in_h, conv.in_w, conv.batch) == (16, 20, 24, 1)
+    with pytest.raises(ModelError, match=r"--input 3x20x24 needs a 4-D NCHW input"):
+        capture(path, (3, 20, 24))
 
 
 def test_quantized_and_vendor_convs_are_counted_as_skipped(tmp_path):
@@ -156,7 +197,8 @@ def test_quantized_and_vendor_convs_are_counted_as_skipped(tmp_path):
                     weight("w", (4, 3, 3, 3))]
     path = save(tmp_path, nodes, initializers, (1, 3, 8, 8), domains=["com.microsoft"])
     assert capture(path, None).skipped == {"ConvInteger": 1, "com.microsoft.FusedConv": 1}
-    with pytest.raises(ModelError, match=r"no 2-D convolution \(only 1 ConvInteger, 1 com\."):
+    with pytest.raises(ModelError,
+                       match=r"no 2-D or 3-D convolution \(only 1 ConvInteger, 1 com\."):
         import_model(str(path))
 
 
@@ -223,7 +265,7 @@ def test_missing_file(tmp_path):
 
 def test_model_without_conv_is_refused(tmp_path):
     path = save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [], (1, 3, 8, 8))
-    with pytest.raises(ModelError, match="no 2-D convolution"):
+    with pytest.raises(ModelError, match="no 2-D or 3-D convolution"):
         import_model(str(path))
 
 
@@ -265,6 +307,34 @@ def test_identical_convs_merge_under_the_first_name(tmp_path):
     assert [(p.name, p.multiplicity, p.batch) for p in model.layers] == [
         ("first", 2, 8), ("head", 1, 8)]
     assert geometry(model.layers[0]) == (3, 8, 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1)
+
+
+def test_a_static_batch_is_kept_unless_batch_is_given(tmp_path):
+    """Issue 37: a graph exported at batch 4 was imported at batch 32."""
+    path = conv_chain(tmp_path, [("c", (8, 3, 3, 3), {})], (4, 3, 8, 8))
+    model = import_model(str(path))
+    assert model.batch == 4 and model.layers[0].batch == 4
+    assert model.batch_from == "the model's static input batch"
+    assert import_model(str(path), batch=16).layers[0].batch == 16
+    with pytest.raises(ModelError, match=r"--batch 0: expected a positive integer"):
+        import_model(str(path), batch=0)
+
+
+def test_a_symbolic_batch_takes_the_default(tmp_path):
+    path = conv_chain(tmp_path, [("c", (8, 3, 3, 3), {})], ("N", 3, 8, 8))
+    model = import_model(str(path))
+    assert (model.batch, model.layers[0].batch, model.batch_from) == (32, 32, "the default")
+
+
+def test_convbench_import_keeps_the_static_batch(tmp_path, capsys):
+    from harness.cli import main
+    from harness.suite import parse_suite
+    path = conv_chain(tmp_path, [("c", (8, 3, 3, 3), dict(pads=[1, 1, 1, 1]))], (4, 3, 8, 8))
+    for argv, batch in (([], 4), (["--batch", "2"], 2)):
+        assert main(["import", str(path), *argv]) == 0
+        text = capsys.readouterr().out
+        assert parse_suite(text, "model.toml").problems[0].batch == batch
+        assert f"batch = {batch}\n" in text
 
 
 def test_import_model_passes_input_chw(tmp_path):

@@ -178,12 +178,86 @@ def test_a_user_callable_is_captured_with_padding_done_in_forward(tmp_path, monk
     assert capture.method == "torch.export"
     assert [_row(p) for p in capture.convs] == [
         ("stem", 3, 33, 33, 16, (3, 3), (2, 2), (0, 0), (1, 1), 1),        # sees the padded 33
-        ("grouped", 16, 16, 16, 32, (3, 3), (1, 1), (2, 2), (2, 2), 4)]
+        ("grouped", 16, 16, 16, 32, (3, 3), (1, 1), (2, 2), (2, 2), 4),
+        ("volume", 1, 16, 16, 4, (1, 1), (1, 1), (0, 0), (1, 1), 1)]    # a Conv3d on depth 1
     assert capture.convs[1].out_h == 16 and not capture.convs[1].depthwise
-    assert capture.skipped == {"Conv1d": 1, "Conv3d": 1, "ConvTranspose2d": 1}
+    assert capture.skipped == {"Conv1d": 1, "ConvTranspose2d": 1}
     imported = import_model(f"{module}:build", batch=8, input_chw=(3, 32, 32))
-    assert [p.batch for p in imported.layers] == [8, 8] and imported.convs == 2
+    assert [p.batch for p in imported.layers] == [8, 8, 8] and imported.convs == 3
     assert imported.skipped == capture.skipped and imported.name == "build"
+
+
+# ---- 3-D convolutions (issue 37) ----------------------------------------------------------------
+NET_3D = """
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv3d(3, 8, (3, 5, 7), stride=(1, 2, 2), padding=(1, 2, 3))
+            self.dilated = nn.Conv3d(8, 8, 3, padding="same", dilation=(2, 1, 1), groups=4)
+            self.flat = nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            y = self.dilated(self.stem(x))
+            return self.flat(y.mean(2))
+
+    def build():
+        return Net()
+    """
+
+
+def _row_3d(p):
+    return (p.name, p.in_channels, (p.in_d, p.in_h, p.in_w), p.out_channels,
+            (p.kernel_d, p.kernel_h, p.kernel_w), (p.stride_d, p.stride_h, p.stride_w),
+            (p.pad_front, p.pad_top, p.pad_left), (p.pad_back, p.pad_bottom, p.pad_right),
+            (p.dilation_d, p.dilation_h, p.dilation_w), p.groups)
+
+
+@pytest.mark.parametrize("method", ["torch.export", "forward hooks"])
+def test_conv3d_layers_are_imported_as_3d_problems(tmp_path, monkeypatch, method):
+    """Input 3x8x16x16. stem: kernel 3x5x7, stride 1x2x2, pad 1x2x3 -> 8 x (8+2-3+1=8) x
+    ((16+4-5)//2+1=8) x ((16+6-7)//2+1=8). dilated: "same" with dilation 2 on depth spans 5,
+    so 2 before and 2 after; 1 and 1 on height and width."""
+    module = _user_module(tmp_path, monkeypatch, NET_3D)
+    if method == "forward hooks":
+        def no_export(*args, **kwargs):
+            raise RuntimeError("export disabled by the test")
+        monkeypatch.setattr(torch_models, "_export", no_export)
+    capture = torch_models.capture(f"{module}:build", (3, 8, 16, 16))
+    assert capture.method == method and capture.skipped == {}
+    stem, dilated, flat = capture.convs
+    assert [_row_3d(stem), _row_3d(dilated)] == [
+        ("stem", 3, (8, 16, 16), 8, (3, 5, 7), (1, 2, 2), (1, 2, 3), (1, 2, 3), (1, 1, 1), 1),
+        ("dilated", 8, (8, 8, 8), 8, (3, 3, 3), (1, 1, 1), (2, 1, 1), (2, 1, 1), (2, 1, 1), 4)]
+    assert stem.is_3d and dilated.is_3d and not flat.is_3d
+    # PyTorch's own output size agrees with the problem's.
+    net = sys.modules[module].build()
+    y = net.stem(torch.zeros(1, 3, 8, 16, 16, device="meta"))
+    assert tuple(y.shape[2:]) == (stem.out_d, stem.out_h, stem.out_w) == (8, 8, 8)
+    assert tuple(net.dilated(y).shape[2:]) == (dilated.out_d, dilated.out_h, dilated.out_w)
+
+
+def test_the_suite_file_of_a_3d_model_reads_back(tmp_path, monkeypatch):
+    from harness.models.suite_file import suite_text
+    from harness.suite import parse_suite
+    module = _user_module(tmp_path, monkeypatch, NET_3D)
+    imported = import_model(f"{module}:build", batch=2, input_chw=(3, 8, 16, 16))
+    text = suite_text(imported)
+    assert "# 3 convolutions (2-D and 3-D), 3 unique shapes" in text
+    assert parse_suite(text, "net.toml").problems == imported.layers
+
+
+def test_torchvision_r2plus1d_18_has_the_video3d_suites_layers():
+    """suites/video3d.toml writes out R(2+1)D-18's first layers by hand from the paper; the
+    import of torchvision's model, at its 16x112x112 clip by default, finds each of them
+    (layer1's four blocks included: multiplicity 4)."""
+    imported = import_model("torchvision:r2plus1d_18", batch=1)
+    assert imported.skipped == {} and all(p.is_3d for p in imported.layers)
+    suite = load_suite("video3d", search_dirs=[REPO_SUITES]).problems
+    written = [p for p in suite if p.name.startswith("r2plus1d_18:")]
+    assert len(written) == 6
+    assert _shapes(written) <= _shapes(imported.layers)
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")

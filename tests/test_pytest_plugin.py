@@ -170,3 +170,43 @@ def test_through_the_real_runner_on_the_fake_backend(pytester):
     result.stdout.fnmatch_lines(["*fake/wrong_fast fwd fp32 wrong: relative L2 error*"])
     (bench,) = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
     assert bench["stats"]["rounds"] == bench["extra_info"]["n_samples"] >= 10
+
+
+def test_backend_and_algorithm_names_are_case_insensitive():
+    """The README's example spells cuDNN's enum (IMPLICIT_PRECOMP_GEMM); convbench's names are
+    lowercase. Resolving needs no GPU: the cudnn backend's algorithm list is static."""
+    from harness.pytest_plugin import make_point
+    point = make_point('mb2ic8ih8oc8oh8kh3ph1', backend="CuDNN",
+                       algorithm="IMPLICIT_PRECOMP_GEMM", precision="fp16")
+    assert (point.backend, point.algorithm) == ("cudnn", "implicit_precomp_gemm")
+    # cudnn_graph's expanding algorithm takes variant names only the GPU knows: passed on as is
+    assert make_point('mb2ic8ih8oc8oh8kh3ph1', backend="cudnn_graph",
+                      algorithm="eng0_k2=1").algorithm == "eng0_k2=1"
+
+
+@pytest.mark.parametrize("backend, algorithm, message", [
+    ("cudnn", "implicit_precomp_gem",
+     "*algorithm='implicit_precomp_gem' is not one of backend 'cudnn'*: implicit_gemm, *"),
+    ("cudann", "gemm", "*backend='cudann' is unknown; known: cpu, torch_cpu, cudnn*"),
+])
+def test_unknown_names_fail_even_where_the_backend_is_unavailable(pytester, backend, algorithm,
+                                                                  message):
+    """On a CPU runner the cudnn backend is unavailable and its tests skip; a misspelt name must
+    fail there too instead of hiding until a GPU runner."""
+    pytester.makepyfile(f"""
+        def test_typo(convbench):
+            convbench('mb2ic8ih8oc8oh8kh3ph1', backend={backend!r}, algorithm={algorithm!r})
+    """)
+    result = _run(pytester, "-rsf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([message])
+
+
+def test_uppercase_names_run_as_their_registered_spelling(suite):
+    suite.makepyfile(test_upper='''
+        def test_upper(convbench):
+            m = convbench('mb2ic8ih8oc8oh8kh3ph1', backend="FAKE", algorithm="Exact")
+            assert (m.point.backend, m.point.algorithm) == ("fake", "exact")
+    ''')
+    result = _run(suite, "test_upper.py")
+    result.assert_outcomes(passed=1)

@@ -113,7 +113,7 @@ from harness.compare.verdicts import (CHANGED, CompareOptions, Comparison,
                                       Verdict, interval_text, judge_suite, parse_layer_thresholds,
                                       parse_threshold, pct)
 from harness import cpu_memory
-from harness.env import COMPARABILITY_FIELDS
+from harness.env import COMPARABILITY_FIELDS, GPU_FIELDS
 
 
 def compare(base: pd.DataFrame, new: pd.DataFrame,
@@ -228,18 +228,45 @@ METHOD_COLUMNS = ("gpu_timer",)
 
 def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMismatch]:
     """The COMPARABILITY_FIELDS (and timing methods) whose recorded values differ between the
-    two frames, and how freed memory was kept where both have CPU rows."""
+    two frames, and how freed memory was kept where both have CPU rows. The GPU_FIELDS are read
+    from GPU rows only: a CPU row's times do not depend on the cuDNN beside it."""
     found = []
-    columns = [(name, f"env_{name}") for name in COMPARABILITY_FIELDS]
-    columns += [(name, name) for name in METHOD_COLUMNS]
-    for name, column in columns:
-        b, n = _distinct(base, column), _distinct(new, column)
+    gpu_base, gpu_new = base[gpu_row_mask(base)], new[gpu_row_mask(new)]
+    for name in COMPARABILITY_FIELDS:
+        b, n = _distinct(base, f"env_{name}"), _distinct(new, f"env_{name}")
+        if name in GPU_FIELDS:
+            # Where one side has no GPU row, no GPU point is matched: nothing to keep apart.
+            if not (len(gpu_base) and len(gpu_new)):
+                continue
+            b, n = _distinct(gpu_base, f"env_{name}"), _distinct(gpu_new, f"env_{name}")
+        if b != n:
+            found.append(EnvMismatch(name, b, n))
+    for name in METHOD_COLUMNS:
+        b, n = _distinct(base, name), _distinct(new, name)
         if b != n:
             found.append(EnvMismatch(name, b, n))
     b, n = _cpu_allocator(base), _cpu_allocator(new)
     if b and n and b != n:
         found.append(EnvMismatch("malloc", b, n))
     return found
+
+
+def gpu_row_mask(df: pd.DataFrame) -> pd.Series:
+    """True for the rows measured on a GPU: their backend's device, from the registry (static:
+    no GPU is touched). A backend no longer registered counts as GPU unless the row carries a
+    load average, which only CPU timing records."""
+    from harness import backends
+    devices: dict[str, bool] = {}
+    for name in (_distinct(df, "backend") if "backend" in df.columns else ()):
+        try:
+            devices[name] = backends.get(name).device != "cpu"
+        except (KeyError, ImportError):
+            pass
+    backend = df["backend"].astype(str) if "backend" in df.columns else pd.Series("", df.index)
+    timed_on_cpu = (df["load_avg"].notna() if "load_avg" in df.columns
+                    else pd.Series(False, df.index))
+    return pd.Series([devices.get(b, not cpu) for b, cpu in zip(backend, timed_on_cpu)],
+                     index=df.index, dtype=bool)
 
 
 def _cpu_allocator(df: pd.DataFrame) -> tuple[str, ...]:

@@ -2,42 +2,22 @@
 
 A SOURCE names a model: `torchvision:NAME`, `timm:NAME`, `module.path:callable` (a user's own
 `nn.Module`) or a path to an `.onnx` file. Capturing it (torch_models.py, onnx_models.py) gives
-every 2-D convolution in network order, at the input size it really sees there, plus a count of the
-convolutions convbench cannot run (1-D, 3-D, transposed, quantized), which are listed, never
-dropped silently. Identical shapes are then merged into one layer with a multiplicity, named by
-the module path of the first (`layer1.0.conv2*3`).
+every 2-D and 3-D convolution in network order, at the input size it really sees there, plus a
+count of the convolutions convbench cannot run (1-D, transposed, quantized), which are listed,
+never dropped silently. Identical shapes are then merged into one layer with a multiplicity,
+named by the module path of the first (`layer1.0.conv2*3`).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.models.common import DEFAULT_BATCH, DEFAULT_INPUT, Capture, ModelError
 from harness.problem import ConvProblem
 
-# The input a model gets when the user gives none and the model does not say (torchvision's
-# classification models all take 3x224x224).
-DEFAULT_INPUT = (3, 224, 224)
-DEFAULT_BATCH = 32
-
-
-class ModelError(ValueError):
-    """A model that cannot be imported; the one-line message names the value and why."""
-
-
-@dataclass(frozen=True)
-class Capture:
-    """What one capture of a model found, before merging.
-
-    convs: each 2-D convolution in network order as a ConvProblem whose `name` is its module
-      path (e.g. "layer1.0.conv2"; ONNX: the node name, else "conv<index>") and multiplicity 1;
-      the batch is whatever the capture used (import_model sets the one asked for).
-    skipped: convolutions convbench cannot run, by kind ("Conv3d", "ConvTranspose2d", ...) -> count.
-    method: how the shapes were found ("torch.export", "forward hooks", "onnx shape inference").
-    """
-    convs: tuple[ConvProblem, ...]
-    skipped: dict[str, int] = field(default_factory=dict)
-    method: str = ""
+__all__ = ["DEFAULT_BATCH", "DEFAULT_INPUT", "Capture", "ImportedModel", "ModelError",
+           "default_name", "import_model", "merge", "parse_input", "skipped_text"]
 
 
 @dataclass(frozen=True)
@@ -46,25 +26,35 @@ class ImportedModel:
     source: str                   # what the user typed
     batch: int
     layers: tuple[ConvProblem, ...]   # merged: unique shapes with multiplicity, network order
-    convs: int                    # 2-D convolutions found, before merging
+    convs: int                    # 2-D and 3-D convolutions found, before merging
     skipped: dict[str, int]
     method: str
+    batch_from: str = "--batch"   # where `batch` came from, said in the suite file
 
 
-def import_model(source: str, batch: int = DEFAULT_BATCH,
-                 input_chw: tuple[int, int, int] | None = None,
+def import_model(source: str, batch: int | None = None,
+                 input_chw: tuple[int, ...] | None = None,
                  name: str | None = None) -> ImportedModel:
-    """Capture `source` and merge its convolutions; ModelError on bad input."""
+    """Capture `source` and merge its convolutions; ModelError on bad input. `batch` None: the
+    model's own static batch if it has one, else DEFAULT_BATCH."""
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ModelError(f"--batch {batch!r}: expected a positive integer")
     capture = _capture(source, input_chw)
     if not capture.convs:
         skipped = f" (only {skipped_text(capture.skipped)})" if capture.skipped else ""
-        raise ModelError(f"{source}: the model has no 2-D convolution{skipped}")
+        raise ModelError(f"{source}: the model has no 2-D or 3-D convolution{skipped}")
+    if batch is not None:
+        batch_from = "--batch"
+    elif capture.batch is not None:
+        batch, batch_from = capture.batch, "the model's static input batch"
+    else:
+        batch, batch_from = DEFAULT_BATCH, "the default"
     layers = merge(tuple(p.with_batch(batch) for p in capture.convs))
     return ImportedModel(name or default_name(source), source, batch, layers,
-                         len(capture.convs), dict(capture.skipped), capture.method)
+                         len(capture.convs), dict(capture.skipped), capture.method, batch_from)
 
 
-def _capture(source: str, input_chw: tuple[int, int, int] | None) -> Capture:
+def _capture(source: str, input_chw: tuple[int, ...] | None) -> Capture:
     if source.lower().endswith(".onnx") or Path(source).is_file():
         from harness.models import onnx_models
         return onnx_models.capture(Path(source), input_chw)
@@ -100,11 +90,11 @@ def skipped_text(skipped: dict[str, int]) -> str:
     return ", ".join(f"{count} {kind}" for kind, count in sorted(skipped.items())) or "none"
 
 
-def parse_input(text: str) -> tuple[int, int, int]:
-    """`--input CxHxW` (e.g. 3x224x224) as three positive integers; ModelError otherwise."""
+def parse_input(text: str) -> tuple[int, ...]:
+    """`--input CxHxW` (e.g. 3x224x224) or, for a model of 3-D convolutions, CxDxHxW (a video
+    clip: 3x16x112x112) as positive integers; ModelError otherwise."""
     parts = text.lower().replace("*", "x").split("x")
-    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise ModelError(f"--input {text!r}: expected CxHxW, three positive integers such as "
-                         f"3x224x224")
-    c, h, w = (int(p) for p in parts)
-    return c, h, w
+    if len(parts) not in (3, 4) or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ModelError(f"--input {text!r}: expected CxHxW such as 3x224x224, or CxDxHxW such "
+                         f"as 3x16x112x112, positive integers")
+    return tuple(int(p) for p in parts)

@@ -1,4 +1,4 @@
-"""The 2-D convolutions of an ONNX model, at the input sizes ONNX shape inference gives them.
+"""The 2-D and 3-D convolutions of an ONNX model, at the input sizes ONNX shape inference gives.
 
 No runtime is needed: the graph is read with the `onnx` package, its image input fixed to a
 concrete size, and `onnx.shape_inference` propagates that size to every Conv node. Weights are
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness.models import Capture, ModelError
+from harness.models.common import Capture, ModelError
 from harness.problem import ConvProblem, ProblemError
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
@@ -19,14 +19,15 @@ _QUANTIZED = ("QLinearConv", "ConvInteger")
 Shape = tuple[int | None, ...]
 
 
-def capture(path: Path, input_chw: tuple[int, int, int] | None) -> Capture:
-    """Every 2-D Conv of the model at `path` in graph order; ModelError on a bad model."""
+def capture(path: Path, input_chw: tuple[int, ...] | None) -> Capture:
+    """Every 2-D and 3-D Conv of the model at `path` in graph order; ModelError on a bad
+    model. The capture's batch is the input's static batch dimension, if it has one."""
     try:
         import onnx
     except ImportError:
         raise ModelError("reading ONNX models needs the onnx package: pip install onnx") from None
     model = _load(onnx, path)
-    _fix_input(model, path, input_chw)
+    batch = _fix_input(model, path, input_chw)
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as error:  # onnx raises its own InferenceError/ValidationError types
@@ -45,7 +46,7 @@ def capture(path: Path, input_chw: tuple[int, int, int] | None) -> Capture:
     nested = _nested_convs(model)
     if nested:
         skipped["Conv in a subgraph or function"] = nested
-    return Capture(tuple(convs), skipped, "onnx shape inference")
+    return Capture(tuple(convs), skipped, "onnx shape inference", batch)
 
 
 def _load(onnx, path: Path):
@@ -62,30 +63,35 @@ def _load(onnx, path: Path):
     return model
 
 
-def _fix_input(model, path: Path, input_chw: tuple[int, int, int] | None) -> None:
-    """Give the image input concrete dims in place (`model` is ours: freshly loaded): C,H,W from
-    `input_chw` if given, and 1 for a symbolic batch (import_model sets the real batch later)."""
+def _fix_input(model, path: Path, input_chw: tuple[int, ...] | None) -> int | None:
+    """Give the image input concrete dims in place (`model` is ours: freshly loaded): C,(D,)H,W
+    from `input_chw` if given, and 1 for a symbolic batch (import_model sets the real batch
+    later). Returns the input's static batch, None where it is symbolic."""
     initializers = {init.name for init in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in initializers]
     if not inputs:
         raise ModelError(f"{path}: the graph has no input (every input is an initializer)")
     name, tensor = inputs[0].name, inputs[0].type.tensor_type
     dims = tensor.shape.dim
+    static_batch = dims[0].dim_value if tensor.HasField("shape") and dims else 0
     if input_chw is not None:
-        if tensor.HasField("shape") and len(dims) != 4:
-            raise ModelError(f"{path}: input {name!r} has dims {_dims_text(dims)}; "
-                             f"--input CxHxW needs a 4-D NCHW input")
-        while len(dims) < 4:
+        rank = 1 + len(input_chw)
+        if tensor.HasField("shape") and len(dims) != rank:
+            raise ModelError(f"{path}: input {name!r} has dims {_dims_text(dims)}; --input "
+                             f"{'x'.join(map(str, input_chw))} needs a {rank}-D "
+                             f"{'NCHW' if rank == 4 else 'NCDHW'} input")
+        while len(dims) < rank:
             dims.add()
         for dim, value in zip(dims[1:], input_chw):
             dim.dim_value = value  # dim_value/dim_param are a oneof: this clears the name
-    elif not tensor.HasField("shape") or (len(dims) == 4
+    elif not tensor.HasField("shape") or (len(dims) in (4, 5)
                                           and any(d.dim_value <= 0 for d in dims[1:])):
         raise ModelError(f"{path}: input {name!r} has dims {_dims_text(dims)}, not a fixed "
-                         f"image size; pass --input CxHxW")
+                         f"image size; pass --input CxHxW (CxDxHxW for a 5-D input)")
     # Inputs of another rank (a 1-D conv's N,C,L) are left as they are: their convs are skipped.
     if dims and dims[0].dim_value <= 0:
         dims[0].dim_value = 1
+    return static_batch if static_batch > 0 else None
 
 
 def _known_shapes(graph) -> dict[str, Shape]:
@@ -119,7 +125,7 @@ def _unsupported_kind(node, shapes: dict[str, Shape]) -> str | None:
         return node.op_type
     if node.op_type == "ConvTranspose":
         return f"ConvTranspose{_spatial_rank(node, shapes) or '?'}d"
-    if node.op_type == "Conv" and _spatial_rank(node, shapes) not in (2, None):
+    if node.op_type == "Conv" and _spatial_rank(node, shapes) not in (2, 3, None):
         return f"Conv{_spatial_rank(node, shapes)}d"
     return None
 
@@ -127,39 +133,45 @@ def _unsupported_kind(node, shapes: dict[str, Shape]) -> str | None:
 def _problem(onnx, node, shapes: dict[str, Shape], path: Path, fallback: str) -> ConvProblem:
     name = node.name or fallback
     x, w = shapes.get(node.input[0]), shapes.get(node.input[1])
-    if x is None or len(x) != 4 or None in x[1:]:
+    if x is None or len(x) not in (4, 5) or None in x[1:]:
         raise ModelError(f"{path}: Conv node {name!r}: shape inference could not find the size "
                          f"of its input {node.input[0]!r} ({_shape_text(x)})")
-    if w is None or len(w) != 4 or None in w:
+    if w is None or len(w) != len(x) or None in w:
         raise ModelError(f"{path}: Conv node {name!r}: the shape of its weight {node.input[1]!r} "
-                         f"is unknown ({_shape_text(w)})")
+                         f"is unknown or not of its input's rank ({_shape_text(w)})")
+    rank = len(x) - 2          # spatial axes: 2, or 3 with depth first (N, C, D, H, W)
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     kernel = list(attrs.get("kernel_shape", w[2:]))
-    strides = list(attrs.get("strides", [1, 1]))
-    dilations = list(attrs.get("dilations", [1, 1]))
+    strides = list(attrs.get("strides", [1] * rank))
+    dilations = list(attrs.get("dilations", [1] * rank))
     auto_pad = attrs.get("auto_pad", b"NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         pads = _same_pads(x[2:], kernel, strides, dilations, upper=auto_pad == "SAME_UPPER")
     elif auto_pad == "VALID":
-        pads = [0, 0, 0, 0]
+        pads = [0] * 2 * rank
     else:
-        pads = list(attrs.get("pads", [0, 0, 0, 0]))  # [top, left, bottom, right]
-    if [len(kernel), len(strides), len(dilations), len(pads)] != [2, 2, 2, 4]:
+        pads = list(attrs.get("pads", [0] * 2 * rank))  # every axis' begin, then every end
+    if [len(kernel), len(strides), len(dilations), len(pads)] != [rank, rank, rank, 2 * rank]:
         raise ModelError(f"{path}: Conv node {name!r}: kernel_shape {kernel}, strides {strides}, "
-                         f"dilations {dilations} or pads {pads} is not of a 2-D conv")
+                         f"dilations {dilations} or pads {pads} is not of a {rank}-D conv")
     # ConvProblem cannot see the weight; a C that disagrees with it means a wrong --input.
     if x[1] != w[1] * attrs.get("group", 1):
         raise ModelError(f"{path}: Conv node {name!r}: its input has {x[1]} channels, its weight "
                          f"{_shape_text(w)} with group={attrs.get('group', 1)} expects "
                          f"{w[1] * attrs.get('group', 1)}")
+    # Depth fields only for a 3-D conv: a 2-D problem keeps the flat defaults.
+    depth = {} if rank == 2 else dict(
+        in_d=x[2], kernel_d=kernel[0], stride_d=strides[0], dilation_d=dilations[0],
+        pad_front=pads[0], pad_back=pads[rank])
+    h, wd = rank - 2, rank - 1     # the height and width axes' index among the spatial ones
     try:
         return ConvProblem(
-            batch=x[0] or 1, in_channels=x[1], in_h=x[2], in_w=x[3], out_channels=w[0],
-            kernel_h=kernel[0], kernel_w=kernel[1], stride_h=strides[0], stride_w=strides[1],
-            pad_top=pads[0], pad_left=pads[1], pad_bottom=pads[2], pad_right=pads[3],
-            dilation_h=dilations[0], dilation_w=dilations[1], groups=attrs.get("group", 1),
-            name=name, multiplicity=1)
+            batch=x[0] or 1, in_channels=x[1], in_h=x[2 + h], in_w=x[2 + wd], out_channels=w[0],
+            kernel_h=kernel[h], kernel_w=kernel[wd], stride_h=strides[h], stride_w=strides[wd],
+            pad_top=pads[h], pad_left=pads[wd], pad_bottom=pads[rank + h],
+            pad_right=pads[rank + wd], dilation_h=dilations[h], dilation_w=dilations[wd],
+            groups=attrs.get("group", 1), name=name, multiplicity=1, **depth)
     except ProblemError as error:
         raise ModelError(f"{path}: Conv node {name!r}: {error}") from None
 

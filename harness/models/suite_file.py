@@ -19,9 +19,11 @@ def suite_text(model: ImportedModel, command: str = "") -> str:
     header = [
         f"# Imported from {model.source} ({model.method}) on "
         f"{datetime.now(timezone.utc):%Y-%m-%d}" + (f" by `{command}`" if command else ""),
-        f"# {total} 2-D convolutions, {len(model.layers)} unique shapes; `*K` in a name counts "
-        f"how often the shape occurs (named by its first module).",
-        f"# Not imported (convbench runs 2-D convolutions only): {skipped_text(model.skipped)}",
+        f"# {total} convolutions ({_ranks(model)}), {len(model.layers)} unique shapes; `*K` in "
+        f"a name counts how often the shape occurs (named by its first module).",
+        f"# Batch {model.batch}: {model.batch_from}.",
+        f"# Not imported (convbench runs no 1-D, transposed or quantized convolution): "
+        f"{skipped_text(model.skipped)}",
         "",
         f"name = {_string(model.name)}",
         f"description = {_string(f'{model.name} from {model.source}: {len(model.layers)} unique conv shapes ({total} layers), batch {model.batch}')}",
@@ -35,6 +37,12 @@ def suite_text(model: ImportedModel, command: str = "") -> str:
         f"directions = {json.dumps(list(DIRECTIONS))}",
     ]
     return "\n".join(header) + "\n"
+
+
+def _ranks(model: ImportedModel) -> str:
+    """"2-D", "3-D" or "2-D and 3-D": which kinds of convolution the layers are."""
+    ranks = sorted({"3-D" if p.is_3d else "2-D" for p in model.layers})
+    return " and ".join(ranks)
 
 
 def _layer(problem: ConvProblem) -> str:

@@ -3,9 +3,10 @@
 
 The model is built on the meta device, so parameters have shapes but no storage: a model with a
 billion parameters builds in seconds and nothing is downloaded. torch.export traces one forward
-pass at batch 2 (batch 1 can be specialised away) and the exported graph gives every convolution
-with the input size it really sees, padding done inside forward included. Where export fails,
-forward hooks on the conv modules are the fallback. torch is imported inside functions only.
+pass at batch 2 (batch 1 can be specialised away) and the exported graph gives every 2-D and 3-D
+convolution with the input size it really sees, padding done inside forward included. Where
+export fails, forward hooks on the conv modules are the fallback. torch is imported inside
+functions only.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import io
 import re
 import sys
 
-from harness.models import DEFAULT_INPUT, Capture, ModelError
+from harness.models.common import DEFAULT_INPUT, Capture, ModelError
 from harness.problem import ConvProblem, ProblemError
 
 CAPTURE_BATCH = 2
@@ -36,11 +37,11 @@ _CONV_KINDS = ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
                "Conv1d", "Conv2d", "Conv3d")
 
 
-def capture(source: str, input_chw: tuple[int, int, int] | None) -> Capture:
+def capture(source: str, input_chw: tuple[int, ...] | None) -> Capture:
     """Build `source` without weights and list its convolutions; ModelError on bad input."""
     torch = _torch()
     model = _construct(torch, source, _builder(source))
-    chw = tuple(input_chw or _model_input(model) or DEFAULT_INPUT)
+    chw = tuple(input_chw or _model_input(model) or _clip_input(source) or DEFAULT_INPUT)
     # Quantized kernels do not exist on meta; such a model stays on the CPU and runs for real.
     device = "cpu" if any(_module_kind(torch, m, "Quantized") for m in model.modules()) else "meta"
     try:
@@ -177,6 +178,15 @@ def _parameters_on_meta(torch):
         torch.nn.Module.register_parameter = original
 
 
+def _clip_input(source: str) -> tuple[int, ...] | None:
+    """torchvision's video models (3-D convolutions) take 16-frame 112x112 RGB clips."""
+    prefix, _, name = source.partition(":")
+    if prefix != "torchvision":
+        return None
+    import torchvision.models as tv
+    return (3, 16, 112, 112) if name in tv.list_models(module=tv.video) else None
+
+
 def _model_input(model) -> tuple[int, int, int] | None:
     """timm models say their input size (pretrained_cfg, formerly default_cfg)."""
     for attr in ("pretrained_cfg", "default_cfg"):
@@ -203,7 +213,7 @@ def _graph_capture(source: str, graph) -> Capture:
             in_shape = tuple(int(v) for v in node.args[0].meta["val"].shape)
             weight = tuple(int(v) for v in node.args[1].meta["val"].shape)
             transposed = "transpose" in op or bool(args.get("transposed"))
-            if transposed or len(weight) != 4:
+            if transposed or len(weight) not in (4, 5):
                 skipped[f"Conv{'Transpose' if transposed else ''}{len(weight) - 2}d"] += 1
                 continue
             convs.append(_problem(source, _node_path(node, len(convs)), in_shape, weight,
@@ -245,7 +255,7 @@ def _hook_capture(torch, source: str, model, example) -> Capture:
     handles = []
     for path, module in model.named_modules():
         kind = _module_kind(torch, module, "Quantized") or _module_kind(torch, module, "")
-        if kind == "Conv2d":
+        if kind in ("Conv2d", "Conv3d"):
             def hook(mod, inputs, output, path=path):
                 found.append((path, tuple(int(v) for v in inputs[0].shape), mod))
         elif kind:
@@ -278,16 +288,22 @@ def _module_kind(torch, module, prefix: str) -> str | None:
 
 # ---- shared ----------------------------------------------------------------------------------
 def _problem(source, name, in_shape, weight, stride, padding, dilation, groups) -> ConvProblem:
-    (stride_h, stride_w), (dilation_h, dilation_w) = _pair(stride), _pair(dilation)
+    """A 2-D (weight O,I,KH,KW) or 3-D (O,I,KD,KH,KW) convolution as a ConvProblem."""
+    rank = len(weight) - 2
+    strides, dilations = _per_axis(stride, rank), _per_axis(dilation, rank)
     if isinstance(padding, str):
-        (top, bottom), (left, right) = (_string_pad(padding, weight[2], dilation_h),
-                                        _string_pad(padding, weight[3], dilation_w))
+        begins, ends = zip(*(_string_pad(padding, k, d) for k, d in zip(weight[2:], dilations)))
     else:
-        (top, left), (bottom, right) = _pair(padding), _pair(padding)
+        begins = ends = _per_axis(padding, rank)
+    # Depth fields only for a 3-D conv: a 2-D problem keeps the flat defaults.
+    depth = {} if rank == 2 else dict(in_d=in_shape[2], kernel_d=weight[2], stride_d=strides[0],
+                                      pad_front=begins[0], pad_back=ends[0],
+                                      dilation_d=dilations[0])
     try:
-        return ConvProblem(in_shape[0], in_shape[1], in_shape[2], in_shape[3], weight[0],
-                           weight[2], weight[3], stride_h, stride_w, top, left, bottom, right,
-                           dilation_h, dilation_w, int(groups), name=name)
+        return ConvProblem(in_shape[0], in_shape[1], in_shape[-2], in_shape[-1], weight[0],
+                           weight[-2], weight[-1], strides[-2], strides[-1], begins[-2],
+                           begins[-1], ends[-2], ends[-1], dilations[-2], dilations[-1],
+                           int(groups), name=name, **depth)
     except ProblemError as exc:
         raise ModelError(f"{source}: layer {name}: {exc}") from None
 
@@ -298,9 +314,11 @@ def _string_pad(mode: str, kernel: int, dilation: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-def _pair(value) -> tuple[int, int]:
+def _per_axis(value, rank: int) -> tuple[int, ...]:
+    """A stride/padding/dilation argument, one int or one per axis, as `rank` ints (an int, or
+    a one-element list as export writes `stride=[2]`, applies to every axis)."""
     values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
-    return (values[0], values[-1])
+    return tuple(values) if len(values) == rank else (values[0],) * rank
 
 
 def _did_you_mean(name: str, names) -> str:
