@@ -103,9 +103,9 @@ from typing import Any
 import pandas as pd
 
 from harness.compare.rows import BROKEN_STATUSES
-from harness.compare.rows import (_confirmed, _distinct, _has_samples, _judge_matched, _lost,
-                                  _new, _only, _points, _scatter, host_spell)
-from harness.compare.verdicts import _confirmed_suite, _values_text
+from harness.compare.rows import (confirmed_row, distinct_values, has_samples, judge_matched, lost_row,
+                                  new_row, only_points, points_by_id, run_scatter, host_spell)
+from harness.compare.verdicts import confirmed_suite, values_text
 from harness.compare.verdicts import (CHANGED, CompareOptions, Comparison,
                                       DEFAULT_SUITE_CONFIDENCE, DEFAULT_SUITE_THRESHOLD,
                                       DEFAULT_THRESHOLD, EnvMismatch, EnvironmentMismatch, FAIL_ON,
@@ -142,19 +142,19 @@ def _judge_frames(base: pd.DataFrame, new: pd.DataFrame, options: CompareOptions
     mismatches = environment_mismatches(base, new)
     if mismatches and not options.allow_env_mismatch:
         raise EnvironmentMismatch(mismatches)
-    base_pts, new_pts = _points(base), _points(new)
-    matched = [pid for pid, p in base_pts.items() if p.samples.size and _has_samples(new_pts, pid)]
+    base_pts, new_pts = points_by_id(base), points_by_id(new)
+    matched = [pid for pid, p in base_pts.items() if p.samples.size and has_samples(new_pts, pid)]
     if scatter is _ESTIMATE:     # rows that shared the CPU would widen it for every row
         quiet = [pid for pid in matched if not (base_pts[pid].contended or new_pts[pid].contended
                                                 or host_spell(base_pts[pid], new_pts[pid]))]
-        scatter = _scatter(quiet, base_pts, new_pts)
-    rows = dict(zip(matched, _judge_matched(matched, base_pts, new_pts, options, scatter)))
+        scatter = run_scatter(quiet, base_pts, new_pts)
+    rows = dict(zip(matched, judge_matched(matched, base_pts, new_pts, options, scatter)))
     for pid, point in base_pts.items():
         if point.samples.size and pid not in rows:
-            rows[pid] = _lost(point, new_pts.get(pid))
+            rows[pid] = lost_row(point, new_pts.get(pid))
     for pid, point in new_pts.items():
         if point.samples.size and pid not in rows:
-            rows[pid] = _new(point, base_pts.get(pid))
+            rows[pid] = new_row(point, base_pts.get(pid))
     return Comparison(tuple(rows.values()), options, tuple(mismatches), scatter=scatter)
 
 
@@ -166,16 +166,16 @@ def _refuse_incomparable(base: pd.DataFrame, new: pd.DataFrame, labels: tuple[st
             raise IncomparableResults(f"{label} has no rows")
         if "samples_ms" not in df.columns:     # store.load refuses it; frames made in code may not
             raise IncomparableResults(f"{label} has no samples_ms column (no raw samples)")
-    versions = _distinct(base, "schema_version"), _distinct(new, "schema_version")
+    versions = distinct_values(base, "schema_version"), distinct_values(new, "schema_version")
     if all(versions) and versions[0] != versions[1]:
         raise IncomparableResults(
-            f"{labels[0]} has schema version {_values_text(versions[0])} and {labels[1]} "
-            f"{_values_text(versions[1])}: re-measure the older one with this convbench")
+            f"{labels[0]} has schema version {values_text(versions[0])} and {labels[1]} "
+            f"{values_text(versions[1])}: re-measure the older one with this convbench")
     shared = len(set(base["point_id"].astype(str)) & set(new["point_id"].astype(str)))
     if not shared:
-        suites = _distinct(base, "suite"), _distinct(new, "suite")
-        which = (f" ({labels[0]} is suite {_values_text(suites[0])}, {labels[1]} suite "
-                 f"{_values_text(suites[1])})" if suites[0] != suites[1] else "")
+        suites = distinct_values(base, "suite"), distinct_values(new, "suite")
+        which = (f" ({labels[0]} is suite {values_text(suites[0])}, {labels[1]} suite "
+                 f"{values_text(suites[1])})" if suites[0] != suites[1] else "")
         raise IncomparableResults(f"{labels[0]} and {labels[1]} have no point in common{which}: "
                                   "compare two runs of the same suite")
     return shared
@@ -206,15 +206,15 @@ def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame
     clear). A flagged row that the rerun lost is BROKEN or MISSING by the rerun's status."""
     options = options or first.options
     slower = [r.point_id for r in first.rows if _rejudged(r)]
-    reruns = [_judge_frames(_only(rerun_base, slower), _only(rerun_new, slower), options,
+    reruns = [_judge_frames(only_points(rerun_base, slower), only_points(rerun_new, slower), options,
                             first.scatter)]
     suite = first.suite
     if suite.verdict is Verdict.SLOWER:
         every = flagged_point_ids(first)
-        reruns.append(_judge_frames(_only(rerun_base, every), _only(rerun_new, every), options))
-        suite = _confirmed_suite(suite, reruns[-1].suite)
+        reruns.append(_judge_frames(only_points(rerun_base, every), only_points(rerun_new, every), options))
+        suite = confirmed_suite(suite, reruns[-1].suite)
     again = {r.point_id: r for r in reruns[0].rows}
-    rows = tuple(_confirmed(r, again.get(r.point_id)) if _rejudged(r) else r
+    rows = tuple(confirmed_row(r, again.get(r.point_id)) if _rejudged(r) else r
                  for r in first.rows)
     seen = first.env_mismatches + tuple(m for rerun in reruns for m in rerun.env_mismatches)
     return Comparison(rows, first.options, tuple(dict.fromkeys(seen)),
@@ -233,16 +233,16 @@ def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMis
     found = []
     gpu_base, gpu_new = base[gpu_row_mask(base)], new[gpu_row_mask(new)]
     for name in COMPARABILITY_FIELDS:
-        b, n = _distinct(base, f"env_{name}"), _distinct(new, f"env_{name}")
+        b, n = distinct_values(base, f"env_{name}"), distinct_values(new, f"env_{name}")
         if name in GPU_FIELDS:
             # Where one side has no GPU row, no GPU point is matched: nothing to keep apart.
             if not (len(gpu_base) and len(gpu_new)):
                 continue
-            b, n = _distinct(gpu_base, f"env_{name}"), _distinct(gpu_new, f"env_{name}")
+            b, n = distinct_values(gpu_base, f"env_{name}"), distinct_values(gpu_new, f"env_{name}")
         if b != n:
             found.append(EnvMismatch(name, b, n))
     for name in METHOD_COLUMNS:
-        b, n = _distinct(base, name), _distinct(new, name)
+        b, n = distinct_values(base, name), distinct_values(new, name)
         if b != n:
             found.append(EnvMismatch(name, b, n))
     b, n = _cpu_allocator(base), _cpu_allocator(new)
@@ -257,7 +257,7 @@ def gpu_row_mask(df: pd.DataFrame) -> pd.Series:
     load average, which only CPU timing records."""
     from harness import backends
     devices: dict[str, bool] = {}
-    for name in (_distinct(df, "backend") if "backend" in df.columns else ()):
+    for name in (distinct_values(df, "backend") if "backend" in df.columns else ()):
         try:
             devices[name] = backends.get(name).device != "cpu"
         except (KeyError, ImportError):

@@ -12,7 +12,7 @@ import pandas as pd
 
 from harness import stats
 from harness.contention import HOST_SLOWER, SPELL_REACH
-from harness.compare.verdicts import CompareOptions, _floor_text, MATCHED, RowResult, Verdict
+from harness.compare.verdicts import CompareOptions, floor_text, MATCHED, RowResult, Verdict
 from harness.measurement import Status
 from harness.process_split import process_groups
 from harness.stats import adjust_p_values, mann_whitney_u
@@ -31,7 +31,7 @@ class _Point:
     threads: int | None = None       # cpu_threads: the threads it ran with (CPU rows)
 
 
-def _points(df: pd.DataFrame) -> dict[str, _Point]:
+def points_by_id(df: pd.DataFrame) -> dict[str, _Point]:
     """point_id -> _Point. A point measured in several runs (a folder of results) is judged on
     all its ok samples together."""
     points: dict[str, _Point] = {}
@@ -58,7 +58,7 @@ def _points(df: pd.DataFrame) -> dict[str, _Point]:
     return points
 
 
-def _judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Point],
+def judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Point],
                    options: CompareOptions, scatter: float | None) -> list[RowResult]:
     tests = [mann_whitney_u(new[pid].samples, base[pid].samples) for pid in ids]
     floor = stats.scatter_floor(scatter, stats.SCATTER_ROW_K)
@@ -160,7 +160,7 @@ def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, a
     p, p_other = (p_slower, p_faster) if slower else (p_faster, p_slower)
     if p <= alpha and 0 < ratio < math.inf and abs(math.log(ratio)) <= floor:
         return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} and significant "
-                                   f"(adjusted p {p:.2g}) but within {_floor_text(floor)}: two "
+                                   f"(adjusted p {p:.2g}) but within {floor_text(floor)}: two "
                                    "runs of unchanged code on this machine differ that much")
     if p <= alpha and overlap:
         return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} and significant "
@@ -184,7 +184,7 @@ def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, a
 BROKEN_STATUSES = (Status.WRONG, Status.CRASHED, Status.FAILED)
 
 
-def _lost(point: _Point, new: _Point | None) -> RowResult:
+def lost_row(point: _Point, new: _Point | None) -> RowResult:
     """The row of a point verified in the baseline that has no timing in the candidate."""
     broken = new is not None and new.status in BROKEN_STATUSES
     reason = "not in the new results" if new is None else (
@@ -194,7 +194,7 @@ def _lost(point: _Point, new: _Point | None) -> RowResult:
                      n_base=point.samples.size)
 
 
-def _new(point: _Point, base: _Point | None) -> RowResult:
+def new_row(point: _Point, base: _Point | None) -> RowResult:
     if base is None:
         reason = "not in the baseline"
     else:
@@ -203,7 +203,7 @@ def _new(point: _Point, base: _Point | None) -> RowResult:
                      new_median_ms=_median(point.samples), n_new=point.samples.size)
 
 
-def _confirmed(first: RowResult, again: RowResult | None) -> RowResult:
+def confirmed_row(first: RowResult, again: RowResult | None) -> RowResult:
     before = f"first run {first.effect:+.1%}, adjusted p {first.adjusted_p:.2g}"
     if again is None:
         flagged = "timed in a slow spell of the host" if first.host_spell else "flagged SLOWER"
@@ -255,7 +255,7 @@ def _meta(rec: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def _scatter(ids: list[str], base: dict[str, _Point], new: dict[str, _Point]) -> float | None:
+def run_scatter(ids: list[str], base: dict[str, _Point], new: dict[str, _Point]) -> float | None:
     """The run-to-run scatter a row's ratio is held to over the matched rows `ids`: what the two
     runs' own replicates predict (stats.replicate_sd; a regression in the run judged cannot
     raise it), else, for files without replicates (older runs), the pair's own (stats.
@@ -293,7 +293,7 @@ def _median(samples: np.ndarray) -> float:
     return float(statistics.median(samples.tolist()))   # 10x quicker than np.median on ~20 values
 
 
-def _has_samples(points: dict[str, _Point], pid: str) -> bool:
+def has_samples(points: dict[str, _Point], pid: str) -> bool:
     return pid in points and points[pid].samples.size > 0
 
 
@@ -304,11 +304,11 @@ def _samples(rec: dict[str, Any]) -> list[float]:
     return [float(v) for v in value]
 
 
-def _only(df: pd.DataFrame, point_ids: list[str]) -> pd.DataFrame:
+def only_points(df: pd.DataFrame, point_ids: list[str]) -> pd.DataFrame:
     return df[df["point_id"].isin(point_ids)] if len(df) else df
 
 
-def _distinct(df: pd.DataFrame, column: str) -> tuple[str, ...]:
+def distinct_values(df: pd.DataFrame, column: str) -> tuple[str, ...]:
     if column not in df.columns:
         return ()
     return tuple(sorted({str(v) for v in df[column] if _text(v) is not None}))

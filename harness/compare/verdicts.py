@@ -128,7 +128,7 @@ class EnvMismatch:
     new: tuple[str, ...]
 
     def describe(self) -> str:
-        return f"{self.field}: base {_values_text(self.base)} vs new {_values_text(self.new)}"
+        return f"{self.field}: base {values_text(self.base)} vs new {values_text(self.new)}"
 
 
 class EnvironmentMismatch(ValueError):
@@ -259,7 +259,7 @@ def parse_layer_thresholds(items: Iterable[str]) -> dict[str, float]:
     return result
 
 
-def _values_text(values: tuple[str, ...]) -> str:
+def values_text(values: tuple[str, ...]) -> str:
     return " / ".join(repr(v) for v in values) if values else "(not recorded)"
 
 
@@ -296,7 +296,7 @@ def _suite_rule(low: float, high: float, t: float, floor: float) -> tuple[Verdic
             return (Verdict.SLOWER if slower else Verdict.FASTER,
                     f"the whole interval lies {side} {sign}{pct(t)}" + _floor_note(floor, t))
         return Verdict.AMBIGUOUS, (f"the whole interval lies beyond ±{pct(t)} but within "
-                                   f"{_floor_text(floor)}: two runs of unchanged code on this "
+                                   f"{floor_text(floor)}: two runs of unchanged code on this "
                                    "machine differ that much")
     if low - 1 >= -t and high - 1 <= t:
         return Verdict.SAME, f"the interval lies within ±{pct(t)}"
@@ -306,10 +306,10 @@ def _suite_rule(low: float, high: float, t: float, floor: float) -> tuple[Verdic
 
 def _floor_note(floor: float, t: float) -> str:
     """Said only where the floor, not the threshold, was the bar that had to be cleared."""
-    return f" and beyond {_floor_text(floor)}" if math.expm1(floor) > t else ""
+    return f" and beyond {floor_text(floor)}" if math.expm1(floor) > t else ""
 
 
-def _floor_text(floor: float) -> str:
+def floor_text(floor: float) -> str:
     return f"±{math.expm1(floor):.1%}, the run-to-run noise floor"
 
 
@@ -320,7 +320,7 @@ def _matched_ratios(rows: Iterable[RowResult]) -> list[float]:
             and r.ratio is not None and 0 < r.ratio < math.inf]
 
 
-def _confirmed_suite(first: SuiteVerdict, again: SuiteVerdict) -> SuiteVerdict:
+def confirmed_suite(first: SuiteVerdict, again: SuiteVerdict) -> SuiteVerdict:
     before = f"first run {interval_text(first)}"
     if again.verdict is None:
         return replace(again, verdict=Verdict.AMBIGUOUS,
