@@ -1,9 +1,8 @@
 """The results table's schema: every column once with its dtype, the schema version, how one
-Measurement becomes one row, and how the workspace limit is stored. store.py reads and writes
-files of it."""
+Measurement becomes one row (the workspace limit encoded by harness.workspace_limit). store.py
+reads and writes files of it."""
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable
 
 import pandas as pd
@@ -16,6 +15,8 @@ from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
 from harness.stats import relative_noise
 from harness.threads import ALL as ALL_THREADS
+from harness.workspace_limit import (  # noqa: F401  (re-exported: store, report)
+    UNLIMITED_BYTES, limit_from_column, limit_to_column)
 
 
 class ResultsError(ValueError):
@@ -23,19 +24,6 @@ class ResultsError(ValueError):
 
 
 SCHEMA_VERSION = 1
-UNLIMITED_BYTES = -1   # how an unlimited workspace limit is stored (NaN would vanish in groupbys)
-
-
-def limit_to_column(limit: int | None) -> int:
-    """A workspace limit as the `workspace_limit` column stores it (None, no limit: -1)."""
-    return UNLIMITED_BYTES if limit is None else int(limit)
-
-
-def limit_from_column(value: Any) -> int | None:
-    """The limit a `workspace_limit` cell means: bytes, or None for no limit (-1 or empty)."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return None if int(value) < 0 else int(value)
 
 # Every column, in order, with its pandas dtype. One definition; everything else refers to it.
 _CORE_COLUMNS: dict[str, str] = {

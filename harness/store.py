@@ -10,6 +10,7 @@ with an empty one, so rows before the first such line come from a run that wrote
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -33,7 +34,7 @@ __all__ = [
     "RESULT_SUFFIXES", "ResultWriter", "ResultsError", "SCHEMA_VERSION", "UNLIMITED_BYTES",
     "WriteMode", "check_output", "export_csv", "finished_now", "frame", "journal_path",
     "limit_from_column", "limit_to_column", "load", "read_journal", "read_journal_lines",
-    "read_parquet_or_csv", "to_row", "write"
+    "read_parquet_or_csv", "real_output", "to_row", "write"
 ]
 
 # ---- writing as we go ---------------------------------------------------------------------------
@@ -47,6 +48,18 @@ RESULT_SUFFIXES = (".parquet", ".csv")
 class OutputExists(ResultsError):
     """The output a run was pointed at already holds results, and the user did not say what to do
     with them; the message names the file and the three ways on."""
+
+
+# A write the disk refused, as opposed to convbench misusing a file (EBADF...).
+_DISK_REFUSED = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
+
+
+def real_output(path: Path) -> Path:
+    """Where a results path really writes: a symbolic link's target, so that a run writes through
+    the link (replacing the link with a file would leave its target stale) and takes the lock
+    that every other path to that file takes."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 class WriteMode(StrEnum):
@@ -64,20 +77,22 @@ class ResultWriter:
     half a file)."""
 
     def __init__(self, results: Path, mode: WriteMode = WriteMode.NEW):
-        self.results = Path(results)
+        self.results = real_output(results)
         self.journal = journal_path(self.results)
         self.mode = WriteMode(mode)
         self.damaged_lines: tuple[int, ...] = ()    # journal lines that could not be read
         self.results.parent.mkdir(parents=True, exist_ok=True)
         self._lock = OutputLock(self.results)        # refuses while another run writes here
+        self._file: IO[str] | None = None
+        self.rows_written = 0
         try:
             check_output(self.results, self.mode)
+            self._file = _open_for_append(self.journal,
+                                          truncate=self.mode is WriteMode.REPLACE)
+            self.mark_done([])      # a full disk can refuse the very first line
         except BaseException:
-            self._lock.release()
+            self.close()
             raise
-        self.rows_written = 0
-        self._file = _open_for_append(self.journal, truncate=self.mode is WriteMode.REPLACE)
-        self.mark_done([])
 
     def resume_state(self) -> "ResumeState":
         """All a resumed run takes from the rows already written, from one read of them."""
@@ -115,9 +130,17 @@ class ResultWriter:
             self._lock.release()
 
     def close(self) -> None:
-        """Give up the output without folding the journal (it stays for --resume)."""
-        self._file.close()
-        self._lock.release()
+        """Give up the output without folding the journal (it stays for --resume). A line the
+        disk refused (the error that made us give up) fails to flush again here: it is lost
+        with the run, and the error on its way says why. The lock goes in any case."""
+        try:
+            if self._file is not None:
+                self._file.close()
+        except OSError as err:
+            if err.errno not in _DISK_REFUSED:
+                raise
+        finally:
+            self._lock.release()
 
     def _existing_rows(self) -> pd.DataFrame:
         stored, journal = self._parts()
@@ -221,7 +244,7 @@ def _open_for_append(journal: Path, truncate: bool) -> IO[str]:
 
 def write(df: pd.DataFrame, path: Path) -> None:
     """Write a results file atomically: a reader sees the old file or the new one, never half."""
-    path = Path(path)
+    path = real_output(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

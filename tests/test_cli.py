@@ -109,10 +109,10 @@ def test_table_and_report_of_missing_or_foreign_files_exit_2(tmp_path, capsys):
 
 def test_compare_refuses_other_environments_unless_asked(tmp_path, capsys):
     base = _results(tmp_path, "base.parquet")
-    other = _results(tmp_path, "other.parquet", gpu_name="NVIDIA H200", cudnn="9.19.0")
+    other = _results(tmp_path, "other.parquet", cpu_model="Other CPU", cudnn="9.19.0")
     assert main(["compare", base, other]) == 2
     err = capsys.readouterr().err
-    assert "gpu_name" in err and "NVIDIA H200" in err
+    assert "cpu_model" in err and "Other CPU" in err and "cudnn" not in err   # fake: CPU rows
     assert main(["compare", base, other, "--allow-env-mismatch"]) in (0, 1)
     assert "mismatch" in capsys.readouterr().out.lower()
     assert main(["compare", base, base, "--threshold", "5"]) == 2
@@ -188,7 +188,7 @@ def test_list_shows_real_algorithms_with_descriptions_and_not_the_test_backend()
 
 
 def test_cudnn_descriptions_say_what_the_numbered_algorithms_are():
-    from harness.backends import cudnn
+    from harness.backends.cudnn import legacy as cudnn
     assert "non-deterministic" in cudnn.DESCRIPTIONS["algo_0"]
     assert "deterministic" in cudnn.DESCRIPTIONS["algo_1"]
     assert "ALGO_3" in cudnn.DESCRIPTIONS["algo_3"]
@@ -507,3 +507,51 @@ def test_a_check_matches_the_rows_an_expanding_algorithm_makes(tmp_path, capsys)
     assert _check(str(suite), base, tmp_path, "--force", "--layer", "a") == 0
     out = capsys.readouterr().out
     assert "2 SAME" in out and "0 MISSING" in out and "0 NEW" in out
+
+
+# ---- issue 37: bad input that used to be exit 3 or silently ignored ----------------------------
+def test_plan_with_two_workspace_limits_exits_2_naming_them(tmp_path, results_file, capsys):
+    suite = _suite(tmp_path, GOOD_LAYER + "[[sweep.backends]]\nname='fake'\n")
+    assert main(["plan", results_file, "--suite", suite, "--workspace-limit", "0,64MiB"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--workspace-limit '0,64MiB'" in err[0] and "one limit" in err[0]
+    assert main(["plan", results_file, "--suite", suite, "--workspace-limit", "64MiB"]) == 0
+
+
+def _nan_samples(tmp_path, results_file: str) -> str:
+    df = store.load(results_file)
+    df["samples_ms"] = [[float("nan")] * len(s) for s in df["samples_ms"]]
+    path = tmp_path / "nan.parquet"
+    store.write(df, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["table", "compare", "report", "plan", "table --networks"])
+def test_results_whose_samples_are_nan_exit_2_naming_the_file(command, tmp_path, results_file,
+                                                               capsys):
+    nan = _nan_samples(tmp_path, results_file)
+    suite = _suite(tmp_path, GOOD_LAYER + "[[sweep.backends]]\nname='fake'\n")
+    argv = {"table": ["table", nan], "compare": ["compare", results_file, nan],
+            "report": ["report", nan, "--out", str(tmp_path / "rep"), "--jobs", "1"],
+            "plan": ["plan", nan, "--suite", suite],
+            "table --networks": ["table", "--networks", nan]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"convbench: error: {nan}: row 1 "), err
+    assert "sample of nan ms" in err[0]
+
+
+@pytest.mark.parametrize("flags, named", [(["--layer", ""], "--layer ''"),
+                                          (["--layer", " "], "--layer ' '"),
+                                          (["--backend", ""], "--backend ''"),
+                                          (["--out", ""], "--out ''")])
+def test_an_empty_filter_or_out_exits_2_naming_the_flag(flags, named, tmp_path, capsys,
+                                                        monkeypatch):
+    """`--layer ''` once ran the whole suite, and `--out ''` wrote to the default file."""
+    monkeypatch.chdir(tmp_path)
+    suite = _suite(tmp_path, GOOD_LAYER + "[[sweep.backends]]\nname='fake'\n")
+    out = [] if "--out" in flags else ["--out", str(tmp_path / "x.parquet")]
+    assert main(["run", suite, *flags, *out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0], err
+    assert not list(tmp_path.rglob("*.parquet")) and not list(tmp_path.rglob("*.jsonl"))

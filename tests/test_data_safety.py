@@ -3,6 +3,7 @@ a torn or garbage journal line is skipped and reported, a corrupted results file
 and every failure is one line with the contract's exit code."""
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -364,3 +365,142 @@ def test_a_closed_pipe_is_no_traceback():
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode == 0
 
+
+
+# ---- the user's path or disk is bad input, not a bug (issue 37) ---------------------------------
+def _refuse_writes_in(monkeypatch, folder: Path, code: int) -> None:
+    """Every os.open that would create or write a file in `folder` fails with errno `code`, as
+    a read-only folder or file system answers (a chmod does not bite when the tests run as root;
+    the lock file is the first thing a run creates there)."""
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):
+        writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+        if writes and Path(path).parent == folder:
+            raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(os, "open", refusing)
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EROFS])
+def test_a_read_only_output_folder_exits_2_naming_it(tmp_path, monkeypatch, capsys, code):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    suite = _suite(tmp_path)
+    _refuse_writes_in(monkeypatch, folder, code)
+    assert main(["run", suite, "--out", str(folder / "r.parquet")]) == 2
+    line = _one_error_line(capsys)
+    assert f"cannot write {folder / 'r.parquet'}" in line, line
+    assert ("read-only" if code == errno.EROFS else "permission denied") in line, line
+    assert list(folder.iterdir()) == []
+
+
+def test_a_file_called_results_in_the_way_exits_2_naming_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").write_text("my notes")
+    assert main(["run", _suite(tmp_path)]) == 2
+    assert "results is a file, not a folder" in _one_error_line(capsys)
+    assert (tmp_path / "results").read_text() == "my notes"
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_when_the_results_file_is_written_exits_2_and_resume_finishes(
+        tmp_path, monkeypatch, capsys):
+    out = tmp_path / "r.parquet"
+    suite = _suite(tmp_path)
+    with monkeypatch.context() as patched:
+        patched.setattr(pd.DataFrame, "to_parquet", _disk_full)
+        assert main(["run", suite, "--out", str(out)]) == 2
+    line = _one_error_line(capsys)
+    assert f"cannot write {out}" in line and "the disk is full" in line and "--resume" in line
+    assert not out.exists() and len(store.load(out)) == POINTS     # read from the journal
+    assert not list(tmp_path.glob(".*lock")) and not list(tmp_path.glob(".*.tmp"))
+    assert main(["run", suite, "--out", str(out), "--resume"]) == 0
+    assert len(store.load(out)) == POINTS
+
+
+class _FillsUp:
+    """A journal on a disk with room for `lines` more lines (a failed write leaves its line in
+    the buffer, so the flush on close fails again, as on a real full disk)."""
+
+    def __init__(self, handle, lines: int):
+        self.handle, self.room, self.pending = handle, lines, False
+
+    def write(self, text: str) -> int:
+        if self.room == 0:
+            self.pending = True
+            _disk_full()
+        self.room -= 1
+        return self.handle.write(text)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+        if self.pending:
+            _disk_full()
+
+    @property
+    def closed(self) -> bool:
+        return self.handle.closed
+
+
+@pytest.mark.parametrize("room", [0, 1, 3, 4])
+def test_a_full_disk_mid_run_exits_2_keeps_the_rows_and_releases_the_lock(
+        tmp_path, monkeypatch, capsys, room):
+    """The line the disk refuses: room 0, the writer's opening mark; 1, the first row; 3, a
+    later row; 4, the mark after a group of rows."""
+    out = tmp_path / "r.parquet"
+    suite = _suite(tmp_path)
+    real_open = store._open_for_append
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "_open_for_append",
+                        lambda journal, truncate: _FillsUp(real_open(journal, truncate), room))
+        assert main(["run", suite, "--out", str(out)]) == 2
+    line = _one_error_line(capsys)
+    assert f"cannot write {out}" in line and "the disk is full" in line, line
+    assert not list(tmp_path.glob(".*lock"))       # a --resume is not refused as "busy"
+    if room:
+        assert f"kept in {store.journal_path(out)}" in line and "--resume" in line, line
+    if room > 1:
+        assert 0 < len(store.load(out)) < POINTS
+    assert main(["run", suite, "--out", str(out), "--resume"]) == 0
+    assert len(store.load(out)) == POINTS
+
+
+@pytest.mark.parametrize("where, code", [("pandas.DataFrame.to_parquet", errno.EBADF),
+                                         ("harness.peaks.annotate_by_machine", errno.EACCES)])
+def test_another_oserror_while_writing_stays_a_bug(tmp_path, monkeypatch, capsys, where, code):
+    """A write convbench botched (EBADF), or a file that is not the output (a cache read while
+    the results are written), is no bad input: exit 3 with the traceback."""
+    def refused(*args, **kwargs):
+        raise OSError(code, os.strerror(code), None if code == errno.EBADF else "/elsewhere/x")
+
+    monkeypatch.setattr(where, refused)
+    assert main(["run", _suite(tmp_path), "--out", str(tmp_path / "r.parquet")]) == 3
+    line = capsys.readouterr().err.strip()
+    assert "internal error" in line and os.strerror(code) in line, line
+    Path(line.split("full traceback is in ")[1].rstrip(")")).unlink()
+
+
+def test_an_out_that_is_a_link_writes_through_to_its_target(tmp_path, capsys):
+    suite, target, link = _suite(tmp_path), tmp_path / "kept.parquet", tmp_path / "link.parquet"
+    assert main(["run", suite, "--out", str(target)]) == 0
+    link.symlink_to(target)
+    assert main(["run", suite, "--out", str(link), "--append"]) == 0
+    assert link.is_symlink() and link.resolve() == target
+    assert store.load(target)["run_id"].nunique() == 2
+    assert main(["run", suite, "--out", str(link), "--force"]) == 0
+    assert link.is_symlink() and len(store.load(target)) == POINTS
+    assert not list(tmp_path.glob("*.partial.jsonl"))
+    lock = OutputLock(target)           # the link and the target are one file: one writer
+    try:
+        capsys.readouterr()
+        assert main(["run", suite, "--out", str(link), "--append"]) == 2
+        assert "being written by another convbench run" in _one_error_line(capsys)
+    finally:
+        lock.release()

@@ -17,7 +17,7 @@ LAYERS = [
     # facts and pure helpers: no harness imports of their own (backends.cudnn.lib: a ctypes binding)
     {"problem", "precision", "stats", "locks", "threads", "contention", "cpu_memory",
      "backends.cudnn.lib",
-     "epilogue"},
+     "epilogue", "workspace_limit"},
     {"problem_text"},
     {"env", "sweep"},
     {"measurement", "suite.checks", "reference", "verdict"},

@@ -92,6 +92,31 @@ def test_the_root_and_the_home_folder_are_refused_even_with_force(tmp_path: Path
     assert _intact(photos) and not (home / folder.MANIFEST).exists()
 
 
+def test_reports_of_several_gpus_are_refused_the_home_folder_too(tmp_path: Path, monkeypatch,
+                                                                 capsys):
+    # Rows of two GPU models: each report goes to a subfolder of --out, so --out itself is
+    # never rendered into; the home folder must still be refused before any subfolder appears.
+    home = tmp_path / "home"
+    photos = _photos(home)
+    monkeypatch.setenv("HOME", str(home))
+    h200 = gpu_frame()
+    h100 = h200.assign(env_gpu_name="NVIDIA H100 80GB HBM3")
+    results = tmp_path / "r.parquet"
+    store.write(pd.concat([h100, h200], ignore_index=True), results)
+    assert main(["report", str(results), "--out", str(home), "--jobs", "1", "--force"]) == 2
+    assert "home folder" in _one_error(capsys)
+    assert _intact(photos) and sorted(p.name for p in home.iterdir()) == ["figures", "notes.txt"]
+
+
+def test_an_empty_out_is_refused_not_taken_for_the_default(tmp_path: Path, frame, monkeypatch,
+                                                          capsys):
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "r.parquet"
+    store.write(frame, results)
+    assert main(["report", str(results), "--out", "", "--jobs", "1"]) == 2
+    assert "--out" in _one_error(capsys) and not (tmp_path / "reports").exists()
+
+
 def test_a_link_to_nowhere_is_one_line_not_a_traceback(tmp_path: Path, frame, capsys):
     results = tmp_path / "r.parquet"
     store.write(frame, results)

@@ -12,8 +12,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.cli.common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, UserError, _count,
-                                MOST_PROCESSES, _one_line, _utf8_text, _warn)
+from harness.cli.common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, MOST_PROCESSES,
+                                UserError, count, one_line, utf8_text, warn)
 from harness.cli.results import (cmd_table, cmd_list, cmd_shapes, cmd_env, cmd_peaks, cmd_compare,
                                  cmd_check, cmd_report)
 from harness.cli import models
@@ -91,7 +91,7 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
                    help="spread the sweep over Dask workers (pip install 'convbench[cluster]'): "
                         "local = one per visible GPU (or --workers CPU workers), tcp:// = an "
                         "existing scheduler, slurm = dask-jobqueue (--cluster-config)")
-    p.add_argument("--workers", type=_count(1, MOST_PROCESSES),
+    p.add_argument("--workers", type=count(1, MOST_PROCESSES),
                    help="--cluster local: how many workers (default: one per visible GPU; "
                         "2 for a CPU sweep)")
     p.add_argument("--cluster-config", metavar="TOML",
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue an unfinished run: the one in --out, else the latest "
                           "unfinished run of the suite on this machine")
     _add_existing_output_flags(run)
-    run.add_argument("--seed", type=_count(0), default=0, help="seed of the random test data")
+    run.add_argument("--seed", type=count(0), default=0, help="seed of the random test data")
     _add_cluster_flags(run)
     models.add_run_flags(run)
     run.set_defaults(func=cmd_run)
@@ -177,11 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--peaks", help="peaks JSON (convbench peaks) for the roofline figure")
     report.add_argument("--embed-images", action="store_true",
                         help="put the figures inside index.html (one self-contained file)")
-    report.add_argument("--title", type=_utf8_text, help="page title (default: from the data)")
-    report.add_argument("--jobs", type=_count(1, MOST_PROCESSES), default=os.cpu_count() or 1,
+    report.add_argument("--title", type=utf8_text, help="page title (default: from the data)")
+    report.add_argument("--jobs", type=count(1, MOST_PROCESSES), default=os.cpu_count() or 1,
                         help="processes drawing figures (default: all cores)")
     report.add_argument("--force", action="store_true",
-                        help="replace a report already in the output folder")
+                        help="replace an earlier report, or write beside others' files (kept)")
     report.set_defaults(func=cmd_report)
     return parser
 
@@ -224,14 +224,14 @@ exit codes:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("suite")
     check.add_argument("--baseline", required=True)
-    check.add_argument("--confirm", type=_count(0), default=1,
+    check.add_argument("--confirm", type=count(0), default=1,
                        help="confirmation rounds (default 1)")
-    check.add_argument("--min-samples", type=_count(1), default=20,
+    check.add_argument("--min-samples", type=count(1), default=20,
                        help="samples per point (fewer can never reach significance)")
     check.add_argument("--out", help="results of this run (default: a new file "
                                      "results/<suite>-<machine>-<run id>-check.parquet)")
     _add_existing_output_flags(check)
-    check.add_argument("--seed", type=_count(0), default=0)
+    check.add_argument("--seed", type=count(0), default=0)
     _add_cluster_flags(check)
     _add_sweep_flags(check)
     _add_compare_flags(check)
@@ -261,15 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except _user_errors() as err:
-        _warn(f"error: {_one_line(err)}")
+        warn(f"error: {one_line(err)}")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        _warn("interrupted")
+        warn("interrupted")
         return EXIT_INTERRUPTED
     except Exception as err:  # noqa: BLE001 - a harness bug: one line here, the traceback on disk
         where = _save_traceback()
-        _warn(f"internal error: {type(err).__name__}: {_one_line(err)} (a convbench bug; the "
-              f"full traceback is in {where})")
+        warn(f"internal error: {type(err).__name__}: {one_line(err)} (a convbench bug; the "
+             f"full traceback is in {where})")
         return EXIT_INTERNAL
 
 

@@ -6,13 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli.common import EXIT_OK, UserError, _csv_list, _say, _warn
+from harness.cli.common import EXIT_OK, UserError, csv_list, say, warn, writing
+from harness.cli.inputs import load_results
 
 
 def _imported(args: argparse.Namespace):
     from harness import models
     chw = models.parse_input(args.input) if args.input else None
-    return models.import_model(args.source, batch=args.batch or models.DEFAULT_BATCH,
+    return models.import_model(args.source, batch=args.batch,
                                input_chw=chw, name=args.name)
 
 
@@ -21,14 +22,15 @@ def _write_output(args: argparse.Namespace, text: str) -> Path:
     path = Path(args.output)
     if path.exists() and not args.force:
         raise UserError(f"-o {path}: the file exists; pass --force to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
     return path
 
 
 def _summary(model) -> str:
     from harness.models import skipped_text
-    return (f"{model.source}: {model.convs} 2-D convolutions, {len(model.layers)} unique shapes "
+    return (f"{model.source}: {model.convs} convolutions, {len(model.layers)} unique shapes "
             f"({model.method}); not imported: {skipped_text(model.skipped)}")
 
 
@@ -38,10 +40,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     text = suite_text(model, "convbench " + " ".join(sys.argv[1:]))
     if args.output is None:
         sys.stdout.write(text)
-        _warn(_summary(model))
+        warn(_summary(model))
         return EXIT_OK
     path = _write_output(args, text)
-    _say(f"{_summary(model)}\nwrote {path}: `convbench run {path}` measures it")
+    say(f"{_summary(model)}\nwrote {path}: `convbench run {path}` measures it")
     return EXIT_OK
 
 
@@ -58,9 +60,10 @@ def suite_for_model(args: argparse.Namespace, results_path: Path) -> Path:
             raise UserError(f"{path} holds other layers than {args.source} imports now; move it "
                             f"away or write the results elsewhere (--out)")
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    _say(f"{_summary(model)}\nsuite: {path}")
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    say(f"{_summary(model)}\nsuite: {path}")
     return path
 
 
@@ -73,21 +76,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import json
     from harness import plan
     from harness import suite as suites
-    from harness.cli.results import _load_results
     sweep = suites.load_suite(args.suite)
     limit = None
-    if args.workspace_limit is not None:
-        (limit,) = suites.checked_workspace_limits(_csv_list(args.workspace_limit),
-                                                   "--workspace-limit", indexed=False)
-    document = plan.build(_load_results(args.results), sweep, limit, args.precision, args.layout)
+    limits = csv_list(args.workspace_limit, "--workspace-limit")
+    if limits is not None:
+        if len(limits) > 1:      # a plan names one algorithm per layer: for one limit
+            raise UserError(f"--workspace-limit {args.workspace_limit!r}: a plan takes one "
+                            "limit, e.g. 64MiB (run `convbench plan` once per limit)")
+        (limit,) = suites.checked_workspace_limits(limits, "--workspace-limit", indexed=False)
+    document = plan.build(load_results(args.results), sweep, limit, args.precision, args.layout)
     text = json.dumps(document, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)
         return EXIT_OK
     path = _write_output(args, text)
     found = sum(1 for layer in document["layers"] for d in layer["directions"].values() if d)
-    _say(f"wrote {path}: {len(document['layers'])} layers, {found} layer-directions with a "
-         f"verified algorithm")
+    say(f"wrote {path}: {len(document['layers'])} layers, {found} layer-directions with a "
+        f"verified algorithm")
     return EXIT_OK
 
 

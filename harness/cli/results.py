@@ -6,66 +6,42 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from harness.cli.common import UserError, _say, EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED
-from harness.cli.running import (_load_sweep, _measure, _cluster, RunOutput, _run_output,
-                                 _planned)
+from harness.cli.common import (EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, UserError, one_line,
+                                say, unusable_path, writing)
+from harness.cli.inputs import load_checked, load_results, load_sources, results_paths
+from harness.cli.running import (RunOutput, connect_cluster, load_sweep, measure, planned_points,
+                                 run_output)
 from harness.cli.tables import print_best
-
-
-def _results_paths(arguments: list[str]) -> list[Path]:
-    """Files, folders, globs, or suite names (the latest finished run of the suite here)."""
-    from harness import env as envmod
-    from harness import runs
-    return [path for argument in arguments
-            for path in runs.resolve(argument, envmod.fingerprint)]
-
-
-def _load_results(arguments: list[str]):
-    import pandas as pd
-    from harness import store
-    frames = [store.load(path) for path in _results_paths(arguments)]
-    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
 def cmd_table(args: argparse.Namespace) -> int:
     from harness import analysis
     from harness.report import answers, text
     if args.networks:    # its rows keep machines and files apart themselves
-        _say(text.render(answers.networks_blocks(_load_sources(args.results))))
+        say(text.render(answers.networks_blocks(load_sources(args.results))))
         return EXIT_OK
-    for gpu, part in analysis.by_gpu(_load_results(args.results)):
+    for gpu, part in analysis.by_gpu(load_results(args.results)):
         if gpu is not None:
-            _say(f"\n== {gpu}: {len(part)} rows ==")
+            say(f"\n== {gpu}: {len(part)} rows ==")
         if args.selection:
             from harness.analysis import selection
-            _say(selection.format_selection(part))
+            say(selection.format_selection(part))
         elif args.determinism:
-            _say(text.render(answers.determinism_blocks(part)))
+            say(text.render(answers.determinism_blocks(part)))
         elif args.stability:
-            _say(text.render(answers.stability_blocks(part)))
+            say(text.render(answers.stability_blocks(part)))
         elif args.conv3d:
             from harness.report import depth
-            _say(text.render(depth.conv3d_blocks(part)))
+            say(text.render(depth.conv3d_blocks(part)))
         elif args.fusion:
             from harness.report import fusion
-            _say(text.render(fusion.fusion_blocks(part)))
+            say(text.render(fusion.fusion_blocks(part)))
         elif args.quantized:
             from harness.report import quantized
-            _say(text.render(quantized.quantized_blocks(part)))
+            say(text.render(quantized.quantized_blocks(part)))
         else:
             print_best(part)
     return EXIT_OK
-
-
-def _load_sources(arguments: list[str]):
-    """Every results file as its own source (column `source`: the file's name), so that two
-    runs of one suite are never summed into one network."""
-    import pandas as pd
-    from harness import store
-    from harness.analysis.networks import SOURCE
-    frames = [store.load(path).assign(**{SOURCE: path.name})
-              for path in _results_paths(arguments)]
-    return pd.concat(frames, ignore_index=True)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -73,10 +49,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name, reason in backends.available().items():
         backend = backends.get(name)
         state = "available" if reason is None else f"unavailable: {reason}"
-        _say(f"{name} ({backend.device}) - {backend.description} [{state}]")
+        say(f"{name} ({backend.device}) - {backend.description} [{state}]")
         for algo in backend.algorithms():
-            _say(f"    {algo.name:<22} {algo.family:<14} {algo.description}")
-        _say(f"    {_beyond_plain_2d(backend.algorithms())}")
+            say(f"    {algo.name:<22} {algo.family:<14} {algo.description}")
+        say(f"    {_beyond_plain_2d(backend.algorithms())}")
     return EXIT_OK
 
 
@@ -105,27 +81,27 @@ def _beyond_plain_2d(algorithms) -> str:
 
 def cmd_shapes(args: argparse.Namespace) -> int:
     from harness import suite as suites
-    from harness.suite_overrides import sweep_with_overrides
+    from harness.suite.overrides import sweep_with_overrides
     from harness.problem_text import to_benchdnn
     sweep = suites.load_suite(args.suite)
     if args.batch is not None:
         sweep = sweep_with_overrides(sweep, batch=args.batch)
     total = 0.0
-    _say(f"{'layer':<34} {'x':>3} {'input':>16} {'output':>16} {'kernel':>9} {'GFLOP':>9}  benchdnn")
+    say(f"{'layer':<34} {'x':>3} {'input':>16} {'output':>16} {'kernel':>9} {'GFLOP':>9}  benchdnn")
     for p in sweep.problems:
         gflop = p.flops / 1e9
         total += gflop * p.multiplicity
-        _say(f"{p.label:<34} {p.multiplicity:>3} {'x'.join(map(str, p.input_shape)):>16} "
-             f"{'x'.join(map(str, p.output_shape)):>16} {p.kernel_h}x{p.kernel_w}/s{p.stride_h:<3} "
-             f"{gflop:>9.3f}  {to_benchdnn(p)}")
-    _say(f"{len(sweep.problems)} layers; one forward pass of the network: {total:.3f} GFLOP")
+        say(f"{p.label:<34} {p.multiplicity:>3} {'x'.join(map(str, p.input_shape)):>16} "
+            f"{'x'.join(map(str, p.output_shape)):>16} {p.kernel_h}x{p.kernel_w}/s{p.stride_h:<3} "
+            f"{gflop:>9.3f}  {to_benchdnn(p)}")
+    say(f"{len(sweep.problems)} layers; one forward pass of the network: {total:.3f} GFLOP")
     return EXIT_OK
 
 
 def cmd_env(args: argparse.Namespace) -> int:
     from harness import env as envmod
     for key, value in envmod.fingerprint().items():
-        _say(f"{key:<24} {'' if value is None else value}")
+        say(f"{key:<24} {'' if value is None else value}")
     return EXIT_OK
 
 
@@ -139,10 +115,10 @@ def cmd_peaks(args: argparse.Namespace) -> int:
     env = envmod.fingerprint()
     measured = None if args.refresh else peaks.load_cached(env)
     if measured is None:
-        _say(f"measuring {env.get('gpu_name')} (cuBLAS GemmEx through CuPy, 1 GiB copy)...")
+        say(f"measuring {env.get('gpu_name')} (cuBLAS GemmEx through CuPy, 1 GiB copy)...")
         measured = peaks.measure(env)
-    _say(peaks.describe(measured))
-    _say(f"cached at {peaks.cache_path(env)}")
+    say(peaks.describe(measured))
+    say(f"cached at {peaks.cache_path(env)}")
     return EXIT_OK
 
 
@@ -178,40 +154,43 @@ def _judge(base, new, options):
 def _verdict_exit(comparison, args: argparse.Namespace) -> int:
     from harness.report.compare_summary import markdown_summary
     summary = markdown_summary(comparison)
-    _say(summary)
-    try:
-        if args.report:
-            Path(args.report).write_text(summary)
-        if args.verdicts:
-            comparison.to_frame().to_csv(args.verdicts, index=False)
-    except OSError as err:
-        raise UserError(f"cannot write {err.filename}: {err.strerror}") from None
+    say(summary)
+    # Only the user's two paths are written here: any OSError is about one of them.
+    for path, write in ((args.report, lambda: Path(args.report).write_text(summary)),
+                        (args.verdicts,
+                         lambda: comparison.to_frame().to_csv(args.verdicts, index=False))):
+        try:
+            if path:
+                write()
+        except OSError as err:
+            said = unusable_path(err, Path(path)) or f"cannot write {path}: {one_line(err)}"
+            raise UserError(said) from None
     return EXIT_REGRESSION if comparison.fails(args.fail_on) else EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    base, new = _load_results([args.baseline]), _load_results([args.candidate])
+    base, new = load_results([args.baseline]), load_results([args.candidate])
     return _verdict_exit(_judge(base, new, _compare_options(args)), args)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the suite, compare with the baseline, re-measure flagged rows up to --confirm times,
     and fail only for regressions that every round confirms."""
-    sweep = _load_sweep(args)
+    sweep = load_sweep(args)
     timing = replace(sweep.timing, min_samples=max(sweep.timing.min_samples, args.min_samples),
                      max_samples=max(sweep.timing.max_samples, args.min_samples))
     sweep = replace(sweep, timing=timing)
     options = _compare_options(args, sweep.regression_threshold)
-    base = _load_results([args.baseline])
-    output = _run_output(args, sweep.name, tag="check")
-    points = _planned(sweep)
-    with _cluster(args, points) as cluster:
+    base = load_results([args.baseline])
+    output = run_output(args, sweep.name, tag="check")
+    points = planned_points(sweep)
+    with connect_cluster(args, points) as cluster:
         return _check_rounds(args, sweep, points, output, base, options, cluster)
 
 
 def _check_rounds(args, sweep, points, output: "RunOutput", base, options, cluster) -> int:
     from harness import compare
-    new, interrupted = _measure(sweep, points, output, args.seed, cluster)
+    new, interrupted = measure(sweep, points, output, args.seed, cluster)
     if interrupted:
         return EXIT_INTERRUPTED
     base = _planned_part(base, {p.point_id for p in points})
@@ -220,11 +199,11 @@ def _check_rounds(args, sweep, points, output: "RunOutput", base, options, clust
         flagged = set(compare.flagged_point_ids(comparison))
         if not flagged:
             break
-        _say(f"confirmation round {round_number}: re-measuring {len(flagged)} flagged points")
+        say(f"confirmation round {round_number}: re-measuring {len(flagged)} flagged points")
         again = [p for p in points if p.point_id in flagged]
         path = output.path.with_name(f"{output.path.stem}-confirm{round_number}"
                                      f"{output.path.suffix}")
-        rerun, interrupted = _measure(sweep, again, replace(output, path=path), args.seed,
+        rerun, interrupted = measure(sweep, again, replace(output, path=path), args.seed,
                                       cluster)
         if interrupted:
             return EXIT_INTERRUPTED
@@ -241,16 +220,19 @@ def _planned_part(base, wanted: set[str]):
 
 def cmd_report(args: argparse.Namespace) -> int:
     from harness import report
-    results = _results_paths(args.results)
+    results = results_paths(args.results)
+    if args.out is not None and not args.out.strip():
+        raise UserError("--out '' names no folder: name the report's folder, or leave --out out")
     out = _report_folder(Path(args.out) if args.out else
                          Path("reports") / Path(results[0].name.removesuffix(".partial.jsonl")).stem,
                          bool(args.out), args.force)
     from harness import analysis
     from harness.runs import machine_label
     try:
+        report.refuse_root_and_home(out)   # also where each GPU's report is a subfolder of it
         peaks = report.read_peaks(args.peaks) if args.peaks else None
         # Rows from several GPU models (a mixed cluster run): one report per GPU, in subfolders.
-        parts = analysis.by_gpu(report.load_frames(results))
+        parts = analysis.by_gpu(report.load_frames([load_checked(path) for path in results]))
         if peaks and len(parts) > 1:
             raise UserError(f"--peaks {args.peaks} holds one GPU's ceilings and these results "
                             f"come from {len(parts)} machines; leave --peaks out (each report "
@@ -258,13 +240,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         for gpu, part in parts:
             folder = out if gpu is None else out / machine_label({"gpu_name": gpu})
             title = args.title if gpu is None or args.title is None else f"{args.title} ({gpu})"
-            paths = report.render_report(part, folder, baseline_policy=args.baseline_policy,
-                                         peaks=peaks, embed_images=args.embed_images,
-                                         title=title, jobs=args.jobs)
-            _say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
+            with writing(folder):
+                paths = report.render_report(part, folder, baseline_policy=args.baseline_policy,
+                                             peaks=peaks, embed_images=args.embed_images,
+                                             title=title, jobs=args.jobs, force=args.force)
+            say(f"wrote {paths.html} and {paths.markdown} with {len(paths.figures)} figures")
     except report.PeaksError as err:
         raise UserError(f"--peaks {err}") from None
-    except (report.PolicyError, report.EmptyResults) as err:
+    except (report.PolicyError, report.EmptyResults, report.FolderRefused) as err:
         raise UserError(str(err)) from None
     return EXIT_OK
 

@@ -8,26 +8,27 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.cli.tables import print_best
-from harness.cli.common import UserError, _say, _warn, _csv_list, EXIT_OK, EXIT_INTERRUPTED
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, UserError, csv_list, say, warn, writing
 
 
-def _load_sweep(args: argparse.Namespace):
+def load_sweep(args: argparse.Namespace):
+    """The suite with the sweep flags applied (an empty flag value is refused, never "all")."""
     from harness import suite as suites
-    from harness.suite_overrides import sweep_with_overrides
+    from harness.suite.overrides import sweep_with_overrides
     sweep = suites.load_suite(args.suite)
-    limits = None
-    if args.workspace_limit is not None:
-        limits = _csv_list(args.workspace_limit)
+    limits = csv_list(args.workspace_limit, "--workspace-limit")
     sweep = sweep_with_overrides(
-        sweep, backends=_csv_list(args.backend), algorithms=_csv_list(args.algorithm),
-        directions=_csv_list(args.direction), precisions=_csv_list(args.precision),
-        layouts=_csv_list(args.layout), batch=args.batch, budget_ms=args.budget_ms,
+        sweep, backends=csv_list(args.backend, "--backend"),
+        algorithms=csv_list(args.algorithm, "--algorithm"),
+        directions=csv_list(args.direction, "--direction"),
+        precisions=csv_list(args.precision, "--precision"),
+        layouts=csv_list(args.layout, "--layout"), batch=args.batch, budget_ms=args.budget_ms,
         workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer,
         gpu_processes=args.gpu_processes, cpu_rounds=args.cpu_rounds,
-        threads=_csv_list(args.threads),
-        ops=_csv_list(args.op), outputs=_csv_list(args.output_type))
-    if args.layer:
-        wanted = set(_csv_list(args.layer))
+        threads=csv_list(args.threads, "--threads"),
+        ops=csv_list(args.op, "--op"), outputs=csv_list(args.output_type, "--output-type"))
+    if args.layer is not None:
+        wanted = set(csv_list(args.layer, "--layer"))
         kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)
         missing = wanted - {n for p in kept for n in _layer_names(p)}
         if missing:
@@ -43,7 +44,7 @@ def _layer_names(problem) -> set[str]:
     return {problem.name, problem.name.rsplit(":", 1)[-1]}
 
 
-def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tuple[Any, bool]:
+def measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tuple[Any, bool]:
     """Run `points` here or on `cluster` (harness.cluster.Cluster), appending rows to the output
     as they finish; (this run's rows, interrupted)."""
     from harness import cpu_memory
@@ -51,7 +52,15 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
     from harness import runner, store
     cpu_memory.keep_freed_memory()     # before the environment that the rows record
     env = envmod.fingerprint()
-    writer = store.ResultWriter(output.path, output.mode)
+    with writing(output.path):
+        writer = store.ResultWriter(output.path, output.mode)
+    # A full disk (or a folder made read-only) mid-run: one line, and the rows so far are kept.
+    kept = (f"; the rows written so far are kept in {writer.journal}: once it can be written, "
+            "rerun with --resume to finish")
+
+    def mark_done(point_ids: list[str]) -> None:
+        with writing(output.path, kept):
+            writer.mark_done(point_ids)
     resuming = output.mode is store.WriteMode.RESUME
     try:
         earlier = writer.resume_state() if resuming else store.ResumeState(set(), {}, set())
@@ -60,37 +69,39 @@ def _measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tup
         writer.close()
         raise
     if writer.damaged_lines:
-        _warn(f"{writer.journal}: skipped {len(writer.damaged_lines)} damaged line(s) "
-              f"(line {', '.join(map(str, writer.damaged_lines[:5]))}): a killed run's last "
-              "row, or garbage; the rows after them count")
+        warn(f"{writer.journal}: skipped {len(writer.damaged_lines)} damaged line(s) "
+             f"(line {', '.join(map(str, writer.damaged_lines[:5]))}): a killed run's last "
+             "row, or garbage; the rows after them count")
     todo = [p for p in points if p.point_id not in earlier.finished]
-    _say(f"suite {sweep.name}: {len(points)} points"
-         + (f", {len(points) - len(todo)} already done" if earlier.finished else "")
-         + f"; machine: {env.get('gpu_name') or env.get('cpu_model')}")
-    _say(f"writing {output.path}")
+    say(f"suite {sweep.name}: {len(points)} points"
+        + (f", {len(points) - len(todo)} already done" if earlier.finished else "")
+        + f"; machine: {env.get('gpu_name') or env.get('cpu_model')}")
+    say(f"writing {output.path}")
     interrupted = False
     try:
         with _progress(len(todo)) as progress:
             def on_result(m, measured_on: dict[str, Any] = env,
                           finished_at: str | None = None) -> None:
                 stamp = finished_at or store.finished_now()
-                writer.append(store.to_row(m, run_id, sweep.name, measured_on, stamp))
+                with writing(output.path, kept):
+                    writer.append(store.to_row(m, run_id, sweep.name, measured_on, stamp))
                 progress.advance(m)
             try:
                 if cluster is None:
-                    runner.run_points(todo, on_result, seed, writer.mark_done,
+                    runner.run_points(todo, on_result, seed, mark_done,
                                       earlier.measured_variants, earlier.hung_engines)
                 else:       # a part-measured point is measured whole again (its rows deduped)
                     _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done,
-                                        writer.mark_done)
+                                        mark_done)
             except KeyboardInterrupt:
                 interrupted = True
     except BaseException:
         writer.close()       # the journal stays: --resume carries on from it
         raise
-    df = writer.finish(_with_roofline)
+    with writing(output.path, kept):
+        df = writer.finish(_with_roofline)
     total = f" ({len(df)} rows in the file)" if len(df) != writer.rows_written else ""
-    _say(f"wrote {writer.rows_written} rows to {output.path}{total}")
+    say(f"wrote {writer.rows_written} rows to {output.path}{total}")
     return (df[df["run_id"] == run_id] if len(df) else df), interrupted
 
 
@@ -120,7 +131,7 @@ def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: i
         shard_done(number, len(shards), shard.worker, len(shard.measurements), per_worker)
 
 
-def _cluster(args: argparse.Namespace, points):
+def connect_cluster(args: argparse.Namespace, points):
     """The cluster --cluster names, connected and checked (a context that closes it), or a
     context holding None; harness.cluster, and with it dask, is imported only here."""
     import contextlib
@@ -145,8 +156,8 @@ def _cluster(args: argparse.Namespace, points):
         cluster.comparable = clustermod.comparability_fields(cpu)
         cluster.reference_env = next(iter(environments.values()), {})
     names = cluster.worker_names()
-    _say(f"cluster {args.cluster}: {len(names)} worker(s): {', '.join(names)}"
-         + (f"; dashboard {cluster.dashboard}" if cluster.dashboard else ""))
+    say(f"cluster {args.cluster}: {len(names)} worker(s): {', '.join(names)}"
+        + (f"; dashboard {cluster.dashboard}" if cluster.dashboard else ""))
     return cluster
 
 
@@ -170,7 +181,7 @@ class RunOutput:
     run_id: str
 
 
-def _run_output(args: argparse.Namespace, suite_name: str, tag: str = "") -> RunOutput:
+def run_output(args: argparse.Namespace, suite_name: str, tag: str = "") -> RunOutput:
     """--out / --resume / --append / --force, checked before anything is measured."""
     from harness import env as envmod
     from harness import runs, store
@@ -183,10 +194,11 @@ def _run_output(args: argparse.Namespace, suite_name: str, tag: str = "") -> Run
         mode = {"resume": store.WriteMode.RESUME, "append": store.WriteMode.APPEND,
                 "force": store.WriteMode.REPLACE}[chosen[0]]
     run_id = runs.new_run_id()
-    if args.out:
+    if args.out is not None:
         path = _checked_out_path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        OutputLock(path).release()       # another run writing there is the first thing to say
+        with writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            OutputLock(path).release()   # another run writing there is the first thing to say
         store.check_output(path, mode)
         return RunOutput(path, mode, run_id)
     env = envmod.fingerprint()
@@ -198,11 +210,18 @@ def _run_output(args: argparse.Namespace, suite_name: str, tag: str = "") -> Run
         return RunOutput(unfinished, mode, run_id)
     if mode is not store.WriteMode.NEW:
         raise UserError(f"--{chosen[0]} needs --out naming the results file")
-    return RunOutput(runs.new_run_path(suite_name, env, run_id, tag), mode, run_id)
+    path = runs.new_run_path(suite_name, env, run_id, tag)
+    with writing(path):      # a file called `results` in the way: said before measuring
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return RunOutput(path, mode, run_id)
 
 
 def _checked_out_path(text: str) -> Path:
+    """--out as a file to write: a symbolic link to a file stands for its target (written
+    through, the link kept)."""
     from harness import store
+    if not text:
+        raise UserError("--out '' is empty: give a file name ending in .parquet or .csv")
     path = Path(text)
     if path.is_dir():
         raise UserError(f"--out {text} is a folder: give a file name ending in .parquet or .csv")
@@ -210,27 +229,30 @@ def _checked_out_path(text: str) -> Path:
         raise UserError(f"--out {text}: a results file ends in .parquet or .csv")
     if path.parent.exists() and not path.parent.is_dir():
         raise UserError(f"--out {text}: {path.parent} is not a folder")
-    return path
+    target = store.real_output(path)
+    if target != path and (target.is_dir() or target.suffix not in store.RESULT_SUFFIXES):
+        raise UserError(f"--out {text} is a link to {target}, which is no .parquet or .csv "
+                        "file: name the results file itself")
+    return target
 
 
-def _planned(sweep):
-    from harness import runner
-    planned = runner.plan(sweep)
-    for note in planned.notes:
-        _say(f"note: {note}")
-    from harness import memory
-    memory.require_some_fit(planned.points)     # a suite no point of which fits: exit 2
-    return planned.points
+def planned_points(sweep):
+    from harness import memory, runner
+    plan = runner.plan(sweep)
+    for note in plan.notes:
+        say(f"note: {note}")
+    memory.require_some_fit(plan.points)     # a suite no point of which fits: exit 2
+    return plan.points
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.source is not None:
         return _run_model(args)
-    if args.input or args.name:
-        raise UserError(f"--{'input' if args.input else 'name'} needs --model")
+    if args.input is not None or args.name is not None:
+        raise UserError(f"--{'input' if args.input is not None else 'name'} needs --model")
     args.suite = args.suite or "quick"
-    sweep = _load_sweep(args)
-    return _run(args, sweep, _run_output(args, sweep.name))
+    sweep = load_sweep(args)
+    return _run(args, sweep, run_output(args, sweep.name))
 
 
 def _run_model(args: argparse.Namespace) -> int:
@@ -239,18 +261,18 @@ def _run_model(args: argparse.Namespace) -> int:
     from harness.cli.models import suite_for_model
     if args.suite is not None:
         raise UserError(f"--model {args.source} and suite {args.suite!r}: give one of them")
-    output = _run_output(args, args.name or models.default_name(args.source))
+    output = run_output(args, args.name or models.default_name(args.source))
     args.suite = str(suite_for_model(args, output.path))
-    return _run(args, _load_sweep(args), output)
+    return _run(args, load_sweep(args), output)
 
 
 def _run(args: argparse.Namespace, sweep, output: "RunOutput") -> int:
-    points = _planned(sweep)
-    with _cluster(args, points) as cluster:
-        df, interrupted = _measure(sweep, points, output, args.seed, cluster)
+    points = planned_points(sweep)
+    with connect_cluster(args, points) as cluster:
+        df, interrupted = measure(sweep, points, output, args.seed, cluster)
     print_best(df)
     if interrupted:
-        _warn("interrupted: finished rows were kept; rerun with --resume to finish")
+        warn("interrupted: finished rows were kept; rerun with --resume to finish")
         return EXIT_INTERRUPTED
     return EXIT_OK
 
@@ -260,8 +282,8 @@ def _with_roofline(df):
     from harness import peaks
     annotated, missing = peaks.annotate_by_machine(df)
     if missing:
-        _say(f"note: no measured peaks for {', '.join(missing)} on this machine; run "
-             "`convbench peaks` there to get roofline columns")
+        say(f"note: no measured peaks for {', '.join(missing)} on this machine; run "
+            "`convbench peaks` there to get roofline columns")
     return annotated
 
 
@@ -298,15 +320,15 @@ class _progress:
         timing = f" {m.median_ms:.4g} ms" if m.median_ms is not None else ""
         detail = "" if m.ok else f" ({m.reason[:100]})"
         rows = f", row {self.rows}" if self.rows != done else ""
-        _say(f"[{done}/{self.total}{rows}] {p.problem.label} {p.direction} {p.precision} "
-             f"{p.layout} {p.backend}:{p.algorithm}: {m.status}{timing}{detail}")
+        say(f"[{done}/{self.total}{rows}] {p.problem.label} {p.direction} {p.precision} "
+            f"{p.layout} {p.backend}:{p.algorithm}: {m.status}{timing}{detail}")
 
     def shard_done(self, number: int, total: int, worker: str, rows: int,
                    per_worker: dict[str, int]) -> None:
         counts = ", ".join(f"{name} {n}" for name, n in sorted(per_worker.items()))
         if self._bar is None:
-            _say(f"shard {number}/{total} done on worker {worker} ({rows} rows; shards per "
-                 f"worker: {counts})")
+            say(f"shard {number}/{total} done on worker {worker} ({rows} rows; shards per "
+                f"worker: {counts})")
             return
         self._shards = f"shards {number}/{total} ({counts})"
         self._bar.update(self._task, description=self._shards)

@@ -2,8 +2,9 @@
 algorithm per layer, the network totals, and the CPU points that shared the cores."""
 from __future__ import annotations
 
-from harness.cli.common import _say
+from harness.cli.common import say
 from harness.precision import AUTO_OUTPUT
+from harness.workspace_limit import limit_text
 
 
 def print_best(df) -> None:
@@ -12,20 +13,20 @@ def print_best(df) -> None:
     best = best[best["n_ok"] > 0].sort_values(analysis.POINT_KEYS, kind="stable")
     counts = ", ".join(f"{n} {s}" for s, n in analysis.status_counts(df).items())
     if best.empty:
-        _say(f"no verified results ({counts})")
+        say(f"no verified results ({counts})")
         _print_sharing(df)
         return
-    _say("\nbest verified algorithm per layer (" + counts + "):")
+    say("\nbest verified algorithm per layer (" + counts + "):")
     shown = best.assign(
         layer=analysis.layer_labels(best),
-        limit=best["workspace_limit"].map(_format_limit),
+        limit=best["workspace_limit"].map(limit_text),
         ms=best["best_median_ms"].map(lambda v: f"{v:.4g}"),
         gflops=best["best_gflops"].map(lambda v: f"{v:.1f}"),
         vs_next=best["speedup_runner"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
     columns = ["layer", "direction", "effective_precision", "layout", "limit",
                *_varying(best, ["threads", "op", "output"]), "best_candidate",
                "ms", "gflops", "runner_candidate", "vs_next"]
-    _say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
+    say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
                                         "runner_candidate": "runner_up"}).to_string(index=False))
     _print_step_totals(df)
     _print_sharing(df)
@@ -38,15 +39,15 @@ def _print_sharing(df) -> None:
     sentence = sharing.sharing(df).sentence()
     if sentence is None:
         return
-    _say(f"\n{sentence}")
+    say(f"\n{sentence}")
     for _, row in sharing.contended_rows(df).iterrows():
-        _say(f"  ! {row['layer']} {row['direction']} {row['backend']}:{row['algorithm']} "
-             f"{row['median_ms']:.4g} ms: {row['reason'][:160]}")
+        say(f"  ! {row['layer']} {row['direction']} {row['backend']}:{row['algorithm']} "
+            f"{row['median_ms']:.4g} ms: {row['reason'][:160]}")
 
 
 def _varying(frame, names: list[str]) -> list[str]:
     """The columns among `names` whose value differs between rows: shown only then."""
-    from harness.report.analysis import varying
+    from harness.report.computed import varying
     shown = varying(frame, [n for n in names if n in frame.columns])
     # a result type asked for is worth saying even when it is the only one
     asked = "output" in names and "output" in frame.columns and "output" not in shown and bool(
@@ -68,10 +69,10 @@ def _print_step_totals(df) -> None:
     directions = " + ".join(d for d in DIRECTIONS if d in set(df["direction"].astype(str)))
     layers = df[["layer", "descriptor"]].drop_duplicates().shape[0]
     # a row sums only what was measured at its setting (a precision cut short covers fewer)
-    _say(f"\nnetwork time per pass over the layers measured ({directions}; each layer x its "
-         f"multiplicity; layer_dirs: the layer-directions a row sums, of {layers} layers in the "
-         f"results), best verified per layer against each policy:")
-    shown = totals.assign(limit=totals["workspace_limit"].map(_format_limit),
+    say(f"\nnetwork time per pass over the layers measured ({directions}; each layer x its "
+        f"multiplicity; layer_dirs: the layer-directions a row sums, of {layers} layers in the "
+        f"results), best verified per layer against each policy:")
+    shown = totals.assign(limit=totals["workspace_limit"].map(limit_text),
                           layer_dirs=totals["points"],
                           best_ms=totals.apply(lambda r: _total(r, "oracle"), axis=1))
     columns = ["batch", "effective_precision", "layout", "limit",
@@ -81,8 +82,8 @@ def _print_step_totals(df) -> None:
         shown[f"{name}_ms"] = totals.apply(lambda r, n=name: _total(r, n), axis=1)
         shown[f"saving_vs_{name}"] = totals.apply(lambda r, n=name: _saving(r, n), axis=1)
         columns += [f"{name}_ms", f"saving_vs_{name}"]
-    _say(shown[columns].rename(columns={"effective_precision": "precision"})
-         .to_string(index=False))
+    say(shown[columns].rename(columns={"effective_precision": "precision"})
+        .to_string(index=False))
 
 
 def _total(row, name: str) -> str:
@@ -96,9 +97,3 @@ def _saving(row, name: str) -> str:
     from harness.analysis import policies
     saved = policies.saving(row, name)
     return "-" if saved is None else f"{saved[0]:.4g} ms ({saved[1]:.1f}%)"
-
-
-def _format_limit(value: int) -> str:
-    from harness.store import limit_from_column
-    limit = limit_from_column(value)
-    return "unlimited" if limit is None else f"{limit / (1 << 20):g}MiB"

@@ -18,10 +18,10 @@ from typing import Iterable, Union
 import pandas as pd
 
 from harness.analysis.policies import PolicyError
-from harness.report.folder import FolderRefused
+from harness.report.folder import FolderRefused, refuse_root_and_home
 
 __all__ = ["render_report", "ReportPaths", "PolicyError", "EmptyResults", "PeaksError",
-           "FolderRefused", "load_frames", "read_peaks"]
+           "FolderRefused", "refuse_root_and_home", "load_frames", "read_peaks"]
 
 
 class EmptyResults(ValueError):

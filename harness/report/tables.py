@@ -11,7 +11,7 @@ from harness.analysis import policies
 from harness.measurement import Status
 from harness.report import computed
 from harness.report.document import Block, Fold, Table
-from harness.store import limit_from_column
+from harness.workspace_limit import limit_text
 
 FOLD_ROWS = 25          # longer tables are folded so the page stays scannable
 DASH = "—"
@@ -49,7 +49,7 @@ def fmt_bytes(value: Any) -> str:
 
 
 def fmt_limit(value: Any) -> str:
-    return "unlimited" if limit_from_column(value) is None else fmt_bytes(value)
+    return limit_text(value)
 
 
 def fmt_pct(value: Any) -> str:

@@ -10,6 +10,7 @@ from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
 from harness.sweep import MAX_GPU_PROCESSES, Sweep
+from harness.workspace_limit import limit_text
 
 _UNLIMITED_WORDS = ("unlimited", "none", "inf")
 _SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -53,7 +54,9 @@ def parse_size(text: str) -> int | None:
 
 
 def show_size(limit: int | None) -> str:
-    return "unlimited" if limit is None else f"{limit} bytes"
+    # with exact bytes: two spellings of one limit ("64MiB", 67108864) must read as one number
+    text = limit_text(limit)
+    return text if limit is None else f"{text} = {limit} bytes"
 
 
 def check_keys(table: dict[str, Any], allowed: Sequence[str], where: str) -> None:
