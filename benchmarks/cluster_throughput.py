@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import backends, cluster, env, runner, store  # noqa: E402
-from harness.problem import ConvProblem  # noqa: E402
-from harness.sweep import AlgorithmChoice, Sweep, TimingOptions  # noqa: E402
+from harness import backends, cluster, env, runner, store
+from harness.problem import ConvProblem
+from harness.sweep import AlgorithmChoice, Sweep, TimingOptions
 
 # The fake backend is test-only (tests/conftest.py registers it the same way).
 backends.register("fake", "harness.backends.fake:FakeBackend")

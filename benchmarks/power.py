@@ -83,7 +83,7 @@ class Tally:
             self.scatters.append(comparison.scatter)
 
 
-# ---- measuring ------------------------------------------------------------------------------------
+# ---- measuring -----------------------------------------------------------------------------------
 def measure_runs(suite: str, runs: int, folder: Path, flags: list[str]) -> list[Run]:
     done = []
     for i in range(runs):

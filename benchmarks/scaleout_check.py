@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, wall, gap in (("one-GPU", wall_one, gap_one), ("many-GPU", wall_many, gap_many)):
         note = f" ({gap:.0f} s of gaps between device calls left out)" if gap else ""
         print(f"{name} wall time: {wall:.0f} s{note}")
-    print(f"wall ratio many/one: {wall_many / wall_one:.3f}; at most 0.55: {wall_many / wall_one <= 0.55}")
+    print(f"wall ratio many/one: {wall_many / wall_one:.3f}; "
+          f"at most 0.55: {wall_many / wall_one <= 0.55}")
     return 0
 
 

@@ -19,9 +19,10 @@ import logging
 import os
 import threading
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from harness import backends, cpu_memory
 from harness.measurement import Measurement, Status
@@ -146,7 +147,7 @@ class Cluster:
         self.comparable: tuple[str, ...] | None = None
         self.reference_env: dict[str, Any] = {}
 
-    def foreign_worker(self, result: "ShardResult") -> str | None:
+    def foreign_worker(self, result: ShardResult) -> str | None:
         """Why a shard's worker may not join this run's table (a worker that joined after
         connect on another GPU, driver or library), or None."""
         if self.comparable is None or not result.env or not self.reference_env:
@@ -195,7 +196,8 @@ class Cluster:
                     # No worker fingerprint: the client gives these rows the machine of the
                     # run's other rows (an empty one would read as a machine of its own).
                     yield ShardResult("(lost)", {}, tuple(
-                        Measurement(p, Status.CRASHED, f"the Dask workers running it died ({error})")
+                        Measurement(p, Status.CRASHED,
+                                    f"the Dask workers running it died ({error})")
                         for p in lost), (store.finished_now(),) * len(lost))
                 else:
                     yield future.result()     # any other error is a harness bug: raised
@@ -207,7 +209,7 @@ class Cluster:
     def close(self) -> None:
         try:
             self.client.run(release_measurers)
-        except Exception:  # noqa: BLE001 - a worker already gone holds nothing; close anyway
+        except Exception:  # a worker already gone holds nothing; close anyway
             pass
         try:
             self.client.close()
@@ -218,7 +220,7 @@ class Cluster:
             finally:
                 self._config.__exit__(None, None, None)
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -274,7 +276,7 @@ def visible_gpus() -> list[str]:
         import pynvml
         pynvml.nvmlInit()
         return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-    except Exception:  # noqa: BLE001 - no NVML or no driver: no GPU to give a worker
+    except Exception:  # no NVML or no driver: no GPU to give a worker
         return []
 
 

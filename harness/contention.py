@@ -39,8 +39,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 WAIT_SHARE = 0.05         # threads' summed run-queue wait over a sample's wall time: retaken
 TICK_MS = 4.0             # the scheduler tick at HZ=250 (Debian's and Ubuntu's kernels)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness import cpu_memory
 
@@ -54,7 +55,7 @@ def _host() -> dict[str, Any]:
 def _quietly(probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return probe()
-    except Exception:  # noqa: BLE001 - a probe that fails records nothing (documented above)
+    except Exception:  # a probe that fails records nothing (documented above)
         return {}
 
 
@@ -139,7 +140,7 @@ def sm_clock_mhz() -> tuple[int, int] | None:
         handle = _nvml_handle()
         return (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
                 pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-    except Exception:  # noqa: BLE001 - no NVML: clocks are simply unknown
+    except Exception:  # no NVML: clocks are simply unknown
         return None
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
-from harness import (backends, contention, cpu_memory, memory, precision, reference, threads,
-                     verdict)
+from harness import backends, contention, cpu_memory, memory, precision, reference, threads, verdict
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
@@ -100,7 +100,7 @@ class PointExecutor:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, str(err), algo.family)
                            for p in group)
             return
-        except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
+        except Exception as err:  # a backend's error is data: the row says what
             yield _rows_of(_failed(p, algo, err) for p in group)
             return
         if not variants:
@@ -128,7 +128,7 @@ class PointExecutor:
             return [Measurement(p, Status.UNSUPPORTED, str(err), algo.family) for p in group]
         except WorkspaceExceeded as err:
             return [_over_limit(p, algo, err.needed) for p in group]
-        except Exception as err:  # noqa: BLE001 - a backend's error is data: the row says what
+        except Exception as err:  # a backend's error is data: the row says what
             return [_failed(p, algo, err) for p in group]
         try:
             # after prepare: a backend imports its library there (threads.limited sets PyTorch's
@@ -141,7 +141,7 @@ class PointExecutor:
     def _verify_and_time(self, group, point, algo, prepared, data, started) -> list[Measurement]:
         try:
             first_call_ms, output, deterministic = _run_twice(prepared)
-        except Exception as err:  # noqa: BLE001 - backend failure while running: a failed row
+        except Exception as err:  # backend failure while running: a failed row
             return [_failed(p, algo, err) for p in group]
         setup_ms = (time.perf_counter() - started) * 1e3
         xp = _array_module(output)
@@ -163,7 +163,7 @@ class PointExecutor:
                     for p in group]
         try:
             timing = self._time(prepared, point)
-        except Exception as err:  # noqa: BLE001 - backend failure while timing: a failed row
+        except Exception as err:  # backend failure while timing: a failed row
             return [_failed(p, algo, err) for p in group]
         return [self._row(p, prepared, timing, first_call_ms, common) for p in group]
 
@@ -205,8 +205,8 @@ class PointExecutor:
     def _flusher(self, device: str) -> Callable[[], None]:
         if device not in self._flushers:
             if device == "cuda":
-                from harness.timer import GpuL2Flusher
                 import cupy
+                from harness.timer import GpuL2Flusher
                 l2 = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
                 self._flushers[device] = GpuL2Flusher(l2)
             else:

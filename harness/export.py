@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from bisect import bisect_left, bisect_right
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +132,7 @@ def _commit_info(df: pd.DataFrame) -> dict[str, Any]:
 
 def _datetime(df: pd.DataFrame) -> str:
     finished = [v for v in df.get("finished_at", pd.Series(dtype=object)) if _plain(v)]
-    return max(finished) if finished else datetime.now(timezone.utc).isoformat()
+    return max(finished) if finished else datetime.now(UTC).isoformat()
 
 
 def _quartile(ordered: list[float], lower: bool) -> float:

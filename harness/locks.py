@@ -12,7 +12,7 @@ import fcntl
 import json
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -38,7 +38,8 @@ class OutputLock:
                 holder = _read_holder(fd)
                 os.close(fd)
                 raise OutputBusy(f"{results} is being written by another convbench run "
-                                 f"({holder}); wait for it, or write elsewhere with --out") from None
+                                 f"({holder}); wait for it, or write elsewhere with --out"
+                                 ) from None
             if _still_linked(fd, self.path):
                 self._fd = fd
                 _write_holder(fd)
@@ -63,7 +64,7 @@ def _still_linked(fd: int, path: Path) -> bool:
 
 def _write_holder(fd: int) -> None:
     holder = {"pid": os.getpid(),
-              "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "started": datetime.now(UTC).isoformat(timespec="seconds"),
               "command": " ".join(sys.argv)[:300]}
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(holder).encode(), 0)

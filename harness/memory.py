@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from harness import epilogue
 from harness.precision import widest_bytes
@@ -187,8 +187,8 @@ def format_bytes(count: int) -> str:
     if count < 1000:
         return f"{count} B"
     value, unit = float(count), "B"
-    for unit in ("kB", "MB", "GB", "TB", "PB", "EB", "ZB"):
-        value /= 1000
+    for larger in ("kB", "MB", "GB", "TB", "PB", "EB", "ZB"):
+        value, unit = value / 1000, larger
         if value < 999.5:
             break
     return f"{value:.3g} {unit}"

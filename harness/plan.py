@@ -25,7 +25,7 @@ from harness.backends.base import fits
 from harness.epilogue import CONV
 from harness.problem import DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
-from harness.schema import limit_to_column
+from harness.workspace_limit import limit_to_column
 from harness.sweep import Sweep
 from harness.threads import ALL as ALL_THREADS
 
@@ -61,10 +61,11 @@ def _only(rows: pd.DataFrame, column: str, wanted: str | None) -> str:
     if wanted is None and len(present) == 1:
         return present[0]
     if wanted is None:
-        raise PlanInputError(f"the results hold {column}s {', '.join(present) or 'none'}: choose one "
-                        f"with --{column}")
+        raise PlanInputError(f"the results hold {column}s {', '.join(present) or 'none'}: "
+                             f"choose one with --{column}")
     if wanted not in present:
-        raise PlanInputError(f"--{column} {wanted}: the results hold {', '.join(present) or 'none'}")
+        raise PlanInputError(f"--{column} {wanted}: "
+                             f"the results hold {', '.join(present) or 'none'}")
     return wanted
 
 

@@ -71,29 +71,32 @@ class ConvProblem:
                 raise ProblemError(f"{label}: {attr}={getattr(self, attr)} is larger than 2**62")
         for channels in ("in_channels", "out_channels"):
             if getattr(self, channels) % self.groups:
-                raise ProblemError(f"{label}: {channels}={getattr(self, channels)} is not divisible "
-                                   f"by groups={self.groups}")
+                raise ProblemError(f"{label}: {channels}={getattr(self, channels)} "
+                                   f"is not divisible by groups={self.groups}")
         if self.effective_kernel_d > self.padded_d:
             raise ProblemError(f"{label}: dilated kernel depth {self.effective_kernel_d} "
-                               f"(kernel_d={self.kernel_d}, dilation_d={self.dilation_d}) is larger "
-                               f"than the padded input depth {self.padded_d}")
+                               f"(kernel_d={self.kernel_d}, dilation_d={self.dilation_d}) "
+                               f"is larger than the padded input depth {self.padded_d}")
         if self.effective_kernel_h > self.padded_h:
             raise ProblemError(f"{label}: dilated kernel height {self.effective_kernel_h} "
-                               f"(kernel_h={self.kernel_h}, dilation_h={self.dilation_h}) is larger "
-                               f"than the padded input height {self.padded_h}")
+                               f"(kernel_h={self.kernel_h}, dilation_h={self.dilation_h}) "
+                               f"is larger than the padded input height {self.padded_h}")
         if self.effective_kernel_w > self.padded_w:
             raise ProblemError(f"{label}: dilated kernel width {self.effective_kernel_w} "
-                               f"(kernel_w={self.kernel_w}, dilation_w={self.dilation_w}) is larger "
-                               f"than the padded input width {self.padded_w}")
+                               f"(kernel_w={self.kernel_w}, dilation_w={self.dilation_w}) "
+                               f"is larger than the padded input width {self.padded_w}")
         _check_counts(self, label)
         # Bottom/right padding that no output reads changes nothing: store the canonical value
         # so equivalent problems compare equal and symmetric ones stay expressible to cuDNN.
         object.__setattr__(self, "pad_back", _canonical_end_pad(
-            self.in_d, self.kernel_d, self.stride_d, self.dilation_d, self.pad_front, self.pad_back))
+            self.in_d, self.kernel_d, self.stride_d, self.dilation_d, self.pad_front,
+            self.pad_back))
         object.__setattr__(self, "pad_bottom", _canonical_end_pad(
-            self.in_h, self.kernel_h, self.stride_h, self.dilation_h, self.pad_top, self.pad_bottom))
+            self.in_h, self.kernel_h, self.stride_h, self.dilation_h, self.pad_top,
+            self.pad_bottom))
         object.__setattr__(self, "pad_right", _canonical_end_pad(
-            self.in_w, self.kernel_w, self.stride_w, self.dilation_w, self.pad_left, self.pad_right))
+            self.in_w, self.kernel_w, self.stride_w, self.dilation_w, self.pad_left,
+            self.pad_right))
 
     # ---- geometry -------------------------------------------------------------------------
     @property
@@ -102,23 +105,23 @@ class ConvProblem:
         return any(getattr(self, name) != flat for name, flat in DEPTH_DEFAULTS.items())
 
     @property
-    def spatial(self) -> tuple["Axis", ...]:
+    def spatial(self) -> tuple[Axis, ...]:
         """The spatial axes outermost first: (depth,) height, width; depth only for 3-D."""
         axes = (self.axis_h, self.axis_w)
         return (self.axis_d, *axes) if self.is_3d else axes
 
     @property
-    def axis_d(self) -> "Axis":
+    def axis_d(self) -> Axis:
         return Axis(self.in_d, self.kernel_d, self.stride_d, self.dilation_d, self.pad_front,
                     self.pad_back)
 
     @property
-    def axis_h(self) -> "Axis":
+    def axis_h(self) -> Axis:
         return Axis(self.in_h, self.kernel_h, self.stride_h, self.dilation_h, self.pad_top,
                     self.pad_bottom)
 
     @property
-    def axis_w(self) -> "Axis":
+    def axis_w(self) -> Axis:
         return Axis(self.in_w, self.kernel_w, self.stride_w, self.dilation_w, self.pad_left,
                     self.pad_right)
 
@@ -213,7 +216,7 @@ class ConvProblem:
                              direction: str = "fwd") -> float:
         return self.flops / self.bytes_moved(element_bytes, result_bytes, direction)
 
-    def with_batch(self, batch: int) -> "ConvProblem":
+    def with_batch(self, batch: int) -> ConvProblem:
         return replace(self, batch=batch)
 
     @property
@@ -266,7 +269,7 @@ class Axis:
 # files, which lack the depth columns, hold 2-D problems.
 DEPTH_DEFAULTS = {f.name: f.default for f in fields(ConvProblem) if f.name in DEPTH_FIELDS}
 
-def _check_counts(problem: "ConvProblem", label: str) -> None:
+def _check_counts(problem: ConvProblem, label: str) -> None:
     """Refuse shapes whose tensors or FLOPs no 64-bit count (nor any memory) can hold."""
     for what, shape in (("input", problem.input_shape), ("weight", problem.weight_shape),
                         ("output", problem.output_shape)):
@@ -283,7 +286,7 @@ def _taps_per_element(kernel: int, stride: int, dilation: int) -> int:
     return min(kernel, -(-kernel * math.gcd(stride, dilation) // stride))
 
 
-def _coerce_integers(problem: "ConvProblem") -> None:
+def _coerce_integers(problem: ConvProblem) -> None:
     """Accept NumPy integers (problems rebuilt from a results frame carry them) as plain ints."""
     for f in fields(problem):
         value = getattr(problem, f.name)

@@ -3,7 +3,7 @@ Every error names the text and the rule it broke (ProblemError)."""
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from harness.problem import (MAX_DIGITS, Axis, ConvProblem, ProblemError, end_pad_for_output,
                              output_size)

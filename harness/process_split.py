@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from harness.measurement import STATUSES, Measurement, Status
 from harness.sweep import Point, TimingOptions

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.measurement import Status   # light: the problem and sweep records only
+from harness.measurement import Status  # light: the problem and sweep records only
 
 if TYPE_CHECKING:
     from harness.measurement import Measurement
@@ -41,7 +41,7 @@ _ENV_KEY = pytest.StashKey[dict]()
 
 
 @pytest.fixture
-def convbench(request: pytest.FixtureRequest) -> "ConvBench":
+def convbench(request: pytest.FixtureRequest) -> ConvBench:
     """Measure one convolution point; see ConvBench.__call__."""
     try:
         benchmark = request.getfixturevalue("benchmark")
@@ -58,10 +58,10 @@ class ConvBench:
         self.benchmark = benchmark
         self._config = config
 
-    def __call__(self, problem: "ConvProblem | str", *, backend: str, algorithm: str,
+    def __call__(self, problem: ConvProblem | str, *, backend: str, algorithm: str,
                  direction: str = "fwd", precision: str = "fp32", layout: str = "NCHW",
-                 workspace_limit: int | None = None, timing: "TimingOptions | None" = None,
-                 seed: int = 0) -> "Measurement":
+                 workspace_limit: int | None = None, timing: TimingOptions | None = None,
+                 seed: int = 0) -> Measurement:
         """Verify and time `problem` (a ConvProblem or a benchdnn descriptor) with one algorithm;
         the samples become this test's benchmark. Returns the harness Measurement."""
         point = make_point(problem, backend=backend, algorithm=algorithm, direction=direction,
@@ -78,10 +78,10 @@ class ConvBench:
         return measurement
 
 
-def make_point(problem: "ConvProblem | str", *, backend: str, algorithm: str,
+def make_point(problem: ConvProblem | str, *, backend: str, algorithm: str,
                direction: str = "fwd", precision: str = "fp32", layout: str = "NCHW",
                workspace_limit: int | None = None,
-               timing: "TimingOptions | None" = None) -> "Point":
+               timing: TimingOptions | None = None) -> Point:
     """A harness Point from test arguments, each checked against the names the harness knows."""
     from harness.problem import ConvProblem
     from harness.problem_text import parse_benchdnn
@@ -123,11 +123,11 @@ def resolve_names(backend: str, algorithm: str) -> tuple[str, str]:
                      f"{', '.join(a.name for a in algorithms)}")
 
 
-def extra_info(m: "Measurement", env: dict[str, Any]) -> dict[str, Any]:
+def extra_info(m: Measurement, env: dict[str, Any]) -> dict[str, Any]:
     """What the benchmark's JSON should say besides the times: the point, the verdict of the
     correctness check, how timing stopped, and the machine (GPU, driver, CUDA, cuDNN)."""
-    from harness.stats import relative_noise
     from harness.problem_text import to_benchdnn
+    from harness.stats import relative_noise
     p = m.point
     info: dict[str, Any] = {
         "status": m.status, "reason": m.reason, "point_id": p.point_id,
@@ -185,7 +185,7 @@ def _nothing() -> None:
     """The 'benchmarked' call: the work already ran, timed by the harness."""
 
 
-def _settle_status(m: "Measurement", benchmark: Any) -> None:
+def _settle_status(m: Measurement, benchmark: Any) -> None:
     """Skip where the point cannot run here; fail on a wrong result, a failure or a crash."""
     if m.ok:
         return

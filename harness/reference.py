@@ -19,6 +19,7 @@ from harness import epilogue
 from harness import precision as precision_table
 from harness.problem import ConvProblem
 
+
 @dataclass
 class ProblemData:
     """Host float64 arrays in logical layout, already rounded to the point's storage precision, so

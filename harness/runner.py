@@ -6,9 +6,9 @@ or poisons the process becomes `crashed`: GPU points run in a worker process tha
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import groupby
-from typing import Callable, Iterable, Iterator, Mapping
 
 from harness import backends, cpu_memory, threads
 from harness.executor import PointExecutor
@@ -129,9 +129,9 @@ def run_point(point: Point, seed: int = 0) -> Measurement:
 
 def shards(points: Iterable[Point]) -> list[list[Point]]:
     """The cluster's units of work: consecutive points (in plan order) of one problem at one
-    precision, which share test data (and, op by op, references), so each worker builds them once. Largest first,
-    so the last shard to start is a small one and the workers finish together; estimated work is
-    the point count times the problem's FLOPs."""
+    precision, which share test data (and, op by op, references), so each worker builds them once.
+    Largest first, so the last shard to start is a small one and the workers finish together;
+    estimated work is the point count times the problem's FLOPs."""
     runs = [list(members) for _, members in groupby(points, key=_test_data)]
     return sorted(runs, key=lambda shard: len(shard) * shard[0].problem.flops, reverse=True)
 

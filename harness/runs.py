@@ -13,7 +13,7 @@ from __future__ import annotations
 import glob
 import re
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ class RunNotFound(ValueError):
 
 def new_run_id() -> str:
     """UTC time to the second, then 6 random hex digits: unique, and sorts by start time."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{secrets.token_hex(3)}"
 
 

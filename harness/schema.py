@@ -3,7 +3,9 @@ Measurement becomes one row (the workspace limit encoded by harness.workspace_li
 reads and writes files of it."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC
+from typing import Any
 
 import pandas as pd
 
@@ -15,8 +17,7 @@ from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
 from harness.stats import relative_noise
 from harness.threads import ALL as ALL_THREADS
-from harness.workspace_limit import (  # noqa: F401  (re-exported: store, report)
-    UNLIMITED_BYTES, limit_from_column, limit_to_column)
+from harness.workspace_limit import limit_to_column
 
 
 class ResultsError(ValueError):
@@ -31,7 +32,8 @@ _CORE_COLUMNS: dict[str, str] = {
     "planned_point_id": "string",
     "finished_at": "string",
     # the problem
-    "descriptor": "string", "layer": "string", "multiplicity": "int64", "batch": "int64", "in_channels": "int64",
+    "descriptor": "string", "layer": "string", "multiplicity": "int64", "batch": "int64",
+    "in_channels": "int64",
     "in_h": "int64", "in_w": "int64", "out_channels": "int64", "kernel_h": "int64",
     "kernel_w": "int64", "stride_h": "int64", "stride_w": "int64", "pad_top": "int64",
     "pad_left": "int64", "pad_bottom": "int64", "pad_right": "int64", "dilation_h": "int64",
@@ -134,7 +136,8 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "suite": suite,
         "point_id": pt.point_id, "planned_point_id": m.planned_point_id or pt.point_id,
         "finished_at": finished_at,
-        "descriptor": to_benchdnn(p), "layer": p.name, "multiplicity": p.multiplicity, "batch": p.batch,
+        "descriptor": to_benchdnn(p), "layer": p.name, "multiplicity": p.multiplicity,
+        "batch": p.batch,
         "in_channels": p.in_channels, "in_h": p.in_h, "in_w": p.in_w,
         "out_channels": p.out_channels, "kernel_h": p.kernel_h, "kernel_w": p.kernel_w,
         "stride_h": p.stride_h, "stride_w": p.stride_w, "pad_top": p.pad_top,
@@ -170,8 +173,8 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
 
 def finished_now() -> str:
     """The `finished_at` of a row measured just now (UTC, to the second)."""
-    from datetime import datetime, timezone
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    from datetime import datetime
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:

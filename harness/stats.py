@@ -43,8 +43,9 @@ each other by more than their samples can. On the 2-core CI VM
 medians' standard errors inside a run were ~2%, so 25-30% of A/A rows came out "significantly"
 slower by more than 5%; spreading a row's samples over the run or re-allocating its buffers
 between samples did not shrink that (12-13% either way). On an H100 it is well under 1%, and with
-samples drawn from one distribution for both runs (the synthetic tests) about 0. The median and MAD ignore up to half of the rows, so a regression in a minority of rows does
-not hide itself by widening the scatter; a shift of every row moves the median, not the MAD.
+samples drawn from one distribution for both runs (the synthetic tests) about 0. The median and
+MAD ignore up to half of the rows, so a regression in a minority of rows does not hide itself by
+widening the scatter; a shift of every row moves the median, not the MAD.
 Verdicts (harness/compare/) must clear a multiple of it:
 - a row: |log ratio| > SCATTER_ROW_K x scatter. 8 because row noise has heavy tails: over 20
   A/A pairs of 18 rows on the CI VM the worst row lay 7.5 scatters from no change (k = 6 let 2 of
@@ -59,10 +60,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Sequence
 
 import numpy as np
 

@@ -14,20 +14,22 @@ import errno
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import pandas as pd
 
 from harness.locks import OutputLock
 from harness.measurement import HungKey, hung_key
-# The schema's names: defined once in schema.py, offered here too (callers read and write through
-# store, which is also where they find the columns and the row format).
+
+# The schema's and the workspace limit's names, each defined once in its module, offered here too
+# (callers read and write through store, where they also find the columns and the row format).
 from harness.schema import (COLUMNS, EXTRA_COLUMNS, REQUIRED_COLUMNS, SCHEMA_VERSION,
-                            UNLIMITED_BYTES, ResultsError, finished_now, frame, limit_from_column,
-                            limit_to_column, to_row)
+                            ResultsError, finished_now, frame, to_row)
+from harness.workspace_limit import UNLIMITED_BYTES, limit_from_column, limit_to_column
 
 __all__ = [
     "COLUMNS", "EXTRA_COLUMNS", "GROUPS_DONE", "JournalRead", "OutputExists", "REQUIRED_COLUMNS",
@@ -94,7 +96,7 @@ class ResultWriter:
             self.close()
             raise
 
-    def resume_state(self) -> "ResumeState":
+    def resume_state(self) -> ResumeState:
         """All a resumed run takes from the rows already written, from one read of them."""
         stored, journal = self._parts()
         done = _finished(stored, journal)
@@ -147,7 +149,7 @@ class ResultWriter:
         parts = [p for p in (stored, journal.rows) if len(p)]
         return pd.concat(parts, ignore_index=True) if parts else frame([])
 
-    def _parts(self) -> tuple[pd.DataFrame, "JournalRead"]:
+    def _parts(self) -> tuple[pd.DataFrame, JournalRead]:
         """The results file's rows (those of finished runs) and what the journal holds."""
         stored = frame([])
         if self.results.exists() and self.mode is not WriteMode.REPLACE:
@@ -161,7 +163,7 @@ class ResultWriter:
         return stored, journal
 
 
-def _finished(stored: pd.DataFrame, journal: "JournalRead") -> set[str]:
+def _finished(stored: pd.DataFrame, journal: JournalRead) -> set[str]:
     """ResumeState.finished of the rows read (the module docstring says why)."""
     done = _point_ids(stored) | _point_ids(journal.rows[:journal.rows_before_marks])
     after = journal.rows[journal.rows_before_marks:]
@@ -214,7 +216,7 @@ def _point_ids(rows: pd.DataFrame) -> set[str]:
 
 
 def check_output(results: Path, mode: WriteMode) -> None:
-    """OutputExists when `mode` may not touch what is at `results` (checked again under the lock)."""
+    """OutputExists when `mode` may not touch what is at `results` (rechecked under the lock)."""
     journal = journal_path(results)
     file, unfinished = results.exists(), journal.exists()
     if mode is WriteMode.NEW and (file or unfinished):

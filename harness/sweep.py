@@ -7,9 +7,9 @@ frozen: they describe work, never results.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import product
-from typing import Iterator
 
 from harness import epilogue
 from harness import precision as precision_table
@@ -40,7 +40,8 @@ class TimingOptions:
     budget_ms: float = 200.0      # wall-clock budget for the timed repetitions of one point
     min_samples: int = 5          # never stop with fewer samples than this
     max_samples: int = 1000
-    noise_target: float = 0.01    # stop once the relative standard error of the median is below this
+    # stop once the relative standard error of the median is below this
+    noise_target: float = 0.01
     warmup: int = 1               # untimed runs after verification, before timing
     gpu_timer: str = "graph"      # GPU_TIMERS; cold points always use the stream
     # A GPU point's time can depend on the process it runs in (where its buffers land in memory:

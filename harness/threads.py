@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 ALL = 0      # the libraries' own choice: every core this process may run on
 

@@ -15,14 +15,15 @@ import gc
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from harness import contention
 from harness.contention import load_average, stolen_ms
-from harness.threads import available_cores
 from harness.stats import relative_noise
 from harness.sweep import TimingOptions
+from harness.threads import available_cores
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,9 @@ _SPIN_SOURCE = r"""
 extern "C" __global__ void spin_ns(unsigned long long duration_ns) {
     unsigned long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < duration_ns);
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < duration_ns);
 }
 """
 _spin_kernel = None
@@ -335,7 +338,7 @@ def capture_calls(launch: Callable[[], None], stream: Any, calls: int) -> Any:
 def _end_capture_quietly(stream: Any) -> None:
     try:
         stream.end_capture()
-    except Exception:  # noqa: BLE001 - the capture is already broken; leaving it is what matters
+    except Exception:  # the capture is already broken; leaving it is what matters
         pass
 
 

@@ -6,13 +6,15 @@ judge(), so a row and a test never disagree on what passes.
 The condition needs a second reference, of the squared operands (reference.term_spread), as
 dear as the first (float64 on the CPU). It is computed only where it can change the verdict: the
 condition factor is at least 1, so an output within the plain tolerance passes whatever it is,
-and only an output outside it (or any output of an exact result of norm 0) pays for it. Such a row's `tolerance` is the scaled one it was judged by; any other row's
-is the plain one, which it met.
+and only an output outside it (or any output of an exact result of norm 0) pays for it. Such a
+row's `tolerance` is the scaled one it was judged by; any other row's is the plain one, which it
+met.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from harness import backends
 from harness.measurement import HungKey, Measurement, Status, hung_key
@@ -18,8 +19,8 @@ from harness.sweep import Point
 # limits) that takes longer than this is declared hung: the worker is killed, the unit becomes a
 # `crashed` row naming the cap, and the group's other plans are measured in a fresh process.
 # Far above any unit that returns: the slowest plan that returned took 8.5 s, the next never did.
-# Study (evidence/studies/stall_plans.py):
-# evidence/logs/stall-efficientnet_b0-features.1.0.block.0.0-bwd_data-fp16-nvidia-h100-2026-11-23.log
+# Study (evidence/studies/stall_plans.py): evidence/logs/ holds its log,
+# stall-efficientnet_b0-features.1.0.block.0.0-bwd_data-fp16-nvidia-h100-2026-11-23.log
 UNIT_TIMEOUT_S = 120.0
 # Once one plan of a point returned verified rows, the point's later plans get this shorter cap:
 # they share its problem, so a plan still running after this is hung or too slow to be picked.
@@ -163,7 +164,7 @@ class WorkerPool:
             skip.add(stopped.variant)
 
     def _stream(self, group: list[Point], skip: set[str], hung_here: dict[str, str],
-                rows: "_Rows", returned_before: bool) -> _Stopped | None:
+                rows: _Rows, returned_before: bool) -> _Stopped | None:
         """Appends the worker's rows for `group` as its units finish (the knob settings of the
         engines in `hung_here` as not tried), and each finished variant to `skip`; None once the
         group is done."""

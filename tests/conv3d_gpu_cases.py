@@ -44,15 +44,16 @@ def check_3d(results: list) -> None:
     for setting, here in sorted(by_setting.items()):
         print(f"{setting}: {dict(Counter(m.status for m in here))}; not ok: "
               f"{sorted({(m.status, (m.reason or '')[:100]) for m in here if not m.ok})[:4]}")
-    assert set(by_setting) == {(d, p, l) for d in DIRECTIONS for p in PRECISIONS_3D
-                               for l in LAYOUTS}
+    assert set(by_setting) == {(d, p, lay) for d in DIRECTIONS for p in PRECISIONS_3D
+                               for lay in LAYOUTS}
     for setting, here in by_setting.items():
         assert any(m.ok for m in here), (setting, [(m.point.algorithm, m.reason) for m in here])
     for m in results:
         if m.ok:
             # the tolerance is the asked precision's; a graph plan asked for fp32 may deliver
             # tf32 and is labelled so (as in the 2-D tests)
-            within = m.rel_error <= m.tolerance or m.effective_precision == "tf32" != m.point.precision
+            within = (m.rel_error <= m.tolerance
+                      or m.effective_precision == "tf32" != m.point.precision)
             assert within and m.median_ms > 0, (m.point.point_id, m.rel_error, m.tolerance,
                                                 m.effective_precision, m.median_ms)
     bad = [(m.point.point_id, m.status, m.reason) for m in results

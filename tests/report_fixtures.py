@@ -8,8 +8,8 @@ picks that are not always the best, wrong results that are fast, throttled rows,
 from __future__ import annotations
 
 import zlib
-from itertools import product
 from dataclasses import dataclass, replace
+from itertools import product
 from typing import Any
 
 import numpy as np
@@ -17,8 +17,8 @@ import pandas as pd
 
 from harness import store
 from harness.measurement import Measurement
-from harness.problem import ConvProblem
 from harness.precision import element_bytes
+from harness.problem import ConvProblem
 from harness.sweep import Point, TimingOptions
 
 MIB = 1 << 20

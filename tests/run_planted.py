@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 
-import planted_backends    # this file's folder is on sys.path when it is run as a script
+import planted_backends  # this file's folder is on sys.path when it is run as a script
+
 from harness import backends
 from harness.cli import main
 

@@ -3,7 +3,6 @@ traceback; the default run works on the CPU; a missing GPU is explained."""
 from __future__ import annotations
 
 import pytest
-
 from test_compare import QUICK_SIZED
 
 from harness import store
@@ -172,8 +171,8 @@ def test_list_shows_real_algorithms_with_descriptions_and_not_the_test_backend()
         assert f"{name} (" in out
         for algo in backends.get(name).algorithms():
             assert algo.description, f"{name}:{algo.name} has no description"
-            line = next(l for l in out.splitlines() if l.split()[:1] == [algo.name]
-                        and algo.description in l)
+            line = next(ln for ln in out.splitlines() if ln.split()[:1] == [algo.name]
+                        and algo.description in ln)
             assert len(line) < 160, line
     # which algorithms of each backend run 3-D, the epilogue ops and the quantized precisions,
     # a line after them (the GPU backends' rules need no GPU)

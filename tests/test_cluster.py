@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from harness import backends, cluster, store  # noqa: E402
-from harness.cli import main  # noqa: E402
+from harness import backends, cluster, store
+from harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("layers = ['mb2ic4ih8oc4oh8kh3ph1n\"a\"', 'mb2ic8ih10oc8kh3sh2n\"b\"']\n"

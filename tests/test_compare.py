@@ -6,9 +6,8 @@ Synthetic samples imitate the harness's adaptive timer: per row a true time betw
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -18,14 +17,13 @@ from hypothesis import strategies as st
 
 from harness import stats, store
 from harness.cli import main
-from harness.compare import (Comparison, CompareOptions, EnvironmentMismatch,
-                             IncomparableResults, RowResult, Verdict, compare, confirm,
-                             environment_mismatches, flagged_point_ids,
-                             parse_layer_thresholds, parse_threshold)
-from harness.report.compare_summary import markdown_summary, reproduce_command
-from harness.stats import adjust_p_values, mann_whitney_u, smallest_p
+from harness.compare import (CompareOptions, Comparison, EnvironmentMismatch, IncomparableResults,
+                             RowResult, Verdict, compare, confirm, environment_mismatches,
+                             flagged_point_ids, parse_layer_thresholds, parse_threshold)
 from harness.env import COMPARABILITY_FIELDS
 from harness.measurement import STATUSES
+from harness.report.compare_summary import markdown_summary, reproduce_command
+from harness.stats import adjust_p_values, mann_whitney_u, smallest_p
 
 SEEDS = range(20)
 ROWS = 200
@@ -868,7 +866,7 @@ def test_cli_compare_help_documents_exit_codes_and_the_policy(capsys):
         assert line in text
 
 
-# ---- the run-to-run scatter floor (harness/stats.py) ----------------------------------------------
+# ---- the run-to-run scatter floor (harness/stats.py) ---------------------------------------------
 def test_scatter_is_near_zero_when_rows_only_differ_by_their_samples():
     """Same distributions both sides: the rows spread no more than their samples explain."""
     base, new, _ = synthetic_pair(0)

@@ -130,8 +130,8 @@ def test_a_short_point_beside_busy_processes_keeps_only_samples_that_ran_alone()
 
 
 def _long_point() -> Point:
-    """Samples of ~10 ms on every core (9.5 on the 2-core VM): each spans several scheduler slices, so beside a
-    spinner per core every one of them waits."""
+    """Samples of ~10 ms on every core (9.5 on the 2-core VM): each spans several scheduler
+    slices, so beside a spinner per core every one of them waits."""
     problem = ConvProblem(4, 64, 64, 64, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
                           pad_right=1, name="long")
     return Point(problem, "fwd", "fp32", "NCHW", "cpu", "direct",
@@ -392,7 +392,7 @@ def test_cpu_rows_record_the_host_probe_and_it_ignores_the_blas_environment():
 def test_where_schedstat_cannot_be_read_the_old_rule_judges_and_the_run_says_so(monkeypatch):
     import pandas as pd
     from harness.analysis import sharing
-    from harness.schema import to_row, frame
+    from harness.schema import frame, to_row
     monkeypatch.setattr(contention.ThreadWaits, "read", lambda self: None)
     m = runner.run_point(_point())
     assert m.extras["contention_check"] == contention.FALLBACK
@@ -402,7 +402,11 @@ def test_where_schedstat_cannot_be_read_the_old_rule_judges_and_the_run_says_so(
     assert isinstance(df, pd.DataFrame)
 
 
-def test_samples_that_waited_after_the_retakes_ran_out_are_dropped_where_the_clean_ones_suffice():
+def test_samples_that_waited_after_the_retakes_ran_out_are_dropped_where_the_clean_ones_suffice(
+        monkeypatch):
+    # Only the fake waits decide here: a real preemption of a 0.2 ms sample on a busy machine
+    # would also trip the tick rule and drop one sample more.
+    monkeypatch.setattr(contention, "tick_quantized", lambda samples: [])
     options = TimingOptions(budget_ms=1e3, min_samples=4, max_samples=6, noise_target=0.0,
                             warmup=0)
     loop = timer._judged_samples(_spin_ms(0.2), options, None, _Waits(waiting=6))

@@ -217,7 +217,8 @@ def _direct_3d(p: ConvProblem, direction: str, precision: str, seed: int) -> tup
     """(relative error against the oracle, the runner's tolerance) of one poisoned launch."""
     algo = backends.get("cpu").algorithm("direct")
     data = reference.make_data(p, precision, seed=seed)
-    prepared = algo.prepare(replace(_point(p, direction, "cpu", "direct"), precision=precision), data)
+    prepared = algo.prepare(replace(_point(p, direction, "cpu", "direct"), precision=precision),
+                            data)
     prepared.poison()
     prepared.launch()
     judged = verdict.check(p, direction, data, prepared.output(), precision, algo.error_factor)
@@ -356,8 +357,11 @@ SMALL_3D_SUITE = """
 name = "quick3d"
 layers = [
   'ic4id6ih7oc8kd3kh3pd1ph1n"q3:cube"',
-  { in_channels = 4, in_h = 6, in_w = 5, out_channels = 4, kernel_h = 1, kernel_w = 3, pad_left = 1, in_d = 5, kernel_d = 3, stride_d = 2, pad_front = 1, groups = 2, name = "q3:table" },
-]
+""" + (  # a TOML inline table must stay on one line: the line is built from two pieces
+    "  { in_channels = 4, in_h = 6, in_w = 5, out_channels = 4, kernel_h = 1, kernel_w = 3, "
+    "pad_left = 1, in_d = 5, kernel_d = 3, stride_d = 2, pad_front = 1, groups = 2, "
+    "name = \"q3:table\" },\n"
+) + """]
 [sweep]
 batch = 1
 directions = ["fwd", "bwd_data", "bwd_filter"]

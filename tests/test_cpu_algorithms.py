@@ -9,11 +9,11 @@ Winograd transform matrices.
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 import math
 import os
 import threading
 import time
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -23,16 +23,25 @@ from hypothesis import strategies as st
 
 from harness import backends, reference, threads, verdict
 from harness.backends.base import Unsupported, WorkspaceExceeded
+
 # Local names as before the modules moved into packages (issue 37), so the tests' bodies stand.
-from harness.backends.cpu import blas as _blas, direct, tiles as _tiles, workers as _workers
-from harness.backends.cpu.fft import algorithm as fft, lowering as _fft_lowering, tiled as _fft_tiled
-from harness.backends.cpu.fft import tiled_directions as _fft_tiled_directions
-from harness.backends.cpu.im2col import (algorithm as im2col, bwd_filter as _im2col_filter,
-                                         columns as _columns, in_place as _in_place,
-                                         shifted as _shifted)
-from harness.backends.cpu.winograd import (algorithm as winograd, bwd_filter as _winograd_filter,
-                                           toom_cook)
+from harness.backends.cpu import blas as _blas
+from harness.backends.cpu import direct
+from harness.backends.cpu import tiles as _tiles
+from harness.backends.cpu import workers as _workers
 from harness.backends.cpu.common import split
+from harness.backends.cpu.fft import algorithm as fft
+from harness.backends.cpu.fft import lowering as _fft_lowering
+from harness.backends.cpu.fft import tiled as _fft_tiled
+from harness.backends.cpu.fft import tiled_directions as _fft_tiled_directions
+from harness.backends.cpu.im2col import algorithm as im2col
+from harness.backends.cpu.im2col import bwd_filter as _im2col_filter
+from harness.backends.cpu.im2col import columns as _columns
+from harness.backends.cpu.im2col import in_place as _in_place
+from harness.backends.cpu.im2col import shifted as _shifted
+from harness.backends.cpu.winograd import algorithm as winograd
+from harness.backends.cpu.winograd import bwd_filter as _winograd_filter
+from harness.backends.cpu.winograd import toom_cook
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 
@@ -547,7 +556,7 @@ def test_im2col_filter_gradient_at_every_fold(problem: ConvProblem, blas: bool, 
         for module in (_im2col_filter, _blas):
             monkeypatch.setattr(module, "gemm_into", lambda dtype: None)
     for fold in _folds(problem):
-        monkeypatch.setattr(_im2col_filter, "fold_of", lambda p, columns: fold)
+        monkeypatch.setattr(_im2col_filter, "fold_of", lambda p, columns, fold=fold: fold)
         for precision in ("fp64", "fp32"):
             error, limit = _run("im2col", problem, "bwd_filter", precision, seed=21)
             assert error <= limit, f"fold {fold} {precision} on {problem}: {error:.3e}"

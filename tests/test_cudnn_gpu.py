@@ -4,13 +4,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d  # tests/ is on sys.path
 
 from harness import backends, runner
 from harness.precision import FLOATING
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Point, Sweep, TimingOptions
-
-from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d   # tests/ is on sys.path
 
 pytestmark = pytest.mark.gpu
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)

@@ -9,9 +9,9 @@ import pytest
 
 from harness import backends, epilogue, reference, schema
 from harness.backends.cudnn import graph as cudnn_graph
-from harness.backends.cudnn.graph_epilogue import (UID_BIAS, UID_RESIDUAL, bias_dims,
-                                                   bias_strides, epilogue_pack, epilogue_steps)
 from harness.backends.cudnn.device_buffers import physical_axes
+from harness.backends.cudnn.graph_epilogue import (UID_BIAS, UID_RESIDUAL, bias_dims, bias_strides,
+                                                   epilogue_pack, epilogue_steps)
 from harness.problem import ConvProblem
 from harness.sweep import Point
 

@@ -5,12 +5,11 @@ import re
 from collections import Counter
 
 import pytest
+from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d  # tests/ is on sys.path
 
 from harness import backends, epilogue, runner
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
-
-from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d   # tests/ is on sys.path
 
 pytestmark = pytest.mark.gpu
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
@@ -55,9 +54,11 @@ def test_every_setting_has_an_ok_plan(rows):
         by_setting.setdefault(_setting(m), []).append(m)
     for setting, here in sorted(by_setting.items()):
         statuses = Counter(m.status for m in here)
-        print(f"{setting}: {len(here)} plans {dict(statuses)}; fastest ok "
-              f"{min((m.median_ms, m.point.algorithm) for m in here if m.ok) if statuses['ok'] else None}")
-    assert set(by_setting) == {(d, p, l) for d in DIRECTIONS for p in PRECISIONS for l in LAYOUTS}
+        fastest = (min((m.median_ms, m.point.algorithm) for m in here if m.ok)
+                   if statuses['ok'] else None)
+        print(f"{setting}: {len(here)} plans {dict(statuses)}; fastest ok {fastest}")
+    assert set(by_setting) == {(d, p, lay) for d in DIRECTIONS for p in PRECISIONS
+                               for lay in LAYOUTS}
     for setting, here in by_setting.items():
         assert any(m.ok for m in here), (setting, [(m.point.algorithm, m.reason) for m in here])
     crashed = [(m.point.point_id, m.reason) for m in rows if m.status == "crashed"]
@@ -72,7 +73,8 @@ def test_rows_are_named_by_plan_and_carry_plan_facts(rows):
         if m.ok:
             assert m.median_ms > 0 and m.setup_ms > 0
             # tolerance is the asked precision's; a plan asked for fp32 may deliver tf32
-            assert m.rel_error <= m.tolerance or m.effective_precision == "tf32" != m.point.precision
+            assert (m.rel_error <= m.tolerance
+                    or m.effective_precision == "tf32" != m.point.precision)
             assert m.extras["engine_id"] == int(m.point.algorithm[3:].split("_")[0])
             notes = {n for n in m.extras["numerical_notes"].split(",") if n}
             assert notes <= NOTE_NAMES, notes
@@ -169,14 +171,17 @@ def test_ops_fused_plans_and_the_unfused_sequence_are_verified(precision, layout
     for op in epilogue.OPS[1:]:
         fused = [m for m in results if m.point.op == op and m.point.algorithm != "unfused"]
         unfused = [m for m in results if m.point.op == op and m.point.algorithm == "unfused"]
+        unfused_rows = [(m.status, m.median_ms, m.extras.get('conv_plan'), m.reason)
+                        for m in unfused]
         print(f"{op} {precision} {layout}: fused {dict(Counter(m.status for m in fused))}, "
               f"fastest ok {min((m.median_ms for m in fused if m.ok), default=None)}; "
-              f"unfused {[(m.status, m.median_ms, m.extras.get('conv_plan'), m.reason) for m in unfused]}")
+              f"unfused {unfused_rows}")
         # fp16 NHWC is what cuDNN's runtime-fusion engines are built for: every op must fuse.
         # Elsewhere cuDNN may offer no engine (9.19 on an H100: fp32 NCHW conv_bias_add_relu has
         # one, limited to compute capability 10.x-11.x); then the row says so, never wrong/crashed.
         no_engine = all(m.status == "unsupported" and "offers no engine" in m.reason for m in fused)
-        assert any(m.ok for m in fused) or (no_engine and (precision, layout) != ("fp16", "NHWC")), (
+        assert any(m.ok for m in fused) or (
+            no_engine and (precision, layout) != ("fp16", "NHWC")), (
             op, [(m.point.algorithm, m.status, m.reason) for m in fused][:8])
         assert len(unfused) == 1 and unfused[0].ok, (op, unfused[0].status, unfused[0].reason)
         u = unfused[0]

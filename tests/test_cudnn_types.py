@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from harness import precision
-from harness.backends.cudnn import legacy as cudnn, lib
-from harness.backends.cudnn.data_types import (NO_LEGACY, PRECISION_CONFIG, TypeConfig,
-                                          scalar_type, type_config)
+from harness.backends.cudnn import legacy as cudnn
+from harness.backends.cudnn import lib
+from harness.backends.cudnn.data_types import (NO_LEGACY, PRECISION_CONFIG, TypeConfig, scalar_type,
+                                               type_config)
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 

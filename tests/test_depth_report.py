@@ -1,8 +1,6 @@
 """The 3-D layers view (analysis/depth.py, report/depth.py): each backend's best or its reason."""
 from __future__ import annotations
 
-import pytest
-
 from harness import runner, schema
 from harness.analysis import depth
 from harness.problem import ConvProblem

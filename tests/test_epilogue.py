@@ -103,7 +103,8 @@ def test_suite_ops_are_checked(tmp_path):
                     '[sweep]\nops = ["conv", "conv_bias_add_relu"]\n')
     assert load_suite(str(good)).ops == ("conv", "conv_bias_add_relu")
     bad = tmp_path / "bad.toml"
-    bad.write_text('name = "b"\nlayers = ["ic8ih8oc8kh3ph1n\\"a\\""]\n[sweep]\nops = ["conv_gelu"]\n')
+    bad.write_text('name = "b"\nlayers = ["ic8ih8oc8kh3ph1n\\"a\\""]\n'
+                   '[sweep]\nops = ["conv_gelu"]\n')
     with pytest.raises(SuiteError, match="conv_gelu"):
         load_suite(str(bad))
 
@@ -119,7 +120,6 @@ def test_an_unknown_op_on_the_command_line_is_one_line_and_exit_2(tmp_path):
 
 def test_a_plan_answers_for_the_convolution_not_for_fused_rows(tmp_path, capsys):
     import json
-
     from harness.cli import main
     path = tmp_path / "ops.parquet"
     assert main(["run", "quick", "--backend", "fake", "--algorithm", "exact", "--direction", "fwd",

@@ -161,7 +161,8 @@ def test_no_private_name_is_imported_from_another_module(module):
 
 
 def test_the_private_import_check_sees_names_and_modules():
-    assert private_imports("from harness.cli.common import _say, warn") == ["harness.cli.common:_say"]
+    assert private_imports("from harness.cli.common import _say, warn") == [
+        "harness.cli.common:_say"]
     assert private_imports("from harness.backends.cpu import _blas") == [
         "harness.backends.cpu:_blas"]
     assert private_imports("import harness.backends._x") == [":_x"]

@@ -1,5 +1,6 @@
 """Model import without a framework: merging, the suite file, `convbench import` / `run --model`
-refusals, and `convbench plan` (the importers themselves: test_models_onnx.py, test_models_torch.py)."""
+refusals, and `convbench plan` (the importers themselves: test_models_onnx.py,
+test_models_torch.py)."""
 from __future__ import annotations
 
 import json
@@ -112,7 +113,8 @@ def test_plan_picks_the_fastest_verified_algorithm_that_fits(tmp_path, capsys):
     capsys.readouterr()
     assert main(["plan", str(path), "--suite", "quick", "--workspace-limit", "0"]) == 0
     tight = json.loads(capsys.readouterr().out)
-    chosen = {c["algorithm"] for layer in tight["layers"] for c in layer["directions"].values() if c}
+    chosen = {c["algorithm"] for layer in tight["layers"]
+              for c in layer["directions"].values() if c}
     assert "hungry" not in chosen and chosen
     assert main(["plan", str(path), "--suite", "quick", "--precision", "bf16"]) == 2
     assert "the results hold fp32" in capsys.readouterr().err
@@ -124,10 +126,8 @@ def test_step_totals_say_how_many_layer_directions_each_row_sums(tmp_path, capsy
     table says so per row instead of one layer count for all (an efficientnet_b0 run measured
     bf16 on 8 of 46 layers)."""
     import io
-
     import pandas as pd
     from report_fixtures import gpu_frame
-
     from harness import store
     from harness.cli import main
     df = gpu_frame("small")

@@ -8,7 +8,7 @@ import pytest
 from harness import store
 from harness.analysis import networks
 from harness.cli import main
-from harness.report import answers, render_report, text
+from harness.report import answers, render_report
 
 try:  # tests/ is a plain folder on sys.path, or a package when someone adds __init__.py
     from report_fixtures import frame, row

@@ -17,8 +17,7 @@ from harness.analysis.points import STEP_KEYS
 from harness.backends.cudnn import device_buffers
 from harness.cli import main
 from harness.problem import ConvProblem
-from harness.suite import load_suite
-from harness.suite import SuiteError
+from harness.suite import SuiteError, load_suite
 from harness.sweep import AlgorithmChoice, Point, Sweep
 
 PROBLEM = ConvProblem(4, 32, 14, 14, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.problem import ConvProblem, ProblemError
-from harness.problem_text import (parse_benchdnn, parse_benchdnn_lines, parse_deepbench,
-                                  to_benchdnn)
+from harness.problem_text import parse_benchdnn, parse_benchdnn_lines, parse_deepbench, to_benchdnn
 
 
 def square(**changes) -> ConvProblem:

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from harness import backends, process_split, runner, store
-from harness.compare import rows as compare_rows
 from harness.compare import Verdict, compare
+from harness.compare import rows as compare_rows
 from harness.measurement import Measurement
 from harness.problem import ConvProblem
 from harness.sweep import Point, TimingOptions

@@ -14,8 +14,8 @@ import pytest
 
 # pytester's in-process runs drop modules first imported inside them; numpy cannot be imported
 # twice in one process, so everything the inner runs use is imported here first.
-import harness.backends.fake  # noqa: F401
-import harness.env  # noqa: F401
+import harness.backends.fake
+import harness.env
 import harness.runner  # noqa: F401
 
 pytest_plugins = ["pytester"]

@@ -15,16 +15,15 @@ import pytest
 
 from harness import store
 from harness.measurement import STATUSES
-from harness.report import PolicyError, render_report
-from harness.report import computed, figures
+from harness.report import PolicyError, computed, figures, render_report
 from harness.report.tables import fmt_bytes, fmt_ms, fmt_ratio
 
 try:  # tests/ is a plain folder on sys.path, or a package when someone adds __init__.py
     from report_fixtures import (H200_PEAKS, MIB, SHARED_REASON, checked_cpu_frame, cpu_frame,
                                  expected_best, gpu_frame)
 except ImportError:
-    from tests.report_fixtures import (H200_PEAKS, MIB, SHARED_REASON, checked_cpu_frame,
-                                       cpu_frame, expected_best, gpu_frame)
+    from tests.report_fixtures import (H200_PEAKS, MIB, SHARED_REASON, checked_cpu_frame, cpu_frame,
+                                       expected_best, gpu_frame)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +117,7 @@ def find_row(tables: list[tuple[str, list[list[str]]]], title: str,
     raise AssertionError(f"no row starting {cells} in a table titled {title!r}")
 
 
-# ---- rendering ------------------------------------------------------------------------------------
+# ---- rendering -----------------------------------------------------------------------------------
 def test_import_harness_does_not_import_matplotlib() -> None:
     code = ("import sys, harness, harness.report, harness.report.computed; "
             "print('matplotlib' in sys.modules)")
@@ -149,7 +148,7 @@ def test_selection_section_shows_what_selection_computes(gpu_report, small) -> N
     summary = selection.policy_summary(picks)
     assert set(summary["policy"]) >= {"cudnn_heuristic", "cudnn_find", "pytorch"}
     for _, row in summary.iterrows():
-        line = next(l for l in markdown.splitlines() if l.startswith(f"| {row['policy']} |"))
+        line = next(ln for ln in markdown.splitlines() if ln.startswith(f"| {row['policy']} |"))
         assert f"{row['geomean_regret']:.3f}" in line and f"{row['picks_oracle_pct']:.1f}%" in line
     versus = selection.versus_pytorch(picks)
     for _, row in versus.iterrows():

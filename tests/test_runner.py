@@ -205,7 +205,8 @@ def test_expanding_algorithm_yields_a_row_per_variant_and_resumes(tmp_path):
     planned = {p.point_id for p in points}
     # rows alone could be a group cut short: its plans are known, the point is not finished
     assert not planned & writer.resume_state().finished
-    assert writer.resume_state().measured_variants == {p: {"plan_fast", "plan_slow"} for p in planned}
+    assert writer.resume_state().measured_variants == {
+        p: {"plan_fast", "plan_slow"} for p in planned}
     writer.mark_done(sorted(planned))
     assert planned <= writer.resume_state().finished and not writer.resume_state().measured_variants
     best = analysis.best_per_point(store.frame(

@@ -351,8 +351,8 @@ def test_relative_paths_are_shown_as_typed(tmp_path, monkeypatch):
     with pytest.raises(SuiteError) as info:
         load_suite("x")
     assert str(info.value) == ("suites/x.toml: sweep.precisions[1]: unknown precision 'int4' "
-                               "(did you mean 'int8'?); expected one of fp32, tf32, fp16, bf16, fp64, fp8_e4m3, "
-                               "fp8_e5m2, int8")
+                               "(did you mean 'int8'?); expected one of fp32, tf32, fp16, bf16, "
+                               "fp64, fp8_e4m3, fp8_e5m2, int8")
 
 
 def test_parse_suite_from_text():

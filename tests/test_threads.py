@@ -4,6 +4,7 @@ ids, files older than the column)."""
 from __future__ import annotations
 
 import pandas as pd
+import planted_backends
 import pytest
 
 from harness import backends, runner, schema, store, threads
@@ -12,8 +13,6 @@ from harness.problem import ConvProblem
 from harness.suite import SuiteError, load_suite
 from harness.suite.overrides import sweep_with_overrides
 from harness.sweep import AlgorithmChoice, Point, Sweep, TimingOptions
-
-import planted_backends
 
 PROBLEM = ConvProblem(2, 8, 10, 10, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
                       name="t")

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import backends, reference, verdict
-from harness.backends.torch import cpu as torch_cpu
 from harness.backends.base import Unsupported
+from harness.backends.torch import cpu as torch_cpu
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
 

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import pytest
+from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d  # tests/ is on sys.path
 
 from harness import backends, runner
 from harness.precision import FLOATING
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
-
-from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d   # tests/ is on sys.path
 
 pytestmark = pytest.mark.gpu
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
@@ -38,7 +37,8 @@ def test_every_direction_precision_layout_is_ok_and_verified():
     for m in results:
         print(f"{m.point.direction:10s} {m.point.precision} {m.point.layout}: {m.status} "
               f"{m.median_ms and round(m.median_ms * 1e3, 1)} us, host "
-              f"{m.host_ms and round(m.host_ms * 1e3, 1)} us, setup {m.setup_ms and round(m.setup_ms)}"
+              f"{m.host_ms and round(m.host_ms * 1e3, 1)} us, "
+              f"setup {m.setup_ms and round(m.setup_ms)}"
               f" ms, rel {m.rel_error and float(m.rel_error):.2g}, ws {m.workspace_bytes} "
               f"{m.reason}")
     bad = [(m.point.point_id, m.status, m.reason) for m in results if not m.ok]

@@ -13,10 +13,10 @@ from dataclasses import replace
 import pytest
 
 from harness import backends
-from harness.backends.cudnn import lib as cudnn_lib
 from harness.backends.base import CONTEXT_LOST_CODES, AlgorithmFailed, context_lost
-from harness.backends.cudnn.legacy import CudnnFailed
+from harness.backends.cudnn import lib as cudnn_lib
 from harness.backends.cudnn.graph import frontend_status
+from harness.backends.cudnn.legacy import CudnnFailed
 from harness.executor import PointExecutor
 from harness.measurement import Status
 from harness.problem import ConvProblem

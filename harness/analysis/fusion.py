@@ -87,7 +87,8 @@ def network_savings(points: pd.DataFrame, keys: list[str] | None = None) -> pd.D
     grouped = weighted.groupby(keys, dropna=False, sort=False)
     out = grouped[[f"{w}_total" for w in WAYS]].sum(min_count=1)   # no eager rows: NaN, not 0
     out["points_compared"] = grouped.size()
-    out = points.groupby(keys, dropna=False, sort=False).size().rename("points").to_frame().join(out)
+    out = (points.groupby(keys, dropna=False, sort=False).size().rename("points").to_frame()
+           .join(out))
     out["points_compared"] = out["points_compared"].fillna(0).astype(int)
     for name in WAYS[1:]:
         saved = out[f"{name}_total"] - out["fused_total"]

@@ -8,7 +8,7 @@ a `source` column): two runs of one suite are two measurements of it, not one ne
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import pandas as pd
 

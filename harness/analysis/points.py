@@ -95,7 +95,8 @@ def with_candidate(df: pd.DataFrame) -> pd.DataFrame:
 
 def layer_labels(df: pd.DataFrame) -> pd.Series:
     """One readable name per layer (per LAYER_KEYS): the name, else the shape's text; a name used
-    for several shapes gets its batch, or its whole shape where the batch does not tell them apart."""
+    for several shapes gets its batch, or its whole shape where the batch does not tell them
+    apart."""
     shape = df["descriptor"].astype("string").fillna("?")
     name = df["layer"].astype("string")
     name = name.where(name.notna() & (name != ""), shape).fillna("?")
@@ -117,7 +118,8 @@ def best_per_point(df: pd.DataFrame) -> pd.DataFrame:
     fastest = verified(df).sort_values("median_ms", kind="stable")
     n_ok = fastest.groupby(POINT_KEYS, sort=False, dropna=False).size().rename("n_ok")
     first = fastest.drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)
-    second = fastest[fastest.duplicated(POINT_KEYS)].drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)
+    second = (fastest[fastest.duplicated(POINT_KEYS)].drop_duplicates(POINT_KEYS)
+              .set_index(POINT_KEYS))
     out = (points.set_index(POINT_KEYS).join(tried).join(n_ok)
            .join(first[_BEST_COLUMNS].add_prefix("best_"))
            .join(second[["candidate", "median_ms"]].add_prefix("runner_")))

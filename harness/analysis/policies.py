@@ -10,12 +10,13 @@ report's baseline and network totals all read this table. Pure pandas.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Iterable, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import pandas as pd
 
-from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest, own_output,
-                                     ranked, verified, with_candidate)
+from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest, own_output, ranked,
+                                     verified, with_candidate)
 from harness.measurement import Status
 from harness.precision import AUTO_OUTPUT
 
@@ -62,7 +63,8 @@ def _pytorch(df: pd.DataFrame) -> pd.DataFrame:
 
 POLICIES: dict[str, Policy] = {
     "cudnn_heuristic": Policy(_flag("heuristic_pick", "cudnn"),
-                              "the algorithm cuDNN's heuristic (cudnnGet*Algorithm_v7) ranks first"),
+                              "the algorithm cuDNN's heuristic (cudnnGet*Algorithm_v7) "
+                              "ranks first"),
     "cudnn_find": Policy(_flag("find_pick", "cudnn"),
                          "the algorithm cudnnFind*AlgorithmEx picks by its own timing"),
     "graph_heuristic": Policy(_graph_heuristic,

@@ -16,8 +16,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from harness.analysis.points import (NETWORK_KEYS, POINT_KEYS, fastest, network_split,
-                                     own_output, ranked, verified, with_candidate)
+from harness.analysis.points import (NETWORK_KEYS, POINT_KEYS, fastest, network_split, own_output,
+                                     ranked, verified, with_candidate)
 from harness.measurement import Status
 from harness.precision import QUANTIZED, refusal
 

@@ -1,8 +1,9 @@
 """Selection analysis: how close each way of choosing a convolution algorithm comes to the best.
 
 Per point (analysis.POINT_KEYS: layer, its shape and batch, direction, effective precision,
-layout, workspace limit, timing mode) the ORACLE is the fastest verified row among the harness's own cuDNN backends
-(legacy `cudnn` and graph-API `cudnn_graph`) at that effective precision and workspace limit:
+layout, workspace limit, timing mode) the ORACLE is the fastest verified row among the harness's
+own cuDNN backends (legacy `cudnn` and graph-API `cudnn_graph`) at that effective precision and
+workspace limit:
 what an exhaustive search over cuDNN offers. PyTorch is never part of the oracle; it is one of
 the policies (analysis/policies.py) measured against it:
 
@@ -27,6 +28,7 @@ Pure pandas; nothing here prints.
 from __future__ import annotations
 
 import math
+
 import pandas as pd
 
 from harness.analysis import policies, stability

@@ -24,7 +24,7 @@ reference's slowest can win no resample; it is not resampled (its share is 0).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd

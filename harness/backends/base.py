@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from harness import epilogue, precision
 from harness.backends.cudnn.lib import CudnnError
@@ -226,4 +227,5 @@ class Backend:
             if algo.name == name:
                 return algo
         known = [a.name for a in self.algorithms()]
-        raise KeyError(f"backend {self.name!r} has no algorithm {name!r}; known: {', '.join(known)}")
+        raise KeyError(f"backend {self.name!r} has no algorithm {name!r}; "
+                       f"known: {', '.join(known)}")

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness import epilogue, reference
-from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
+from harness.backends.base import (Algorithm, AlgorithmFailed, Backend, Prepared, Unsupported,
                                    require_fits)
 from harness.reference import ProblemData
 from harness.sweep import Point, TimingOptions

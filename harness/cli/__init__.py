@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.cli import models
 from harness.cli.common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, MOST_PROCESSES,
                                 UserError, count, one_line, utf8_text, warn)
-from harness.cli.results import (cmd_table, cmd_list, cmd_shapes, cmd_env, cmd_peaks, cmd_compare,
-                                 cmd_check, cmd_report)
-from harness.cli import models
+from harness.cli.results import (cmd_check, cmd_compare, cmd_env, cmd_list, cmd_peaks, cmd_report,
+                                 cmd_shapes, cmd_table)
 from harness.cli.running import cmd_run
 
 
@@ -95,7 +95,8 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
                    help="--cluster local: how many workers (default: one per visible GPU; "
                         "2 for a CPU sweep)")
     p.add_argument("--cluster-config", metavar="TOML",
-                   help="--cluster slurm: a file with a [cluster] table (examples/cluster-slurm.toml)")
+                   help="--cluster slurm: a file with a [cluster] table "
+                        "(examples/cluster-slurm.toml)")
     p.add_argument("--allow-mixed", action="store_true",
                    help="--cluster: run even where workers differ in GPU, driver, CUDA or cuDNN")
 
@@ -241,16 +242,17 @@ exit codes:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean bad input, not a harness bug."""
     from harness.backends.base import BackendUnavailable
-    from harness.problem import ProblemError
-    from harness.runner import PlanError
     from harness.locks import OutputBusy
     from harness.models import ModelError
     from harness.plan import PlanInputError
+    from harness.problem import ProblemError
+    from harness.runner import PlanError
     from harness.runs import RunNotFound
     from harness.store import ResultsError
     from harness.suite import SuiteError
     return (UserError, SuiteError, PlanError, ProblemError, BackendUnavailable, ResultsError,
-            OutputBusy, RunNotFound, ModelError, PlanInputError, FileNotFoundError, IsADirectoryError)
+            OutputBusy, RunNotFound, ModelError, PlanInputError, FileNotFoundError,
+            IsADirectoryError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         warn("interrupted")
         return EXIT_INTERRUPTED
-    except Exception as err:  # noqa: BLE001 - a harness bug: one line here, the traceback on disk
+    except Exception as err:  # a harness bug: one line here, the traceback on disk
         where = _save_traceback()
         warn(f"internal error: {type(err).__name__}: {one_line(err)} (a convbench bug; the "
              f"full traceback is in {where})")
@@ -276,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 def _save_traceback() -> str:
     import tempfile
     import traceback
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = Path(tempfile.gettempdir()) / f"convbench-traceback-{stamp}-{os.getpid()}.txt"
     try:
         path.write_text(f"convbench {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}",

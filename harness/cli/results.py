@@ -81,8 +81,8 @@ def _beyond_plain_2d(algorithms) -> str:
 
 def cmd_shapes(args: argparse.Namespace) -> int:
     from harness import suite as suites
-    from harness.suite.overrides import sweep_with_overrides
     from harness.problem_text import to_benchdnn
+    from harness.suite.overrides import sweep_with_overrides
     sweep = suites.load_suite(args.suite)
     if args.batch is not None:
         sweep = sweep_with_overrides(sweep, batch=args.batch)
@@ -188,7 +188,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return _check_rounds(args, sweep, points, output, base, options, cluster)
 
 
-def _check_rounds(args, sweep, points, output: "RunOutput", base, options, cluster) -> int:
+def _check_rounds(args, sweep, points, output: RunOutput, base, options, cluster) -> int:
     from harness import compare
     new, interrupted = measure(sweep, points, output, args.seed, cluster)
     if interrupted:
@@ -224,7 +224,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.strip():
         raise UserError("--out '' names no folder: name the report's folder, or leave --out out")
     out = _report_folder(Path(args.out) if args.out else
-                         Path("reports") / Path(results[0].name.removesuffix(".partial.jsonl")).stem,
+                         Path("reports")
+                         / Path(results[0].name.removesuffix(".partial.jsonl")).stem,
                          bool(args.out), args.force)
     from harness import analysis
     from harness.runs import machine_label

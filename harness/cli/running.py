@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from harness.cli.tables import print_best
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, UserError, csv_list, say, warn, writing
+from harness.cli.tables import print_best
 
 
 def load_sweep(args: argparse.Namespace):
@@ -44,12 +45,11 @@ def _layer_names(problem) -> set[str]:
     return {problem.name, problem.name.rsplit(":", 1)[-1]}
 
 
-def measure(sweep, points, output: "RunOutput", seed: int, cluster=None) -> tuple[Any, bool]:
+def measure(sweep, points, output: RunOutput, seed: int, cluster=None) -> tuple[Any, bool]:
     """Run `points` here or on `cluster` (harness.cluster.Cluster), appending rows to the output
     as they finish; (this run's rows, interrupted)."""
-    from harness import cpu_memory
+    from harness import cpu_memory, runner, store
     from harness import env as envmod
-    from harness import runner, store
     cpu_memory.keep_freed_memory()     # before the environment that the rows record
     env = envmod.fingerprint()
     with writing(output.path):
@@ -266,7 +266,7 @@ def _run_model(args: argparse.Namespace) -> int:
     return _run(args, load_sweep(args), output)
 
 
-def _run(args: argparse.Namespace, sweep, output: "RunOutput") -> int:
+def _run(args: argparse.Namespace, sweep, output: RunOutput) -> int:
     points = planned_points(sweep)
     with connect_cluster(args, points) as cluster:
         df, interrupted = measure(sweep, points, output, args.seed, cluster)
@@ -300,7 +300,7 @@ class _progress:
         self._bar = None
         self._shards = ""
 
-    def __enter__(self) -> "_progress":
+    def __enter__(self) -> _progress:
         if sys.stdout.isatty():
             from rich.progress import Progress
             self._bar = Progress(transient=True)

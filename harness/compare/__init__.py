@@ -45,10 +45,11 @@ Why a scatter floor as well as the rank test: the test sees the noise inside eac
 only, and on a shared machine the rows of two runs of unchanged code disagree by far more than
 that (8-13% on the 2-core CI VM against ~2% inside a window; harness/stats.py). Each run measures
 its own share of that: every point is timed in replicates (GPU worker processes, CPU rounds
-with fresh buffers, apart by the points that share its test data), and the spread of a run's replicate medians (stats.
-replicate_sd) predicts how far a row's ratio moves between two runs (stats.replicate_scatter); a
-row must move stats.SCATTER_ROW_K of those before it can be SLOWER or FASTER. A regression moves
-every replicate of a row alike, so it cannot raise this floor, as it raised the pair's own
+with fresh buffers, apart by the points that share its test data), and the spread of a run's
+replicate medians (stats.replicate_sd) predicts how far a row's ratio moves between two runs
+(stats.replicate_scatter); a row must move stats.SCATTER_ROW_K of those before it can be SLOWER
+or FASTER. A regression moves every replicate of a row alike, so it cannot raise this floor, as
+it raised the pair's own
 scatter (stats.run_to_run_scatter) used before: OPENBLAS_NUM_THREADS=1 slowed every CPU row by
 +36% to +143% and was called AMBIGUOUS within a +-264% floor. Files without replicates (older
 runs) fall back to the pair's scatter. What replicates seconds apart cannot see is a slow
@@ -102,17 +103,16 @@ from typing import Any
 
 import pandas as pd
 
-from harness.compare.rows import BROKEN_STATUSES
-from harness.compare.rows import (confirmed_row, distinct_values, has_samples, judge_matched, lost_row,
-                                  new_row, only_points, points_by_id, run_scatter, host_spell)
-from harness.compare.verdicts import confirmed_suite, values_text
-from harness.compare.verdicts import (CHANGED, CompareOptions, Comparison,
-                                      DEFAULT_SUITE_CONFIDENCE, DEFAULT_SUITE_THRESHOLD,
-                                      DEFAULT_THRESHOLD, EnvMismatch, EnvironmentMismatch, FAIL_ON,
-                                      IncomparableResults, MATCHED, RowResult, SuiteVerdict,
-                                      Verdict, interval_text, judge_suite, parse_layer_thresholds,
-                                      parse_threshold, pct)
 from harness import cpu_memory
+from harness.compare.rows import (BROKEN_STATUSES, confirmed_row, distinct_values, has_samples,
+                                  host_spell, judge_matched, lost_row, new_row, only_points,
+                                  points_by_id, run_scatter)
+from harness.compare.verdicts import (CHANGED, DEFAULT_SUITE_CONFIDENCE, DEFAULT_SUITE_THRESHOLD,
+                                      DEFAULT_THRESHOLD, FAIL_ON, MATCHED, CompareOptions,
+                                      Comparison, EnvironmentMismatch, EnvMismatch,
+                                      IncomparableResults, RowResult, SuiteVerdict, Verdict,
+                                      confirmed_suite, interval_text, judge_suite,
+                                      parse_layer_thresholds, parse_threshold, pct, values_text)
 from harness.env import COMPARABILITY_FIELDS, GPU_FIELDS
 
 
@@ -206,12 +206,13 @@ def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame
     clear). A flagged row that the rerun lost is BROKEN or MISSING by the rerun's status."""
     options = options or first.options
     slower = [r.point_id for r in first.rows if _rejudged(r)]
-    reruns = [_judge_frames(only_points(rerun_base, slower), only_points(rerun_new, slower), options,
-                            first.scatter)]
+    reruns = [_judge_frames(only_points(rerun_base, slower), only_points(rerun_new, slower),
+                            options, first.scatter)]
     suite = first.suite
     if suite.verdict is Verdict.SLOWER:
         every = flagged_point_ids(first)
-        reruns.append(_judge_frames(only_points(rerun_base, every), only_points(rerun_new, every), options))
+        reruns.append(_judge_frames(only_points(rerun_base, every), only_points(rerun_new, every),
+                                    options))
         suite = confirmed_suite(suite, reruns[-1].suite)
     again = {r.point_id: r for r in reruns[0].rows}
     rows = tuple(confirmed_row(r, again.get(r.point_id)) if _rejudged(r) else r

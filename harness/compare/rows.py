@@ -1,5 +1,6 @@
 """One verdict per matched point: each frame's rows pooled per point (and per worker process),
-the rank test, the scatter floor and the process rule (harness/compare/__init__.py has the rules)."""
+the rank test, the scatter floor and the process rule (harness/compare/__init__.py has the
+rules)."""
 from __future__ import annotations
 
 import math
@@ -11,11 +12,12 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.compare.verdicts import MATCHED, CompareOptions, RowResult, Verdict, floor_text
 from harness.contention import HOST_SLOWER, SPELL_REACH
-from harness.compare.verdicts import CompareOptions, floor_text, MATCHED, RowResult, Verdict
 from harness.measurement import Status
 from harness.process_split import process_groups
 from harness.stats import adjust_p_values, mann_whitney_u
+
 
 @dataclass
 class _Point:
@@ -54,7 +56,8 @@ def points_by_id(df: pd.DataFrame) -> dict[str, _Point]:
                 point.threads = int(ran_with)
         else:
             point.status = status
-            point.reason = "no samples stored" if status == Status.OK else _text(rec.get("reason")) or ""
+            point.reason = ("no samples stored" if status == Status.OK
+                            else _text(rec.get("reason")) or "")
     return points
 
 

@@ -3,9 +3,9 @@ the suite-level rule, and the wording the verdicts and the Markdown summary shar
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from harness.models import ImportedModel, skipped_text
 from harness.problem import ConvProblem
@@ -16,9 +16,11 @@ DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 def suite_text(model: ImportedModel, command: str = "") -> str:
     """The suite file for `model`; its comments say where it came from and what was left out."""
     total = sum(p.multiplicity for p in model.layers)
+    description = (f"{model.name} from {model.source}: {len(model.layers)} unique conv shapes "
+                   f"({total} layers), batch {model.batch}")
     header = [
         f"# Imported from {model.source} ({model.method}) on "
-        f"{datetime.now(timezone.utc):%Y-%m-%d}" + (f" by `{command}`" if command else ""),
+        f"{datetime.now(UTC):%Y-%m-%d}" + (f" by `{command}`" if command else ""),
         f"# {total} convolutions ({_ranks(model)}), {len(model.layers)} unique shapes; `*K` in "
         f"a name counts how often the shape occurs (named by its first module).",
         f"# Batch {model.batch}: {model.batch_from}.",
@@ -26,7 +28,7 @@ def suite_text(model: ImportedModel, command: str = "") -> str:
         f"{skipped_text(model.skipped)}",
         "",
         f"name = {_string(model.name)}",
-        f"description = {_string(f'{model.name} from {model.source}: {len(model.layers)} unique conv shapes ({total} layers), batch {model.batch}')}",
+        f"description = {_string(description)}",
         "",
         "layers = [",
         *[f"  {_layer(p)}," for p in model.layers],

@@ -10,8 +10,8 @@ functions only.
 """
 from __future__ import annotations
 
-import contextlib
 import collections
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -51,12 +51,12 @@ def capture(source: str, input_chw: tuple[int, ...] | None) -> Capture:
     example = torch.zeros(CAPTURE_BATCH, *chw, device=device)
     try:
         exported = _export(torch, model, example)
-    except Exception as export_error:  # noqa: BLE001 - any tracing failure: try hooks
+    except Exception as export_error:  # any tracing failure: try hooks
         try:
             return _hook_capture(torch, source, model, example)
         except ModelError:
             raise
-        except Exception as hook_error:  # noqa: BLE001
+        except Exception as hook_error:
             raise ModelError(f"{source}: torch.export failed ({_why(export_error)}) and so did a "
                              f"forward pass at input {'x'.join(map(str, chw))} "
                              f"({_why(hook_error)})") from None
@@ -66,7 +66,7 @@ def capture(source: str, input_chw: tuple[int, ...] | None) -> Capture:
 def _torch():
     try:
         import torch
-        import torch.export  # noqa: F401 - a submodule `import torch` may not load
+        import torch.export  # a submodule `import torch` may not load
     except ImportError:
         raise ModelError(MISSING_TORCH) from None
     return torch
@@ -120,7 +120,7 @@ def _user_builder(source: str):
         obj = importlib.import_module(module_name)
     except ImportError as exc:
         raise ModelError(f"{source}: cannot import module {module_name!r}: {_why(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - a module that raises while importing
+    except Exception as exc:  # a module that raises while importing
         raise ModelError(f"{source}: importing module {module_name!r} raised {_why(exc)}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -138,7 +138,7 @@ def _construct(torch, source: str, builder):
         model = _build(torch, builder)
     except ModelError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the user's code: report whatever it raised
+    except Exception as exc:  # the user's code: report whatever it raised
         raise ModelError(f"{source}: {what} raised {_why(exc)}") from None
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"{source}: {what} returned {type(model).__name__} {_short(model)}, "

@@ -11,9 +11,9 @@ when a report is drawn.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Union
 
 import pandas as pd
 
@@ -35,7 +35,7 @@ class PeaksError(ValueError):
 # What a peaks table may hold: the precisions' matrix rates and the copy bandwidth.
 PEAK_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp64", "bandwidth_gbps")
 
-FrameOrPath = Union[pd.DataFrame, str, Path]
+FrameOrPath = pd.DataFrame | str | Path
 FIGURES = "figures"
 
 

@@ -12,8 +12,8 @@ from harness.analysis import determinism, layer_labels, networks, policies, stab
 from harness.analysis.points import STEP_KEYS
 from harness.report import computed
 from harness.report.document import Block, Fold, Table, Text
-from harness.report.tables import (DASH, KEY_HEADERS, is_missing, fmt_candidate, fmt_key, fmt_ms,
-                                   fmt_total)
+from harness.report.tables import (DASH, KEY_HEADERS, fmt_candidate, fmt_key, fmt_ms, fmt_total,
+                                   is_missing)
 
 HEADERS = {**KEY_HEADERS, "batch": "Batch", networks.SOURCE: "Source", "suite": "Network",
            networks.MACHINE: "Machine"}

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 from harness import stats
-from harness.compare import (BROKEN_STATUSES, CHANGED, MATCHED, Comparison, RowResult,
-                             SuiteVerdict, Verdict, interval_text, pct)
+from harness.compare import (BROKEN_STATUSES, CHANGED, MATCHED, Comparison, RowResult, SuiteVerdict,
+                             Verdict, interval_text, pct)
 from harness.epilogue import CONV
 from harness.precision import AUTO_OUTPUT
-from harness.store import limit_from_column
+from harness.workspace_limit import limit_from_column
 
 # Fields are RowResult's; values are shell-quoted when the template is filled.
 REPRODUCE_TEMPLATE = ("convbench run {suite} --backend {backend} --algorithm {algorithm} "
@@ -23,8 +23,8 @@ REPRODUCE_TEMPLATE = ("convbench run {suite} --backend {backend} --algorithm {al
 
 def reproduce_command(row: RowResult) -> str:
     """The `convbench run` line that re-measures just this row: REPRODUCE_TEMPLATE, plus the
-    workspace limit, timing mode, GPU timer and thread count where they are not the defaults (they are part of
-    the point)."""
+    workspace limit, timing mode, GPU timer and thread count where they are not the defaults
+    (they are part of the point)."""
     command = _fill(REPRODUCE_TEMPLATE, row)
     limit = limit_from_column(row.workspace_limit)
     if limit is not None:

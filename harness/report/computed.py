@@ -9,18 +9,17 @@ point are the backend:algorithm pairs that ran there.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
 
-from harness.analysis import (LAYER_KEYS, POINT_KEYS, best_per_point as _best, layer_labels,
-                              ranked, verified)
 from harness import epilogue
-from harness.analysis import policies
+from harness.analysis import LAYER_KEYS, POINT_KEYS, layer_labels, policies, ranked, verified
+from harness.analysis import best_per_point as _best
 from harness.analysis.sharing import contended_rows, sharing
 from harness.measurement import RANKABLE
-from harness.store import UNLIMITED_BYTES, limit_from_column
+from harness.workspace_limit import UNLIMITED_BYTES, limit_from_column
 from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS
 from harness.threads import ALL as ALL_THREADS
 
@@ -32,7 +31,7 @@ _ORDER = {"direction": DIRECTIONS, "op": epilogue.OPS, "effective_precision": PR
           "timing_mode": ("warm", "cold")}
 
 
-# ---- preparing the frame --------------------------------------------------------------------------
+# ---- preparing the frame -------------------------------------------------------------------------
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """Add the report's derived columns and drop repeated measurements of the same point.
 
@@ -107,7 +106,7 @@ def reference_limit(df: pd.DataFrame) -> int:
     return UNLIMITED_BYTES if UNLIMITED_BYTES in limits else max(limits)
 
 
-# ---- ranking ---------------------------------------------------------------------------------------
+# ---- ranking -------------------------------------------------------------------------------------
 def best_per_point(df: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     """One row per point: the fastest verified candidate, the runner-up and the baseline's pick."""
     labels = df.drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)[["layer_label", "layer_order"]]
@@ -136,7 +135,7 @@ def sharing_per_point(df: pd.DataFrame) -> pd.Series:
     return firsts["_point"].map(counted).astype(object).rename("sharing")
 
 
-# ---- selection policies ---------------------------------------------------------------------------
+# ---- selection policies --------------------------------------------------------------------------
 def default_baseline(df: pd.DataFrame) -> str | None:
     found = policies.available(df)
     return found[0] if found else None
@@ -152,7 +151,7 @@ def network_totals(df: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
 CONTENDED = "contended"
 
 
-# ---- heatmap, Pareto fronts -------------------------------------------------------------------------
+# ---- heatmap, Pareto fronts ----------------------------------------------------------------------
 def relative_matrix(df: pd.DataFrame, index: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows of `index` (in network order) x candidates: time / the row's best time, and the status
     of every cell ("" where that candidate was not run there, CONTENDED where it shared the CPU)."""

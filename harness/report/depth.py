@@ -7,9 +7,9 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis import POINT_KEYS, depth, layer_labels
-from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
+from harness.report.answers import HEADERS, shown_keys
 from harness.report.document import Block, Table, Text
-from harness.report.tables import DASH, is_missing, fmt_candidate, fmt_key, fmt_ms
+from harness.report.tables import DASH, fmt_candidate, fmt_key, fmt_ms, is_missing
 
 TEXT = ("3-D convolutions (a depth axis: video frames, volume slices). Per point: the fastest "
         "verified algorithm with its rate, then each backend's fastest verified time, or the "

@@ -6,7 +6,6 @@ Cell text is final (already formatted); the writers only escape it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,10 @@ class Image:
 class Fold:
     """Long content a reader opens on demand (<details>)."""
     summary: str
-    blocks: tuple["Block", ...]
+    blocks: tuple[Block, ...]
 
 
-Block = Union[Text, Table, Image, Fold]
+Block = Text | Table | Image | Fold
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from harness.analysis.networks import SOURCE
 from harness.epilogue import CONV
 from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Fold, Table, Text
-from harness.report.tables import DASH, is_missing, fmt_candidate, fmt_key, fmt_ms
+from harness.report.tables import DASH, fmt_candidate, fmt_key, fmt_ms, is_missing
 
 TEXT = (
     "At each point whose op adds an epilogue to the convolution (bias, ReLU, residual add), the "

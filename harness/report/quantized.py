@@ -13,7 +13,7 @@ from harness.analysis.points import own_output
 from harness.precision import QUANTIZED, TABLE
 from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Fold, Table, Text
-from harness.report.tables import (DASH, is_missing, fmt_candidate, fmt_key, fmt_ms, fmt_ratio,
+from harness.report.tables import (DASH, fmt_candidate, fmt_key, fmt_ms, fmt_ratio, is_missing,
                                    maybe_fold)
 
 _ALWAYS = ["effective_precision", "direction", "layout"]

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis import policies
 from harness.analysis.policies import meaning
-from harness.report import computed, answers, depth, figures, fusion, quantized, tables
+from harness.report import answers, computed, depth, figures, fusion, quantized, tables
 from harness.report import sharing as shared_cpu
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 
@@ -48,7 +48,8 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
 
 
 def intro(df: pd.DataFrame, baseline: str | None, repeats: int = 0) -> list[Block]:
-    counts = {name: df[name].nunique() for name in ("layer_label", "direction", "effective_precision")}
+    counts = {name: df[name].nunique()
+              for name in ("layer_label", "direction", "effective_precision")}
     blocks: list[Block] = [Text(
         f"{len(df):,} measurements: {counts['layer_label']} layers, "
         f"directions {_listed(df, 'direction')}, precisions {_listed(df, 'effective_precision')}, "

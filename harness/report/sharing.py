@@ -9,8 +9,8 @@ from harness.analysis import verified
 from harness.analysis.sharing import contended_rows, sharing
 from harness.report import computed
 from harness.report.document import Block, Table, Text
-from harness.report.tables import (DASH, KEY_HEADERS, SHARING_HEADER, is_missing, fmt_candidate,
-                                   fmt_key, fmt_ms, maybe_fold)
+from harness.report.tables import (DASH, KEY_HEADERS, SHARING_HEADER, fmt_candidate, fmt_key,
+                                   fmt_ms, is_missing, maybe_fold)
 
 TITLE = "Points that shared the CPU (not ranked)"
 NOTHING_RANKED = (

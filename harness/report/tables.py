@@ -3,7 +3,8 @@ every table and by the tests that look for recomputed values in the pages."""
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -98,14 +99,15 @@ def _key_cells(row: pd.Series, keys: Iterable[str]) -> list[str]:
     return [fmt_key(k, row[k]) for k in keys]
 
 
-# ---- 1. best algorithm per point ------------------------------------------------------------------
+# ---- 1. best algorithm per point -----------------------------------------------------------------
 def best_tables(best: pd.DataFrame, baseline: str | None) -> list[Block]:
     """One table per direction x precision, rows sorted in network order, long ones folded."""
     shown = computed.varying(best, ["layout", "workspace_limit", "timing_mode", "threads", "op",
                                     "output"])
     with_workspace = best["best_workspace_bytes"].notna().any()
     blocks: list[Block] = []
-    for (direction, precision), part in best.groupby(["direction", "effective_precision"], sort=False):
+    for (direction, precision), part in best.groupby(["direction", "effective_precision"],
+                                                     sort=False):
         title = f"{direction} · {precision}"
         table = _best_table(part, shown, baseline, with_workspace, title)
         blocks.append(maybe_fold(title, table))
@@ -160,10 +162,11 @@ def _baseline_pick(r: pd.Series) -> str:
     return "same" if r["base_candidate"] == r["best_candidate"] else str(r["base_candidate"])
 
 
-# ---- 3. workspace ---------------------------------------------------------------------------------
+# ---- 3. workspace --------------------------------------------------------------------------------
 def workspace_totals_table(totals: pd.DataFrame) -> Table:
     """Oracle network total (all layers and directions) under each workspace limit."""
-    keys = ["effective_precision", "layout", *computed.varying(totals, ["timing_mode", "threads", "op"])]
+    keys = ["effective_precision", "layout",
+            *computed.varying(totals, ["timing_mode", "threads", "op"])]
     headers = [KEY_HEADERS[k] for k in keys] + ["Workspace limit", "Network total ms"]
     rows = [(*_key_cells(r, keys), fmt_limit(r["workspace_limit"]),
              fmt_total(r["total_oracle"], r["missing_oracle"], r["points"]))
@@ -184,10 +187,10 @@ def pareto_table(fronts: pd.DataFrame) -> Table:
                  tuple(rows))
 
 
-# ---- 6. network totals per policy -----------------------------------------------------------------
+# ---- 6. network totals per policy ----------------------------------------------------------------
 def network_table(totals: pd.DataFrame, policies: list[str], title: str = "") -> Table:
-    keys = ["effective_precision", *computed.varying(totals, ["layout", "workspace_limit", "timing_mode",
-                                                          "threads"])]
+    keys = ["effective_precision",
+            *computed.varying(totals, ["layout", "workspace_limit", "timing_mode", "threads"])]
     headers = [KEY_HEADERS[k] for k in keys] + [f"{p} ms" for p in policies]
     if "oracle" in policies and len(policies) > 1:
         headers += [f"{p} / oracle (oracle saves)" for p in policies if p != "oracle"]
@@ -211,7 +214,7 @@ def _policy_ratio(r: pd.Series, policy: str) -> str:
             f"{saved[1]:.1f}%)")
 
 
-# ---- 7. environment and method --------------------------------------------------------------------
+# ---- 7. environment and method -------------------------------------------------------------------
 def env_table(df: pd.DataFrame) -> Table:
     rows = []
     for column in [c for c in df.columns if c.startswith("env_")]:

@@ -3,7 +3,8 @@ ops, outputs; workspace limits; thread counts), checked alike; `indexed` says wh
 is named by its place in a list (a file's `sweep.precisions[1]`) or not (a repeatable flag)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from harness.suite.checks import (Invalid, SuiteError, checked_list, checked_positive_int,
                                   checked_unique_list, did_you_mean, is_int, kind_of, parse_size,

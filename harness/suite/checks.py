@@ -6,8 +6,9 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from harness.sweep import MAX_GPU_PROCESSES, Sweep
 from harness.workspace_limit import limit_text

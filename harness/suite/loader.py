@@ -50,8 +50,9 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from harness import epilogue
 from harness.problem import ConvProblem, ProblemError
@@ -60,10 +61,9 @@ from harness.suite.axes import checked_choices, checked_threads, checked_workspa
 from harness.suite.checks import (Invalid, SuiteError, check_keys, checked_choice,
                                   checked_cpu_rounds, checked_fraction, checked_gpu_processes,
                                   checked_int_at_least, checked_list, checked_outputs,
-                                  checked_plain_name, checked_positive_int,
-                                  checked_positive_number, checked_table, checked_text,
-                                  checked_unique_list, did_you_mean, is_int, kind_of,
-                                  plain_from_file)
+                                  checked_plain_name, checked_positive_int, checked_positive_number,
+                                  checked_table, checked_text, checked_unique_list, did_you_mean,
+                                  is_int, kind_of, plain_from_file)
 from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
 

@@ -3,7 +3,8 @@ checked like the suite file's own values; errors name the flag."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from harness import epilogue
 from harness.problem import ConvProblem

@@ -10,8 +10,8 @@ system BLAS) `gemm_into` is None and callers keep their np.matmul path.
 from __future__ import annotations
 
 import ctypes
-from functools import lru_cache
-from typing import Callable
+from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 
@@ -45,7 +45,7 @@ def symbol(name: str) -> Callable | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cblas_gemm(dtype: np.dtype):
     name, scalar = _SYMBOLS[dtype]
     function = symbol(name)

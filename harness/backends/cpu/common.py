@@ -7,7 +7,8 @@ image of a block as one long matrix instead of one small GEMM per image.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

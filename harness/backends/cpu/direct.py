@@ -12,17 +12,15 @@ axis, and a block's unit along the outermost axis is a depth slice instead of a 
 """
 from __future__ import annotations
 
-import numpy as np
-
 import math
 from itertools import product
 
 import numpy as np
 
-from harness.reference import ProblemData
 from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior,
-                                          padded_shape, split, tap_major_weights, workspace_of)
+                                         padded_shape, split, tap_major_weights, workspace_of)
 from harness.problem import Axis, ConvProblem
+from harness.reference import ProblemData
 from harness.sweep import Point
 
 # Window + product + accumulator of one block: about half the 2 MiB per-core L2.

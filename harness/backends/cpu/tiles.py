@@ -4,13 +4,12 @@ copies of images into such a plane, and the steps both Winograd pipelines (winog
 winograd/bwd_filter.py) take on a chunk's tiles."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
-
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,7 @@ class Tiling:
     tw: int
 
     @classmethod
-    def of(cls, m: int, rows: int, cols: int) -> "Tiling":
+    def of(cls, m: int, rows: int, cols: int) -> Tiling:
         return cls(m, m + 2, -(-rows // m), -(-cols // m))
 
     @property

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
-from typing import Callable, Sequence
+from functools import cache
 
 from harness.backends.cpu.blas import symbol
 
 _GET, _SET = "scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _thread_calls() -> tuple[Callable[[], int], Callable[[int], None]] | None:
     get, put = symbol(_GET), symbol(_SET)
     if get is None or put is None:
@@ -40,7 +40,7 @@ def blas_threads() -> int:
     return max(1, calls[0]()) if calls else 1
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pool(size: int, process: int) -> ThreadPoolExecutor:
     """One pool per size and process: a forked child inherits the parent's pool object but not
     its threads, and would wait forever on work given to it."""

@@ -36,15 +36,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import epilogue
+from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
+from harness.backends.cudnn import lib as cudnn_lib
+from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
+                                                   poison_value)
+from harness.backends.cudnn.graph_epilogue import UnfusedAlgorithm, epilogue_pack, fused_tail
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
 from harness.backends.cudnn.legacy import CudnnFailed, DeviceOutput, cuda_unavailable_reason
-from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
-                                             poison_value)
-from harness import epilogue
-from harness.backends.cudnn import lib as cudnn_lib
-from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
-from harness.backends.cudnn.graph_epilogue import UnfusedAlgorithm, epilogue_pack, fused_tail
 from harness.precision import output_precision
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
@@ -113,7 +113,7 @@ class EnginesAlgorithm(Algorithm):
     description = ("every execution plan the graph-API heuristics (modes A, B, FALLBACK) "
                    "offer, one row each")
 
-    def __init__(self, owner: "CudnnGraphBackend"):
+    def __init__(self, owner: CudnnGraphBackend):
         self._owner = owner
 
     def supports(self, point: Point) -> str | None:
@@ -128,7 +128,7 @@ class EnginesAlgorithm(Algorithm):
         match = re.match(r"eng\d+", variant)
         return match.group(0) if match else None
 
-    def prepare(self, point: Point, data: ProblemData) -> "GraphPrepared":
+    def prepare(self, point: Point, data: ProblemData) -> GraphPrepared:
         session = self._owner.session()
         plan_set = session.plan_set(point)
         info = plan_set.plans.get(point.algorithm)
@@ -193,7 +193,7 @@ class CudnnGraphBackend(Backend):
     def algorithms(self) -> list[Algorithm]:
         return list(self._algorithms)
 
-    def session(self) -> "_Session":
+    def session(self) -> _Session:
         if self._session is None:
             self._session = _Session()
         return self._session

@@ -12,15 +12,17 @@ default lower clip of 0, each taking `compute_data_type=` and `name=`.
 
 Unfused ("unfused"): what an eager framework does. The frontend's own plan for the plain
 convolution (the plain graph's heuristic mode A first plan: what the frontend would run for it
-alone; only that plan, so under a tight workspace limit the row may exceed it) writes y, then the epilogue runs as separate CuPy kernels on the same stream, in place
-on y: y += b, y += z, y = max(y, 0). Each step reads and writes y once more, which is the memory
-traffic fusion saves. The steps allocate nothing and never wait on the host, so the timer can
-capture the whole launch() into a CUDA graph like a fused plan's.
+alone; only that plan, so under a tight workspace limit the row may exceed it) writes y, then
+the epilogue runs as separate CuPy kernels on the same stream, in place on y: y += b, y += z,
+y = max(y, 0). Each step reads and writes y once more, which is the memory traffic fusion
+saves. The steps allocate nothing and never wait on the host, so the timer can capture the
+whole launch() into a CUDA graph like a fused plan's.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from harness import epilogue
 from harness.backends.base import Algorithm, Prepared, Unsupported
@@ -52,7 +54,7 @@ def fused_tail(graph: Any, conv_out: Any, point: Point, io: Any, compute: Any) -
     conversion follows; returns the graph's last tensor (conv_out itself for plain conv into a
     wide type). The caller makes it the output (y's uid). `io` is the type the bias and residual
     are stored in (the precision's own result type), `compute` the epilogue's."""
-    op, p = point.op, point.problem
+    p = point.problem
     out = _epilogue(graph, conv_out, point, io, compute)
     if not is_narrow(point.result_precision):
         return out
@@ -151,7 +153,7 @@ class UnfusedAlgorithm(Algorithm):
                     f"the result's type, and CuPy has no kernel that scales and rounds to it")
         return None
 
-    def prepare(self, point: Point, data: ProblemData) -> "UnfusedPrepared":
+    def prepare(self, point: Point, data: ProblemData) -> UnfusedPrepared:
         reason = self.refusal(point)
         if reason:
             raise Unsupported(reason)

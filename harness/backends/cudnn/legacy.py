@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.backends.cudnn import lib
-from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
-                                             poison_value)
-from harness.backends.base import (AlgorithmFailed, Algorithm, Backend, Prepared, Unsupported,
+from harness.backends.base import (Algorithm, AlgorithmFailed, Backend, Prepared, Unsupported,
                                    padding_pairs, require_fits)
+from harness.backends.cudnn import lib
 from harness.backends.cudnn.data_types import quantized_refusal, scalar_type, type_config
+from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
+                                                   poison_value)
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -63,7 +63,7 @@ class CudnnAlgorithm(Algorithm):
     backend: ClassVar[str] = "cudnn"
     runs_3d = True     # through the Nd descriptors (nd_arguments); 2-D keeps the 4d/2d calls
 
-    def __init__(self, name: str, owner: "CudnnBackend"):
+    def __init__(self, name: str, owner: CudnnBackend):
         self.name = name
         self.family = FAMILIES[name]
         self.description = DESCRIPTIONS[name]
@@ -82,7 +82,7 @@ class CudnnAlgorithm(Algorithm):
                     f"({padding_pairs(point.problem)})")
         return quantized_refusal(self.name, point)
 
-    def prepare(self, point: Point, data: ProblemData) -> "CudnnPrepared":
+    def prepare(self, point: Point, data: ProblemData) -> CudnnPrepared:
         return self._owner.prepare(self, point, data)
 
 
@@ -122,7 +122,7 @@ def cuda_unavailable_reason() -> str | None:
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return "no CUDA GPU is visible"
-    except Exception as err:  # noqa: BLE001 - any CUDA runtime failure means "no GPU here"
+    except Exception as err:  # any CUDA runtime failure means "no GPU here"
         return f"no usable CUDA GPU ({type(err).__name__}: {err})"
     return None
 
@@ -136,7 +136,7 @@ class CudnnPrepared(DeviceOutput):
     poison_value: Any
     stream: Any
     workspace_bytes: int
-    choices: "CudnnChoices"
+    choices: CudnnChoices
     algo_enum: int
     keepalive: list = field(default_factory=list)
     device: str = "cuda"
@@ -259,14 +259,14 @@ class _Session:
             workspace_bytes=needed, choices=choices, algo_enum=algo_enum,
             keepalive=[workspace, descs, alpha, beta], extras=extras)
 
-    def _cached_choices(self, point: Point, descs: "_Descriptors", tensors,
+    def _cached_choices(self, point: Point, descs: _Descriptors, tensors,
                         needed: int) -> CudnnChoices:
         key = (point.problem, point.direction, point.precision, point.output, point.layout)
         if key not in self._choices:
             self._choices[key] = self._ask_cudnn(point, descs, tensors, needed)
         return self._choices[key]
 
-    def _ask_cudnn(self, point: Point, descs: "_Descriptors", tensors,
+    def _ask_cudnn(self, point: Point, descs: _Descriptors, tensors,
                    needed: int) -> CudnnChoices:
         """`needed`: the workspace of the algorithm being prepared, which Find gets when the
         heuristic names nothing that runs (int8's one algorithm, IMPLICIT_PRECOMP_GEMM, needs a
@@ -358,7 +358,7 @@ class _Descriptors:
         for desc in (self.x, self.y, self.w, self.conv):
             try:
                 desc.close()
-            except Exception:  # noqa: BLE001 - interpreter shutdown may have unloaded the library
+            except Exception:  # interpreter shutdown may have unloaded the library
                 pass
 
 

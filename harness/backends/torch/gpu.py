@@ -19,13 +19,14 @@ NHWC means channels_last_3d).
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from harness import epilogue
-from harness.backends.torch import cpu as torch_cpu
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, padding_pairs
+from harness.backends.torch import cpu as torch_cpu
 from harness.reference import ProblemData
 from harness.sweep import Point
 

@@ -7,8 +7,9 @@ from typing import Any
 import pandas as pd
 
 from harness.measurement import Status
-from harness.report.figures.common import (family_colours, family_legend, log_axes, panels,
-                                           Renderer, save, SERIAL, tidy_ticks, ZERO_ERROR)
+from harness.report.figures.common import (SERIAL, ZERO_ERROR, Renderer, family_colours,
+                                           family_legend, log_axes, panels, save, tidy_ticks)
+
 
 def accuracy_figure(df: pd.DataFrame, out: Path, renderer: Renderer = SERIAL) -> Path | None:
     rows = df[df["rel_error"].notna() & df["median_ms"].notna()]

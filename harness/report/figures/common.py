@@ -3,9 +3,10 @@ text drawn as paths and log axes."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def compact_png(path: Path) -> None:
     text and colour-mapped cells, so an adaptive palette (no dithering) looks the same at about
     a third of the bytes (a 2400x1384 heatmap: 771 kB -> 232 kB).
     """
-    from PIL import Image      # matplotlib's own dependency
+    from PIL import Image  # matplotlib's own dependency
     with Image.open(path) as image:
         palette = image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT,
                                                 dither=Image.Dither.NONE)
@@ -96,7 +97,7 @@ class Renderer:
                 self._pool.shutdown(cancel_futures=True)
             self._pool, self._futures = None, []
 
-    def __enter__(self) -> "Renderer":
+    def __enter__(self) -> Renderer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -11,9 +11,9 @@ import pandas as pd
 
 from harness.measurement import Status
 from harness.report import computed
-from harness.report.figures.common import (figure_parts, FIGURE_KEYS, figure, glyph_labels,
-                                           RATIO_CAP, Renderer, save, SERIAL, short_names, slug,
-                                           OPTIONAL_MARKS, STATUS_LABELS, STATUS_MARKS)
+from harness.report.figures.common import (FIGURE_KEYS, OPTIONAL_MARKS, RATIO_CAP, SERIAL,
+                                           STATUS_LABELS, STATUS_MARKS, Renderer, figure,
+                                           figure_parts, glyph_labels, save, short_names, slug)
 
 # `contended` too: without it, the worker's slice would time (and rank) rows the tables never do
 HEATMAP_COLUMNS = ["direction", "layer_label", "layer_order", "candidate", "status", "median_ms",

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from harness.report import computed, tables
-from harness.report.figures.common import figure, Renderer, save, SERIAL, threads_text
+from harness.report.figures.common import SERIAL, Renderer, figure, save, threads_text
+
 
 def network_figure(totals: pd.DataFrame, policies: list[str], out: Path,
                    renderer: Renderer = SERIAL) -> Path | None:
@@ -26,8 +27,8 @@ def _network_png(totals: pd.DataFrame, policies: list[str], path: Path) -> None:
     part = totals[totals["workspace_limit"] == limit]
     panels = list(part.groupby(["layout", "timing_mode", "threads"], sort=False))
     relative = len(policies) > 1 and "oracle" in policies
-    fig = figure(max(6.0, 1.2 + 0.45 * len(policies) * part["effective_precision"].nunique() * len(panels)),
-                  3.8)
+    columns = len(policies) * part["effective_precision"].nunique() * len(panels)
+    fig = figure(max(6.0, 1.2 + 0.45 * columns), 3.8)
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     for ax, ((layout, mode, threads), rows) in zip(axes, panels):
         _network_axis(ax, rows, policies, relative)

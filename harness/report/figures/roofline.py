@@ -9,13 +9,15 @@ import numpy as np
 import pandas as pd
 
 from harness.report import computed
-from harness.report.figures.common import (family_colours, family_legend, log_axes, panels,
-                                           Renderer, save, SERIAL, tidy_ticks)
+from harness.report.figures.common import (SERIAL, Renderer, family_colours, family_legend,
+                                           log_axes, panels, save, tidy_ticks)
+
 
 def roofline_figure(df: pd.DataFrame, peaks: dict[str, float], out: Path,
                     renderer: Renderer = SERIAL) -> Path | None:
     rows = computed.verified(df)
-    rows = rows[rows["arithmetic_intensity"].notna() & rows["effective_precision"].isin(list(peaks))]
+    rows = rows[rows["arithmetic_intensity"].notna()
+                & rows["effective_precision"].isin(list(peaks))]
     if rows.empty:
         return None
     path = out / "roofline.png"

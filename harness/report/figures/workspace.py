@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 
 from harness.report import computed, tables
+from harness.report.figures.common import (FIGURE_KEYS, SERIAL, Renderer, figure_parts, log_axes,
+                                           panels, save, slug, threads_text, tidy_ticks)
 from harness.report.figures.heatmap import display_names
-from harness.report.figures.common import (figure_parts, FIGURE_KEYS, threads_text, log_axes, panels, Renderer, save,
-                                           SERIAL, slug, tidy_ticks)
 
 # A Pareto front trades workspace for time: every key of the point but the workspace limit.
 PARETO_KEYS = [k for k in computed.LABELLED_KEYS if k != "workspace_limit"]

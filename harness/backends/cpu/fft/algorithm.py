@@ -26,13 +26,14 @@ import math
 
 import numpy as np
 
-from harness.reference import ProblemData
-from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior,
-                                          nbytes, workspace_of)
+from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior, nbytes,
+                                         workspace_of)
 from harness.backends.cpu.fft import tiled_directions as tiled
-from harness.backends.cpu.fft.lowering import Lowering as _Lowering, taps
+from harness.backends.cpu.fft.lowering import Lowering as _Lowering
+from harness.backends.cpu.fft.lowering import taps
 from harness.backends.cpu.fft.tiled import half_spectrum_weights, real_dft
 from harness.problem import ConvProblem
+from harness.reference import ProblemData
 from harness.sweep import Point
 
 # Longest transform whose forward row DFTs run as a GEMM rather than through pocketfft (the

@@ -51,7 +51,7 @@ class Lowering:
         return self.lw // 2 + 1
 
     @classmethod
-    def of(cls, p: ConvProblem) -> "Lowering":
+    def of(cls, p: ConvProblem) -> Lowering:
         sh, sw = p.stride_h, p.stride_w
         hs, ws = -(-p.padded_h // sh), -(-p.padded_w // sw)
         return cls(sh, sw, hs, ws, -(-p.effective_kernel_h // sh), -(-p.effective_kernel_w // sw),

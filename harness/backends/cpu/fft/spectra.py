@@ -12,13 +12,14 @@ stays one batched GEMM call per product.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from harness.backends.cpu.blas import gemm_or_numpy
-from harness.backends.cpu.fft.tiled import (TWO, Tiling, complex_dft, inverse_cols,
-                                             inverse_rows, real_dft)
+from harness.backends.cpu.fft.tiled import (TWO, Tiling, complex_dft, inverse_cols, inverse_rows,
+                                            real_dft)
+
 
 def _merged(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """A reshaped view that refuses to copy (a copy would leave GEMM outputs unwritten)."""

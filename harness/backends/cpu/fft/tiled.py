@@ -92,7 +92,7 @@ class Shape:
     direction: str
 
     @classmethod
-    def of(cls, p: ConvProblem, lo: Lowering, direction: str) -> "Shape":
+    def of(cls, p: ConvProblem, lo: Lowering, direction: str) -> Shape:
         out_h, out_w = (lo.hs, lo.ws) if direction == "bwd_data" else (p.out_h, p.out_w)
         cin, cout = p.channels_per_group * lo.phases, p.filters_per_group
         if direction == "bwd_data":

@@ -11,7 +11,7 @@ channels; all buffers are allocated once, under the point's workspace limit.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -22,7 +22,6 @@ from harness.backends.cpu.fft.tiled import FOUR, TWO, Forward, Inverse, Shape, T
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
-
 
 # Channel pairs (Cg x Kg) per group from which the tiled path runs. With fewer, each
 # frequency's product is a handful of multiply-adds and algorithm.py's whole-image path, which sums

@@ -35,23 +35,23 @@ correlations are shifted GEMMs (`Im2col.bwd_data` says why).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
-from typing import Callable
 
 import numpy as np
 
-from harness.reference import ProblemData
+from harness.backends.cpu.blas import gemm_into
+from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
+                                         tap_cols, tap_rows, workspace_of)
 from harness.backends.cpu.im2col import bwd_filter as filter_gemms
 from harness.backends.cpu.im2col import in_place as in_place_gemm
 from harness.backends.cpu.im2col import shifted as shifted_gemms
-from harness.backends.cpu.blas import gemm_into
-from harness.backends.cpu.im2col.columns import AxisPhase, axis_phases, Columns
-from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
-                                          tap_cols, tap_rows, workspace_of)
+from harness.backends.cpu.im2col.columns import AxisPhase, Columns, axis_phases
 from harness.problem import ConvProblem
-from harness.threads import cores_for
+from harness.reference import ProblemData
 from harness.sweep import Point
+from harness.threads import cores_for
 
 # Column-matrix block size, measured on the 2-core development VM (2 MiB L2 per core, shared
 # L3): 4-8 MiB blocks ran the ResNet-50 3x3 layers fastest; 1 MiB blocks make the GEMMs too thin
@@ -110,7 +110,7 @@ class _Correlation:
     in_place: bool = False
 
     @classmethod
-    def of(cls, p: ConvProblem, dtype: type, y: np.ndarray | None = None) -> "_Correlation":
+    def of(cls, p: ConvProblem, dtype: type, y: np.ndarray | None = None) -> _Correlation:
         """The plan for writing into `y`: exact windows where the GEMM can fill y in place
         (in_place.py), flat columns where they pay (columns.py) elsewhere or where y is not
         given."""
@@ -353,7 +353,8 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
 class Im2col(CpuAlgorithm):
     name = "im2col"
     family = "gemm"
-    description = "receptive fields as a column matrix (copied, or read in place per tap), then GEMMs"
+    description = ("receptive fields as a column matrix (copied, or read in place per tap), "
+                   "then GEMMs")
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem

@@ -15,9 +15,9 @@ accumulation) ran 1.08-1.09x slower on rows 2 and 6, a tie elsewhere.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Callable
 
 import numpy as np
 

@@ -92,7 +92,7 @@ class Columns:
     kept: int
 
     @classmethod
-    def of(cls, p: ConvProblem) -> "Columns":
+    def of(cls, p: ConvProblem) -> Columns:
         row_phases = tuple(ph for ph in axis_phases(p.in_h, p.pad_top, p.pad_bottom, p.stride_h,
                                                      p.dilation_h, p.kernel_h) if ph.taps)
         col_phases = tuple(ph for ph in axis_phases(p.in_w, p.pad_left, p.pad_right, p.stride_w,

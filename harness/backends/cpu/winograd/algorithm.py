@@ -44,24 +44,24 @@ Directions (stride 1, dilation 1, 3x3 only):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from harness.reference import ProblemData
-from harness.backends.cpu.winograd.toom_cook import matrices
-from harness.backends.cpu.tiles import (Chunk, Tiling, by_group, chunks, even_parts,
-                                         kron, per_slot, place_tasks, plan,
-                                         scratch, slot_count, transform_input)
-from harness.backends.cpu.winograd.bwd_filter import FilterGradient
-from harness.backends.cpu.workers import run_chunks, run_tasks
 from harness.backends.cpu.common import CpuAlgorithm, CpuPrepared, allocate, workspace_of
+from harness.backends.cpu.tiles import (Chunk, Tiling, by_group, chunks, even_parts, kron, per_slot,
+                                        place_tasks, plan, scratch, slot_count, transform_input)
+from harness.backends.cpu.winograd.bwd_filter import FilterGradient
+from harness.backends.cpu.winograd.toom_cook import matrices
+from harness.backends.cpu.workers import run_chunks, run_tasks
 from harness.problem import ConvProblem
-from harness.threads import cores_for
+from harness.reference import ProblemData
 from harness.sweep import Point
+from harness.threads import cores_for
 
 
 # ---- the GEMMs per tile position ---------------------------------------------------------------
@@ -152,7 +152,7 @@ class _Correlation:
                       **per_slot(slot, self.slots)}
 
     def __call__(self, buf: dict[str, np.ndarray], src: np.ndarray, top: int, left: int,
-                 weights: "_Weights", out: np.ndarray) -> None:
+                 weights: _Weights, out: np.ndarray) -> None:
         """out <- src (*) the weights, through the scratch `buf` (self.sizes)."""
         plane = scratch(buf["plane"], self.t.plane(src.shape[0], self.channels))
         placing = place_tasks(src, top, left, plane, self.slots)
@@ -196,7 +196,7 @@ class _Correlation:
                     out[chunk.n0:chunk.n1, :, m * chunk.u0:])
 
     def _filters(self, buf: dict[str, np.ndarray], slot: int, block: tuple[int, int],
-                 v: np.ndarray, weights: "_Weights", out: np.ndarray) -> None:
+                 v: np.ndarray, weights: _Weights, out: np.ndarray) -> None:
         """Filters f0..f0+n-1 of every tile, a few at a time (FUSED_U_BYTES): their U, then per
         position U[ab] (few x C) @ V[ab]^T (C x tiles) (filters as the GEMM's rows, not tiles:
         on one thread, half of res5a's filters, F4 2.80 ms against 3.87, F2 3.65 against

@@ -15,7 +15,7 @@ import numpy as np
 
 from harness.backends.cpu.blas import gemm_into
 from harness.backends.cpu.tiles import (Chunk, Tiling, by_group, even_parts, kron, per_slot,
-                                         place_tasks, plan, scratch, slot_count, transform_input)
+                                        place_tasks, plan, scratch, slot_count, transform_input)
 from harness.backends.cpu.workers import run_chunks, run_tasks
 from harness.problem import ConvProblem
 

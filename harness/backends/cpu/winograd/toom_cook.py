@@ -2,8 +2,8 @@
 construction for any output size and interpolation points (algorithm.py uses them)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import numpy as np
 
