@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     first_failure = 0
     for run in runs:
         out = EVIDENCE / "reports" / run.stem
-        command = ["report", str(run), "--out", str(out)]
+        # --force: a report rendered here before is replaced (only the files its manifest lists)
+        command = ["report", str(run), "--out", str(out), "--force"]
         if args.jobs:
             command += ["--jobs", str(args.jobs)]
         code = convbench(command)
