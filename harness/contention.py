@@ -8,9 +8,8 @@ WAIT_SHARE of its wall time did not measure the algorithm alone. It is discarded
 again after a back-off pause (Retakes), a bounded number of times; a point that cannot
 collect its sample floor clean keeps every sample and is `contended`: never ranked, planned or
 called best (harness/analysis/points.verified), AMBIGUOUS in `compare`.
-On the 2-core VM (a 6 ms two-thread GEMM, 3 s of samples; /tmp probes of issue 36): alone, the
-threads' waits were 0 in the median sample and under 1% of the wall time in 90%; beside one
-`yes` process, 52% in the median sample and 69% at the 90th percentile.
+Alone, a two-thread GEMM's waits were under 1% of its wall time in 90% of samples; beside one
+busy process, over half (evidence/notes/constants.md#contention-wait_share).
 
 Why not CPU/wall or the load average (the check before issue 36, kept as the fallback where
 schedstat cannot be read, with the row's `contention_check` saying which ran): a 2-thread point
@@ -25,14 +24,14 @@ Two things the run queue does not show, judged as well:
 - Steal time (/proc/stat): the hypervisor running something else on the machine's CPUs. A guest
   thread it stopped still reads as running. Over STEAL_FLOOR of the CPU time during the point's
   loop, the point is timed once more.
-- The host's slow spells (host_probe_ms): on the 2-core AMD EPYC VM, for 10-30 s at a time, a
-  fixed matmul on both cores ran ~30% slower (0.46 -> 0.61 ms) and every multi-threaded point
-  with it (a 2-thread direct convolution up to 1.9x), with no run-queue wait and no steal: the
-  host not running both vCPUs at once, which stalls every fork/join (each vCPU alone stayed at
-  its speed; evidence/studies/host_drift.py). Nothing in the guest can wait it out sample by sample,
-  so each CPU point records that probe, timed just before and after it, and `compare` does not
-  call a multi-threaded row SLOWER (FASTER) where the new (base) run's probe read HOST_SLOWER
-  slower and the row moved no more than the spell can move a point (SPELL_REACH).
+- The host's slow spells (host_probe_ms): for 10-30 s at a time a fixed matmul on both cores
+  ran ~30% slower and every multi-threaded point with it, with no run-queue wait and no steal:
+  the host not running both vCPUs at once, which stalls every fork/join
+  (evidence/notes/constants.md#contention-host_slower). Nothing in the guest can wait it out
+  sample by sample, so each CPU point records that probe, timed just before and after it, and
+  `compare` does not call a multi-threaded row SLOWER (FASTER) where the new (base) run's
+  probe read HOST_SLOWER slower and the row moved no more than the spell can move a point
+  (SPELL_REACH).
 """
 from __future__ import annotations
 

@@ -4,11 +4,9 @@ A launch that allocates its result or scratch (PyTorch's CPU convolutions do, ev
 fresh pages whenever glibc gave the previous launch's memory back to the kernel (an mmap'd block,
 or a heap top trimmed away), and then pays page faults and the kernel's zeroing on top of the
 convolution. Whether glibc gives memory back depends on what the process freed earlier (its
-thresholds move with it), so one oneDNN point timed differently in different processes: on the
-2-core Xeon VM (2026-11-25) DeepBench row 55 bwd_filter took 6.9-7.2 ms inside two sweeps (after
-NumPy's frees) and 17-18 ms in runs of torch_cpu alone, its fwd 17.8 ms against 28.7-31.1 ms.
-With this module's settings a run of torch_cpu alone took 6.7 and 5.9 ms there (and row 2's fwd
-5.2 ms against 7.2-8.2).
+thresholds move with it), so one oneDNN point timed differently in different processes (one
+took about 2.5x as long in a process of its own); with this module's settings it no longer does
+(evidence/notes/constants.md#cpu_memory-mallopt-settings).
 
 So before it measures anything a process asks glibc to serve blocks up to MMAP_MAX_BYTES from
 its heap, to keep TOP_PAD_BYTES beyond the heap's top when it shrinks, and to use one arena for

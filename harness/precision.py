@@ -38,10 +38,9 @@ class Precision:
 # Hopper's FP8 tensor-core MMA keeps about 14 mantissa bits of its running sum before the fp32
 # accumulator takes it (DeepSeek-V3 technical report, section 3.3.2, measured on H800).
 _FP8_ACCUMULATION = 2.0**-14
-# ... but not over a whole reduction: measured on an H100 (resnet50-quantized, 2026-11-24), fp8
-# bwd_filter errors stay at 1.2e-4 for L from 25,000 to 100,000, where a 14-bit random walk over
-# L would give 2e-3 to 4e-3. Capping the 14-bit part at 4,096 terms keeps the tolerance below
-# 0.008 + the result's rounding (an indexing bug, such as one sample of 256 skipped, is ~0.06).
+# ... but not over a whole reduction: fp8 bwd_filter errors on an H100 stay flat as L grows.
+# Capping the 14-bit part at 4,096 terms keeps the tolerance well below an indexing bug's error
+# (evidence/notes/constants.md#precision-_fp8_promotion).
 _FP8_PROMOTION = 4096
 # fp8 results: fp16 for y and dx, fp32 for dw: the combinations cuDNN 9.19 builds plans for
 # (shared/reference and issue 17's feasibility table); int8 is forward-only, int32 sums, fp32 y.

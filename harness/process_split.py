@@ -2,9 +2,9 @@
 what they measured into one row.
 
 Why: on an H100 a cuDNN point's time can depend on the process it is measured in (where its
-buffers and workspace land in memory), not only on sampling noise: res5a_branch2b bwd_data tf32
-algo_1 read 69.0 us in each of 8 fresh processes and 62.0 us in every measurement of a longer
-lived one, each tight to 0.5% (evidence/logs/gpu-placement-nvidia-h100-2026-11-23.md). Two runs of
+buffers and workspace land in memory), not only on sampling noise: one read 11% slower in each
+of 8 fresh processes than in a longer lived one, each tight to 0.5%
+(evidence/notes/constants.md#process_split). Two runs of
 a sweep then put a few points in different states and a comparison of the stored runs calls
 them regressions, however many samples each has. Sharing a point's samples among processes that
 each verify and time it on their own puts that spread inside the row, where `convbench compare`

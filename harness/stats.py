@@ -38,22 +38,20 @@ spread about their median (robust sd, 1.4826 x MAD) than their own sampling nois
 come from one window of one run, so its rank test sees only the noise inside that window; what
 else differs between two runs of unchanged code (a neighbour on a shared host, the memory the
 buffers landed in) moves each row by its own amount and shows up only as rows disagreeing with
-each other by more than their samples can. On the 2-core CI VM
-(evidence/logs/power-cpu-*.md; 21 runs of `quick`): rows moved 8-13% (sd) between runs while their
-medians' standard errors inside a run were ~2%, so 25-30% of A/A rows came out "significantly"
-slower by more than 5%; spreading a row's samples over the run or re-allocating its buffers
-between samples did not shrink that (12-13% either way). On an H100 it is well under 1%, and with
-samples drawn from one distribution for both runs (the synthetic tests) about 0. The median and
-MAD ignore up to half of the rows, so a regression in a minority of rows does not hide itself by
-widening the scatter; a shift of every row moves the median, not the MAD.
+each other by more than their samples can. On the 2-core CI VM rows moved 8-13% (sd) between
+runs while their medians' standard errors inside a run were ~2%, so a quarter of A/A rows came
+out "significantly" slower; on an H100 it is well under 1%
+(evidence/notes/constants.md#stats-run_to_run_scatter). The median and MAD ignore up to half
+of the rows, so a regression in a minority of rows does not hide itself by widening the
+scatter; a shift of every row moves the median, not the MAD.
 Verdicts (harness/compare/) must clear a multiple of it:
-- a row: |log ratio| > SCATTER_ROW_K x scatter. 8 because row noise has heavy tails: over 20
-  A/A pairs of 18 rows on the CI VM the worst row lay 7.5 scatters from no change (k = 6 let 2 of
-  360 rows through once a few other rows were planted slower). On a GPU pair with a 0.5%
-  scatter the floor is 4%, below the 5% threshold, so it costs nothing there.
-- the suite: the interval must clear SCATTER_SUITE_K x scatter as well as the suite threshold. A
-  whole-run drift moved the geometric mean by up to 2 scatters in those 20 pairs (37% at worst),
-  its interval's near end by up to 1.2.
+- a row: |log ratio| > SCATTER_ROW_K x scatter. 8 because row noise has heavy tails: the worst
+  of 360 A/A rows lay 7.5 scatters from no change (evidence/notes/constants.md#stats-scatter_row_k).
+  On a GPU pair with a 0.5% scatter the floor is 4%, below the 5% threshold, so it costs nothing
+  there.
+- the suite: the interval must clear SCATTER_SUITE_K x scatter as well as the suite threshold:
+  A/A drift moved the geometric mean by up to 2 scatters
+  (evidence/notes/constants.md#stats-scatter_suite_k).
 With fewer than MIN_ROWS rows there is no estimate and no floor.
 """
 from __future__ import annotations

@@ -77,10 +77,9 @@ class _StoppingRule:
 # ---- CPU ----------------------------------------------------------------------------------------
 # A CPU point's warm-up lasts at least this long (and at least `warmup` launches; none where that
 # is 0): the library worker threads that the verified runs and the float64 reference just woke
-# keep spinning after their last call (OpenBLAS for 2^28 cycles, ~110 ms on the 2-core Xeon VM;
-# Intel OpenMP's KMP_BLOCKTIME 200 ms) and take a core from whatever runs next. Measured there:
-# Winograd F4 on ResNet-50 res2a ran 12-15 ms per launch for the first 110 ms after a float64
-# GEMM, 6.6 ms after, and a sweep's median of it read 12.7 ms against 6.8 timed alone.
+# keep spinning after their last call (OpenBLAS for 2^28 cycles, ~110 ms; Intel OpenMP's
+# KMP_BLOCKTIME 200 ms) and take a core from whatever runs next: a point timed in that window
+# read nearly twice its time (evidence/notes/constants.md#timer-cpu_settle_ms).
 CPU_SETTLE_MS = 250.0
 def time_cpu(launch: Callable[[], None], options: TimingOptions,
              flush: Callable[[], None] | None = None) -> Timing:

@@ -23,8 +23,8 @@ GemmInto = Callable[[np.ndarray, np.ndarray, np.ndarray, bool], None]
 
 # A gemm_into call costs ~6 us of Python checks and ctypes before BLAS starts; np.matmul batched
 # over groups ~0.3 us a group. Per-group gemm_into loops are taken up to this many groups only:
-# with one call per group MobileNet's depthwise layers (32-1024 groups of 1x9 @ 9xN GEMMs) ran
-# 1.2-9.6x slower than batched np.matmul (2-core Xeon VM, 2026-11-24), 8 groups at par.
+# with one call per group MobileNet's depthwise layers ran 1.2-9.6x slower than batched
+# np.matmul, 8 groups at par (evidence/notes/constants.md#blas-max_group_calls).
 MAX_GROUP_CALLS = 8
 
 

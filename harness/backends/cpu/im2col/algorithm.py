@@ -53,9 +53,9 @@ from harness.reference import ProblemData
 from harness.sweep import Point
 from harness.threads import cores_for
 
-# Column-matrix block size, measured on the 2-core development VM (2 MiB L2 per core, shared
-# L3): 4-8 MiB blocks ran the ResNet-50 3x3 layers fastest; 1 MiB blocks make the GEMMs too thin
-# (about 400 columns) and lost 25%, 16 MiB and more lost 10-30% to memory traffic.
+# Column-matrix block size: 4-8 MiB ran ResNet-50's 3x3 layers fastest; smaller blocks make the
+# GEMMs too thin, larger ones lose to memory traffic
+# (evidence/notes/constants.md#im2col-block_bytes).
 BLOCK_BYTES = 8 << 20
 # bwd_data keeps col2im where K >= this many times C (the second at stride 1 with shifted
 # correlations); see Im2col.bwd_data.
@@ -115,10 +115,8 @@ class _Correlation:
         (in_place.py), flat columns where they pay (columns.py) elsewhere or where y is not
         given."""
         columns = Columns.of(p)
-        # Shifted blocks are sized by the GEMM's output block. Measured interleaved on the
-        # 2-core Intel Xeon VM (2026-11-24): 8 MiB ran as fast as 32 MiB on ResNet-50 res2a,
-        # res3a, res5a, VGG-16 conv2_1 and DeepBench rows 6 and 61 (0.97-1.05x); 2 MiB lost up
-        # to 14%.
+        # Shifted blocks are sized by the GEMM's output block: BLOCK_BYTES ran as fast as 32 MiB
+        # (evidence/notes/constants.md#im2col-block_bytes).
         shifted = cls(p, columns, *_blocks(p, p.out_channels * columns.width
                                            * np.dtype(dtype).itemsize, False), True)
         if shifted_gemms.shifted_pays(p, columns, dtype, shifted.block_columns):

@@ -5,13 +5,10 @@ copied once per folded tap where that copies far fewer rows (`fold_of`); dy read
 where it can be (`reads_dy_in_place`).
 
 Both forms accumulate in BLAS (beta = 1: no partial and no add pass per block). The operand
-order matters for these skinny GEMMs with long reductions: in a scratch loop on the 2-core Intel
-Xeon VM (OpenBLAS 0.3.31, 2 threads, 2026-11-24; dy @ col^T / col @ dy^T, GFLOP/s) DeepBench
-row 6 (K = 32, C*R*S = 1600) ran 140 / 190, row 2 (32, 100) 95 / 127, ResNet-50 res2a (64, 576)
-211 / 252; row 55 (64, 25) 100 / 85 and VGG conv1_1 (64, 27) 91 / 85 the other way round. Row
-61 (512, 6400) measured 344 / 400 there, yet ran 1.39x slower as dW^T in the launch, hence
-TRANSPOSED_MAX_FILTERS. Blocks of output rows instead of whole images (allowed by the
-accumulation) ran 1.08-1.09x slower on rows 2 and 6, a tie elsewhere.
+order matters for these skinny GEMMs with long reductions: col @ dy^T ran faster where the
+column matrix's rows outnumber the filters, but DeepBench row 61 (512 filters) ran 1.39x slower
+as dW^T, hence TRANSPOSED_MAX_FILTERS. Blocks are whole images: blocks of output rows were no
+faster (evidence/notes/constants.md#im2col-bwd_filter-transposed_max_filters).
 """
 from __future__ import annotations
 
@@ -80,11 +77,8 @@ def fold_of(p: ConvProblem, columns: Columns) -> int:
     rows copied a pixel instead of Cg*R*S (dy read in place) or Cg*R*S + Kg. Taken where dW^T
     is the GEMM's result (few filters, `transposed`), at the divisor of Columns.fold_sizes
     that copies least (which also brings the GEMM's sides closest), and only where that is at
-    most FOLD_MAX_ROWS of the unfolded copy. Measured in a scratch loop, one thread, OpenBLAS
-    0.3.31, 2-core Intel Xeon VM (2026-11-25), GFLOP/s: DeepBench row 6's (1600 x 6498) @
-    (6498 x 32) 93, folded by 5 (320 x 6502) @ (6502 x 160) 142; ResNet-50 res2a's (576 x
-    3300) @ (3300 x 64) 130, folded by 3 (192 x 192) 145; row 2's (100 x 6500) @ (6500 x
-    32) 103, folded by 2 (50 x 64) 101."""
+    most FOLD_MAX_ROWS of the unfolded copy. The squarer GEMM ran faster (DeepBench row 6: 93 ->
+    142 GFLOP/s folded by 5; evidence/notes/constants.md#im2col-bwd_filter-fold_of)."""
     if not transposed(p):
         return 1
     kg, depth = p.filters_per_group, p.channels_per_group * p.kernel_h * p.kernel_w

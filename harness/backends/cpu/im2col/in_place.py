@@ -3,10 +3,8 @@
 With exact windows (Q columns an output row, no gap) a block's GEMM result per image is y's
 own block, K rows of rows*Q values one image apart: BLAS writes it in place, reading the image's
 columns of the column matrix as a strided operand. No GEMM output buffer, and no copy out of it
-(that copy was 46-48% of DeepBench row 55's and VGG conv1_1's forward, 20% of row 2's).
-Measured interleaved on the 2-core Intel Xeon VM (2026-11-24, evidence/studies/im2col_strided.py,
-after/before, fwd): VGG conv1_1 0.66, DeepBench row 55 0.62; row 2 (flat columns before) 0.84
-with exact windows in place.
+(that copy was 46-48% of DeepBench row 55's and VGG conv1_1's forward, 20% of row 2's): their
+forward took 0.62-0.84 of the time before (evidence/notes/constants.md#im2col-in_place).
 """
 from __future__ import annotations
 

@@ -81,20 +81,14 @@ def _multiply(v: np.ndarray, u: np.ndarray, out: np.ndarray, groups: int) -> Non
 # tiles, which one thread then took through thin GEMMs on BLAS's threads), with one group, are
 # shared out among the threads by filters instead: the input transform in chunks into one
 # buffer of all transformed tiles, then each thread the GEMMs of its filters over all tiles,
-# reading only its filters' transformed weights. Measured (2-core Xeon VM, 2026-11-24, batch 8,
-# ms, interleaved, chunks -> by filters): res5a F4 (1 chunk) fwd 8.2 -> 6.7-6.9, bwd_data
-# 7.8 -> 7.0; with 2 chunks by filters ran slower or as fast: res4a F4 fwd 4.97 -> 5.18,
-# bwd_data 5.25 -> 5.77, conv5_1 F4 bwd_data 16.6 -> 18.2, res5a F2 bwd_data 7.6 -> 7.4 (but
-# res5a F2 fwd 7.7 -> 6.5, conv5_1 F4 fwd 17.9 -> 17.2); with 4 (res3a F4) 4.5 -> 5.1.
+# reading only its filters' transformed weights. With one chunk that gained (res5a F4 fwd 8.2 ->
+# 6.7 ms); from 2 chunks by filters ran slower or as fast on most layers
+# (evidence/notes/constants.md#winograd-by_filters_max_chunks).
 BY_FILTERS_MAX_CHUNKS = 1
 # By filters, each thread transforms its filters' weights a few at a time, about this many bytes
 # of U, and runs their GEMMs while that U is still in its 2 MiB L2, instead of writing all of U
-# (36 MiB on res5a) out to memory first. Measured on one thread, half of res5a's filters
-# (transform and GEMMs, ms): all at once 6.0; 16 filters at a time (1.2 MiB) 5.1, 8 6.5, 32 6.6,
-# 64 6.7. 1.25 MiB makes it 17 of 512 channels, so a thread's 256 go 16 at a time (even_parts).
-# In the launch (2-core Xeon VM, 2026-11-25, interleaved, evidence/studies/winograd_blocks.py
-# --before): res5a F4 bwd_data 11.9 -> 9.5 ms, fwd 8.9 -> 9.0 (its GEMMs of 32 tiles, not U's
-# traffic, bound it); U's 36 MiB of workspace are gone.
+# (36 MiB on res5a) out to memory first: res5a F4 bwd_data 11.9 -> 9.5 ms, and that workspace
+# is gone (evidence/notes/constants.md#winograd-fused_u_bytes).
 FUSED_U_BYTES = 5 << 18
 
 
