@@ -121,10 +121,11 @@ def add_parsers(sub) -> None:
 
 def _add_model_flags(parser: argparse.ArgumentParser, batch: bool = True) -> None:
     if batch:
-        parser.add_argument("--batch", type=int, help="batch size (default 32)")
-    parser.add_argument("--input", help="input CxHxW, e.g. 3x224x224 (default: what the model "
-                                        "says, else 3x224x224; needed for ONNX graphs whose "
-                                        "input size is symbolic)")
+        parser.add_argument("--batch", type=int,
+                            help="batch size (default: an ONNX graph's static batch, else 32)")
+    parser.add_argument("--input", help="input CxHxW, e.g. 3x224x224, or CxDxHxW for a video "
+                                        "model (default: what the model says, else 3x224x224; "
+                                        "needed for ONNX graphs whose input size is symbolic)")
     parser.add_argument("--name", help="suite name (default: from the source)")
 
 
