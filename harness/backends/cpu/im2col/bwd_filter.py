@@ -148,7 +148,7 @@ def bind(columns: Columns, images: list[tuple[int, int]], slots: int, x: np.ndar
     gradient over blocks of whole images ((n0, count) of dy), through buf's planes and each of
     the `slots` threads' scratch (scratch_shapes), `fold` taps a column-matrix row (fold_of).
 
-    With several slots the blocks run on the launch's threads (_workers.run_chunks, BLAS at
+    With several slots the blocks run on the launch's threads (workers.run_chunks, BLAS at
     one thread each): a thread splits its own images into phase planes, gathers their columns
     and sums their GEMMs into an accumulator of its own; the accumulators are added at the end.
     On one thread the copies left a core idle: DeepBench row 6 spent 22 of 49 ms in them."""
