@@ -106,7 +106,8 @@ def resolve_names(backend: str, algorithm: str) -> tuple[str, str]:
     ValueError for a name the backend does not have. A backend's algorithm list is static (no
     GPU is touched to build it), so the check runs on a CPU runner too. A backend with an
     expanding algorithm (cudnn_graph's engines) also takes the names of its concrete variants,
-    known only on the GPU: such a name is passed on as written."""
+    known only on the GPU: a name of a variant's form (its algorithm names the implementation it
+    is one setting of, e.g. `eng70_k2=12`) is passed on as written, in lower case."""
     from harness import backends
     names = {name.lower(): name for name in backends.names()}
     if backend.lower() not in names:
@@ -117,10 +118,11 @@ def resolve_names(backend: str, algorithm: str) -> tuple[str, str]:
     known = {a.name.lower(): a.name for a in algorithms}
     if algorithm.lower() in known:
         return backend, known[algorithm.lower()]
-    if any(a.expands for a in algorithms):
-        return backend, algorithm
+    if any(a.expands and a.engine_of(algorithm.lower()) for a in algorithms):
+        return backend, algorithm.lower()
+    variants = " or a plan name such as eng0" if any(a.expands for a in algorithms) else ""
     raise ValueError(f"convbench: algorithm={algorithm!r} is not one of backend {backend!r}'s: "
-                     f"{', '.join(a.name for a in algorithms)}")
+                     f"{', '.join(a.name for a in algorithms)}{variants}")
 
 
 def extra_info(m: Measurement, env: dict[str, Any]) -> dict[str, Any]:

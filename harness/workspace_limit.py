@@ -27,8 +27,17 @@ def limit_text(value: Any) -> str:
         return "unlimited"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if limit >= size:
-            return f"{limit / size:.3g} {unit}"
+            return f"{_three_digits(limit / size)} {unit}"
     return f"{limit} B"
+
+
+def _three_digits(value: float) -> str:
+    """1023 -> "1023", 1.5 -> "1.5", 64.0001 -> "64": whole numbers exact, others to three
+    significant digits, never in exponent form ("1e+03")."""
+    if value == int(value):
+        return str(int(value))
+    decimals = max(0, 2 - math.floor(math.log10(value)))
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 def _is_na(value: Any) -> bool:

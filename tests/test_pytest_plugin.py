@@ -182,6 +182,11 @@ def test_backend_and_algorithm_names_are_case_insensitive():
     # cudnn_graph's expanding algorithm takes variant names only the GPU knows: passed on as is
     assert make_point('mb2ic8ih8oc8oh8kh3ph1', backend="cudnn_graph",
                       algorithm="eng0_k2=1").algorithm == "eng0_k2=1"
+    assert make_point('mb2ic8ih8oc8oh8kh3ph1', backend="cudnn_graph",
+                      algorithm="ENG70").algorithm == "eng70"
+    # ...but only names of a variant's form: a typo of `engines` fails on a CPU runner too
+    with pytest.raises(ValueError, match="'engnes' is not one of backend 'cudnn_graph'"):
+        make_point('mb2ic8ih8oc8oh8kh3ph1', backend="cudnn_graph", algorithm="engnes")
 
 
 @pytest.mark.parametrize("backend, algorithm, message", [

@@ -117,6 +117,25 @@ def test_an_empty_out_is_refused_not_taken_for_the_default(tmp_path: Path, frame
     assert "--out" in _one_error(capsys) and not (tmp_path / "reports").exists()
 
 
+def test_a_figures_link_out_of_the_folder_is_refused(tmp_path: Path, frame, capsys):
+    # Drawing through it would overwrite a same-named file in someone else's folder.
+    results, out, outside = tmp_path / "r.parquet", tmp_path / "rep", tmp_path / "outside"
+    store.write(frame, results)
+    assert main(["report", str(results), "--out", str(out), "--jobs", "1"]) == 0
+    outside.mkdir()
+    theirs = {outside / name: b"theirs" for name in _listed(out) if name.startswith("figures/")
+              for name in [name.removeprefix("figures/")]}
+    for path, data in theirs.items():
+        path.write_bytes(data)
+    for png in (out / "figures").iterdir():
+        png.unlink()
+    (out / "figures").rmdir()
+    (out / "figures").symlink_to(outside)
+    assert main(["report", str(results), "--out", str(out), "--jobs", "1", "--force"]) == 2
+    assert "outside the report's folder" in _one_error(capsys)
+    assert theirs and _intact(theirs)
+
+
 def test_a_link_to_nowhere_is_one_line_not_a_traceback(tmp_path: Path, frame, capsys):
     results = tmp_path / "r.parquet"
     store.write(frame, results)

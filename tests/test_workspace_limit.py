@@ -14,7 +14,8 @@ from harness.workspace_limit import UNLIMITED_BYTES, limit_from_column, limit_te
 @pytest.mark.parametrize("value, text", [
     (None, "unlimited"), (UNLIMITED_BYTES, "unlimited"), (math.nan, "unlimited"),
     (pd.NA, "unlimited"), (0, "0 B"), (1000, "1000 B"), (64 << 20, "64 MiB"),
-    (3 << 30, "3 GiB"), (1536, "1.5 KiB")])
+    (3 << 30, "3 GiB"), (1536, "1.5 KiB"), (1000 << 20, "1000 MiB"), (1023 << 20, "1023 MiB"),
+    (1 << 40, "1024 GiB"), ((64 << 20) + 1, "64 MiB"), (int(1.234 * 2**30), "1.23 GiB")])
 def test_a_limit_reads_the_same_everywhere(value, text):
     assert limit_text(value) == text
 

@@ -54,6 +54,10 @@ def open_folder(out: Path, force: bool, inner: str) -> list[str]:
         earlier = []
     if (out / inner).exists() and not (out / inner).is_dir():
         raise FolderRefused(f"{out / inner} is not a folder; the report draws its figures there")
+    if (out / inner).is_symlink() and not (out / inner).resolve().is_relative_to(out.resolve()):
+        # drawing through it would overwrite same-named files of someone else's folder
+        raise FolderRefused(f"{out / inner} links to {(out / inner).resolve()}, outside the "
+                            "report's folder; the report draws its figures only inside it")
     try:
         (out / inner).mkdir(exist_ok=True)
         # Marks the folder as a report's at once: a run stopped while drawing leaves a folder
