@@ -2,6 +2,7 @@
 own, so that the importers, which harness.models loads lazily, never import harness.models back."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harness.problem import ConvProblem
@@ -12,6 +13,21 @@ DEFAULT_INPUT = (3, 224, 224)
 # The batch when --batch is not given and the model fixes none (a torch model; an ONNX graph
 # whose batch dimension is symbolic). A graph exported with a static batch keeps it.
 DEFAULT_BATCH = 32
+
+
+def conv_problem(batch: int, in_channels: int, spatial: Sequence[int], out_channels: int,
+                 kernel: Sequence[int], strides: Sequence[int], begins: Sequence[int],
+                 ends: Sequence[int], dilations: Sequence[int], groups: int,
+                 name: str) -> ConvProblem:
+    """A 2-D or 3-D convolution from per-axis values (depth first where there is one): the one
+    place the importers map axes onto ConvProblem's fields. A 2-D problem keeps the flat depth
+    defaults. ProblemError propagates for the caller to name its source."""
+    depth = {} if len(spatial) == 2 else dict(
+        in_d=spatial[0], kernel_d=kernel[0], stride_d=strides[0], pad_front=begins[0],
+        pad_back=ends[0], dilation_d=dilations[0])
+    return ConvProblem(batch, in_channels, spatial[-2], spatial[-1], out_channels, kernel[-2],
+                       kernel[-1], strides[-2], strides[-1], begins[-2], begins[-1], ends[-2],
+                       ends[-1], dilations[-2], dilations[-1], int(groups), name=name, **depth)
 
 
 class ModelError(ValueError):

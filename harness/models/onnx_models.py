@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness.models.common import Capture, ModelError
+from harness.models.common import Capture, ModelError, conv_problem
 from harness.problem import ConvProblem, ProblemError
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
@@ -160,18 +160,9 @@ def _problem(onnx, node, shapes: dict[str, Shape], path: Path, fallback: str) ->
         raise ModelError(f"{path}: Conv node {name!r}: its input has {x[1]} channels, its weight "
                          f"{_shape_text(w)} with group={attrs.get('group', 1)} expects "
                          f"{w[1] * attrs.get('group', 1)}")
-    # Depth fields only for a 3-D conv: a 2-D problem keeps the flat defaults.
-    depth = {} if rank == 2 else dict(
-        in_d=x[2], kernel_d=kernel[0], stride_d=strides[0], dilation_d=dilations[0],
-        pad_front=pads[0], pad_back=pads[rank])
-    h, wd = rank - 2, rank - 1     # the height and width axes' index among the spatial ones
-    try:
-        return ConvProblem(
-            batch=x[0] or 1, in_channels=x[1], in_h=x[2 + h], in_w=x[2 + wd], out_channels=w[0],
-            kernel_h=kernel[h], kernel_w=kernel[wd], stride_h=strides[h], stride_w=strides[wd],
-            pad_top=pads[h], pad_left=pads[wd], pad_bottom=pads[rank + h],
-            pad_right=pads[rank + wd], dilation_h=dilations[h], dilation_w=dilations[wd],
-            groups=attrs.get("group", 1), name=name, multiplicity=1, **depth)
+    try:        # ONNX pads: every axis' begin, then every end
+        return conv_problem(x[0] or 1, x[1], x[2:], w[0], kernel, strides, pads[:rank],
+                            pads[rank:], dilations, attrs.get("group", 1), name)
     except ProblemError as error:
         raise ModelError(f"{path}: Conv node {name!r}: {error}") from None
 

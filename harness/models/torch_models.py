@@ -19,7 +19,7 @@ import io
 import re
 import sys
 
-from harness.models.common import DEFAULT_INPUT, Capture, ModelError
+from harness.models.common import DEFAULT_INPUT, Capture, ModelError, conv_problem
 from harness.problem import ConvProblem, ProblemError
 
 CAPTURE_BATCH = 2
@@ -295,15 +295,9 @@ def _problem(source, name, in_shape, weight, stride, padding, dilation, groups) 
         begins, ends = zip(*(_string_pad(padding, k, d) for k, d in zip(weight[2:], dilations)))
     else:
         begins = ends = _per_axis(padding, rank)
-    # Depth fields only for a 3-D conv: a 2-D problem keeps the flat defaults.
-    depth = {} if rank == 2 else dict(in_d=in_shape[2], kernel_d=weight[2], stride_d=strides[0],
-                                      pad_front=begins[0], pad_back=ends[0],
-                                      dilation_d=dilations[0])
     try:
-        return ConvProblem(in_shape[0], in_shape[1], in_shape[-2], in_shape[-1], weight[0],
-                           weight[-2], weight[-1], strides[-2], strides[-1], begins[-2],
-                           begins[-1], ends[-2], ends[-1], dilations[-2], dilations[-1],
-                           int(groups), name=name, **depth)
+        return conv_problem(in_shape[0], in_shape[1], in_shape[2:], weight[0], weight[2:],
+                            strides, begins, ends, dilations, groups, name)
     except ProblemError as exc:
         raise ModelError(f"{source}: layer {name}: {exc}") from None
 
