@@ -37,7 +37,7 @@ def csv_list(text: str | None, flag: str) -> list[str] | None:
     items = [item.strip() for item in text.split(",")]
     if not all(items):
         what = "is empty" if not text.strip() else "has an empty item"
-        raise UserError(f"{flag} {text!r} {what}: give a comma list of names")
+        raise UserError(f"{flag} {text!r} {what}: give a comma list of values")
     return items
 
 

@@ -40,10 +40,10 @@ def load_checked(path: Path):
     import numpy as np
     from harness import store
     df = store.load(path)
-    for number, (samples, row) in enumerate(zip(df["samples_ms"], df.itertuples()), start=1):
+    for number, samples in enumerate(df["samples_ms"], start=1):
         values = np.asarray(samples if samples is not None else [], dtype=float)
         if values.size and not np.isfinite(values).all():
-            bad = values[~np.isfinite(values)][0]
+            bad, row = values[~np.isfinite(values)][0], df.iloc[number - 1]
             raise UserError(f"{path}: row {number} ({row.layer} {row.direction} {row.backend}:"
                             f"{row.algorithm}) has a sample of {bad} ms; samples are finite "
                             "times: the file was edited or is damaged")
