@@ -95,6 +95,8 @@ def _fit(fig: Any, ax: Any, legend: Any, matrix_height: float, left: float) -> f
     fig.subplots_adjust(left=left / width, right=right, top=1 - top / height,
                         bottom=bottom / height)
     return right
+
+
 MAX_COLUMNS = 24   # per direction; graph-API sweeps offer ~90 plans, unreadable side by side
 
 
