@@ -94,6 +94,15 @@ def _git_commit() -> str | None:
         return None
 
 
+def gpu_visible() -> bool:
+    """Whether the machine shows an NVIDIA GPU to this process, read from the device files and
+    CUDA_VISIBLE_DEVICES without loading CUDA: cheap, and true where CuPy or cuDNN is missing,
+    so a run can say which GPU backend could not use the GPU and why."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 def _gpu_from_cupy() -> dict[str, Any]:
     import cupy
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)

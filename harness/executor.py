@@ -19,13 +19,14 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from harness import backends, contention, cpu_memory, memory, precision, reference, threads, verdict
+from harness import backends, cpu_memory, memory, precision, reference, threads, verdict
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
+from harness.point_timing import sm_clock, time_cpu_alone, time_gpu, timing_extras, timing_notes
 from harness.reference import ProblemData
 from harness.sweep import Point
-from harness.timer import CpuCacheFlusher, Timing, time_cpu
+from harness.timer import CpuCacheFlusher, Timing
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class PointExecutor:
              common: dict) -> Measurement:
         # The backend's columns, then how the point was timed, then the limit's own: a new dict
         # per row, so rows of one group never share (and the backend's dict is never written).
-        extras = {**prepared.extras, **_timing_extras(timing), "first_call_ms": first_call_ms,
+        extras = {**prepared.extras, **timing_extras(timing), "first_call_ms": first_call_ms,
                   **prepared.extras_for_limit(p.workspace_limit)}
         if timing.cpu_use is not None:
             extras["cpu_threads"] = (threads.available_cores() if p.threads == threads.ALL
@@ -185,8 +186,7 @@ class PointExecutor:
         if common["effective_precision"] != p.precision:
             notes.append(f"asked for {p.precision}, delivers {common['effective_precision']} "
                          f"accuracy (relative L2 error {common['rel_error']:.3g})")
-        if timing.contention:
-            notes.append(timing.contention)
+        notes.extend(timing_notes(timing))
         reason = "; ".join(notes)
         return Measurement(p, Status.OK, reason, samples_ms=timing.samples_ms,
                            stop_reason=timing.stop_reason, host_ms=timing.host_ms,
@@ -199,8 +199,8 @@ class PointExecutor:
             return own
         flush = self._flusher(prepared.device) if options.mode == "cold" else None
         if prepared.device == "cuda":
-            return replace(_time_gpu(prepared, options, flush), sm_clock_mhz=_sm_clock())
-        return _time_cpu_alone(prepared, options, flush)
+            return replace(time_gpu(prepared, options, flush), sm_clock_mhz=sm_clock())
+        return time_cpu_alone(prepared, options, flush)
 
     def _flusher(self, device: str) -> Callable[[], None]:
         if device not in self._flushers:
@@ -258,87 +258,6 @@ def algorithm_for(point: Point) -> Algorithm:
     if expanding and point.algorithm not in {a.name for a in backend.algorithms()}:
         return expanding[0]
     return backend.algorithm(point.algorithm)
-
-
-def _time_gpu(prepared: Prepared, options, flush) -> Timing:
-    """Warm points replay a CUDA graph of the calls unless the stream timer is asked for; cold
-    points (an L2 flush between calls) and libraries whose calls cannot be captured use the held
-    stream. The Timing says which, and why capture failed. A library that captures its own
-    calls (PyTorch) is timed both ways: where the replay is slower, capture changed its kernels
-    and the stream-ordered timing, what eager users get, is kept (timer.capture_changed_kernels)."""
-    from harness.timer import CaptureFailed, capture_changed_kernels, time_cuda, time_cuda_graph
-    capture_error = None
-    if flush is None and options.gpu_timer == "graph":
-        try:
-            timing = time_cuda_graph(prepared.launch, prepared.stream, options,
-                                     capture=prepared.capture)
-        except CaptureFailed as err:
-            capture_error = str(err)[:300]
-        else:
-            if prepared.capture is None:
-                return replace(timing, gpu_timer="cuda_graph")
-            streamed = time_cuda(prepared.launch, prepared.stream, options)
-            capture_error = capture_changed_kernels(timing, streamed)
-            if capture_error is None:
-                return replace(timing, gpu_timer="cuda_graph")
-            return replace(streamed, gpu_timer="held_stream", capture_error=capture_error)
-    timing = time_cuda(prepared.launch, prepared.stream, options, flush)
-    return replace(timing, gpu_timer="held_stream", capture_error=capture_error)
-
-
-def _time_cpu_alone(prepared: Prepared, options, flush) -> Timing:
-    """A CPU point timed between two readings of the host probe (contention.host_probe_ms)."""
-    cores = threads.available_cores()
-    before = contention.host_probe_ms(cores)
-    timing = _timed_again_if_shared(prepared, options, flush)
-    return replace(timing, host_probe_ms=(before + contention.host_probe_ms(cores)) / 2)
-
-
-def _timed_again_if_shared(prepared: Prepared, options, flush) -> Timing:
-    """A CPU point timed, and timed once more (same prepared object) when the first timing
-    shared the cores with other work (harness/contention.py). The row keeps the second timing;
-    if that shared them too, it says so (`contended`, and why in its reason) and `compare`
-    never calls it SLOWER or FASTER. One retry: on a machine that stays busy, more cost time
-    and would not give a clean number."""
-    first = time_cpu(prepared.launch, options, flush)
-    if first.cpu_use is None or contention.shared_cores(first.cpu_use) is None:
-        return first
-    again = time_cpu(prepared.launch, options, flush)
-    why = contention.shared_cores(again.cpu_use, first.cpu_use)
-    if why is not None:
-        why += f"; re-measured once, the first timing: {contention.describe(first.cpu_use)}"
-    # the retakes of both timings: what the row's `samples_retaken` counts
-    use = replace(again.cpu_use, retaken=again.cpu_use.retaken + first.cpu_use.retaken)
-    return replace(again, contention=why, cpu_use=use)
-
-
-def _sm_clock() -> tuple[int, int] | None:
-    """SM clock read right after the timed batches, while the GPU is still busy-warm."""
-    from harness.env import sm_clock_mhz
-    return sm_clock_mhz()
-
-
-def _timing_extras(timing: Timing) -> dict[str, Any]:
-    """A row's columns for how it was timed. A clock under 90% of its maximum flags the row as
-    throttled, a CPU point that shared the cores as contended (either is kept, never
-    discarded)."""
-    extras: dict[str, Any] = {}
-    use = timing.cpu_use
-    if use is not None:
-        extras.update(cpu_time_ratio=use.ratio, load_avg=use.load, cpu_steal=use.steal,
-                      contended=timing.contention is not None, contention_check=use.check,
-                      samples_retaken=use.retaken,
-                      cpu_wait=contention.wait_share(use, timing.samples_ms),
-                      host_probe_ms=timing.host_probe_ms)
-    if timing.capture_error is not None:
-        extras["capture_error"] = timing.capture_error
-    if timing.gpu_timer is not None:
-        extras["gpu_timer"] = timing.gpu_timer
-    if timing.sm_clock_mhz is not None:
-        current, maximum = timing.sm_clock_mhz
-        extras.update(sm_clock_mhz=current, sm_clock_max_mhz=maximum,
-                      throttled=current < 0.9 * maximum)
-    return extras
 
 
 def _run_twice(prepared: Prepared) -> tuple[float, Any, bool]:

@@ -12,7 +12,9 @@ sees it (a row whose processes disagree is not called SLOWER by a jump of that s
 
 The merged row keeps the samples in process order and says how many came from each
 (`process_samples`, e.g. "10 10"); every process verifies the output against the float64
-reference, and the row takes the worst status any process saw.
+reference, and the row takes the worst status any process saw. One exception: where PyTorch's
+autotuner picked different kernels in different processes, the row keeps process 1's samples
+alone (one pick's time, never a mixture) and says so (`torch_pick_stable`).
 """
 from __future__ import annotations
 
@@ -87,22 +89,44 @@ def _merge_one(measurements: list[Measurement], processes: int) -> Measurement:
 def _merge_ok(measurements: list[Measurement]) -> Measurement:
     # The least accurate process speaks for the row's accuracy (error, delivered precision and
     # the reason that names it); the first for what does not vary (family, workspace, setup).
+    # The row's time comes from the processes that ran one pick (all, unless PyTorch's differed).
     least_accurate = max(measurements, key=lambda m: m.rel_error or 0.0)
     first = measurements[0]
-    samples = tuple(s for m in measurements for s in m.samples_ms)
-    extras = {**first.extras, **_merged_contention(measurements),
-              "process_samples": " ".join(str(len(m.samples_ms)) for m in measurements)}
-    stops = list(dict.fromkeys(m.stop_reason for m in measurements if m.stop_reason))
-    shared = [m.reason for m in measurements
+    timed, pick, pick_note = _merged_torch_pick(measurements)
+    samples = tuple(s for m in timed for s in m.samples_ms)
+    extras = {**first.extras, **_merged_contention(timed), **pick,
+              "process_samples": " ".join(str(len(m.samples_ms)) for m in timed)}
+    stops = list(dict.fromkeys(m.stop_reason for m in timed if m.stop_reason))
+    shared = [m.reason for m in timed
               if m.extras.get("contended") and m.reason != least_accurate.reason]
     return replace(
         first, samples_ms=samples, extras=extras, stop_reason="; ".join(stops),
-        reason="; ".join(r for r in (least_accurate.reason, *shared) if r),
+        reason="; ".join(r for r in (least_accurate.reason, *shared, pick_note) if r),
         rel_error=least_accurate.rel_error,
         max_abs_error=least_accurate.max_abs_error,
         effective_precision=least_accurate.effective_precision,
         deterministic=_all(m.deterministic for m in measurements),
-        host_ms=_median_high(m.host_ms for m in measurements))
+        host_ms=_median_high(m.host_ms for m in timed))
+
+
+def _merged_torch_pick(measurements: list[Measurement]
+                       ) -> tuple[list[Measurement], dict, str]:
+    """(the processes whose samples the row keeps, the torch_pick columns, a note for the
+    reason). Each worker process runs PyTorch's autotuner on its own (torch_kernels: what its
+    pick ran); where they picked differently, pooling their samples would time a mixture of
+    two algorithms, so the row times process 1's pick and names every process's."""
+    kernels = [m.extras.get("torch_kernels") for m in measurements]
+    if len(kernels) < 2 or None in kernels:
+        return measurements, {}, ""         # not recorded, or nothing to compare
+    if len(set(kernels)) == 1:
+        return measurements, {"torch_pick_stable": True}, ""
+    medians = [f"{m.median_ms:.4g}" if m.samples_ms else "n/a" for m in measurements]
+    ran = ", ".join(f"process {i} ran {k} ({ms} ms)"
+                    for i, (k, ms) in enumerate(zip(kernels, medians), start=1))
+    return measurements[:1], {
+        "torch_pick_stable": False, "torch_picks": " || ".join(kernels),
+        "torch_pick_ms": " ".join(medians),
+    }, f"PyTorch's pick is unstable here: {ran}; the row's time is process 1's pick"
 
 
 # How a CPU row's replicates combine (harness/contention.py): the row shared the cores if any

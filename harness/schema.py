@@ -66,16 +66,23 @@ EXTRA_COLUMNS: dict[str, str] = {
     "sm_clock_mhz": "float64",           # lowest SM clock read around the point (NVML)
     "sm_clock_max_mhz": "float64",
     "throttled": "boolean",              # sm clock under 90% of max while timing
-    "gpu_timer": "string",               # cuda_graph (warm replay) or held_stream
+    "gpu_timer": "string",               # cuda_graph (warm replay), held_stream, unheld_events
     "capture_error": "string",           # why the calls were not timed by graph replay: capture
                                          # failed, or it changed a library's kernels
+    # why the stream could not be held (gpu_timer "unheld_events": events call by call, host
+    # gaps inside a call counted; harness/stream_hold.py); also in the row's reason
+    "timer_fallback": "string",
     "achieved_tflops": "float64",
     "achieved_gbps": "float64",
     "roofline_pct": "float64",           # achieved rate as % of min(peak, intensity x bandwidth)
     "heuristic_rank": "Int64",           # position in cuDNN's _v7 heuristic list (0 = its pick)
     "heuristic_pick": "boolean",         # cuDNN's heuristic would pick this under this limit
-    "find_pick": "boolean",              # cudnnFind*Ex picked this under this limit
+    "find_pick": "boolean",              # cudnnFind*Ex's first call for the shape picked this
     "find_ms": "float64",                # the time cudnnFind reported for this algorithm
+    # Find called again right after (harness/backends/cudnn/choices.py): its pick and time, the
+    # workspace both calls were offered, and CUDA's module loading (lazy or eager)
+    "find_pick_warm": "boolean", "find_ms_warm": "float64", "find_workspace_bytes": "Int64",
+    "find_module_loading": "string",
     "numerical_notes": "string",         # graph-API plan notes (tensor_core, down_convert, ...)
     "engine_id": "Int64",
     # a plan that ran past its cap: the engine it is a knob setting of, so a resumed run gives
@@ -92,6 +99,16 @@ EXTRA_COLUMNS: dict[str, str] = {
     "first_call_ms": "float64",          # host wall time of the first launch (cold start)
     # samples per worker process, in samples_ms order ("10 10"): harness/process_split.py
     "process_samples": "string",
+    # torch_gpu: the CUDA kernels one call of PyTorch's autotuned pick ran (sorted short names
+    # joined by "+", from torch.profiler) and their summed device time, in the row's process;
+    # whether every timing process ran the same kernels (NA: not recorded, or one process);
+    # where they did not, each process's kernels ("A || B") and median ms ("0.41 0.52"), and
+    # the row times process 1's pick alone (harness/process_split.py)
+    "torch_kernels": "string",
+    "torch_kernels_ms": "float64",
+    "torch_pick_stable": "boolean",
+    "torch_picks": "string",
+    "torch_pick_ms": "string",
     # CPU points (harness/contention.py): process CPU time / wall time over the timing loop,
     # the higher 1-minute load average read before and after them, and whether the point shared
     # the cores with other work even when re-measured (the reason says how); cpu_steal: the share

@@ -139,6 +139,10 @@ class Sweep:
     ops: tuple[str, ...] = (epilogue.CONV,)
     outputs: tuple[str, ...] = (precision_table.AUTO_OUTPUT,)
     regression_threshold: float = 0.05   # fractional slowdown that `compare` calls practical
+    # (precision, layout) pairs to sweep, where not every pair is wanted (the GPU default runs
+    # each precision in the layout frameworks use for it: harness/cli/gpu_default.py); empty:
+    # every precision in every layout
+    precision_layouts: tuple[tuple[str, str], ...] = ()
 
     def points(self, algorithms_of) -> Iterator[Point]:
         """Expand the axes. `algorithms_of(backend_name)` lists a backend's algorithm names and is
@@ -151,6 +155,9 @@ class Sweep:
                 for op, (precision, output), layout, algorithm, threads, limit in product(
                         self.ops_of(direction), self.precisions_of(direction), self.layouts,
                         names, self.threads, self.workspace_limits):
+                    if self.precision_layouts and (precision,
+                                                   layout) not in self.precision_layouts:
+                        continue
                     yield Point(problem, direction, precision, layout, choice.backend, algorithm,
                                 limit, self.timing, threads, op, output)
 

@@ -5,9 +5,10 @@ The CUDA timers keep launch overhead out of the number. A legacy cuDNN call cost
 time, more than many of its kernels, so events recorded around calls issued one by one would
 measure the host. time_cuda holds the stream with a spin kernel while the host enqueues a whole
 batch; the GPU then runs it back to back between one pair of events. If the hold ends before the
-host has finished enqueueing, the batch is thrown away and the hold doubled. time_cuda_graph
-(the default for warm points) captures the calls into a CUDA graph and times its replays the same
-way, which also leaves out the ~1 us the GPU spends between stream-ordered kernels.
+host has finished enqueueing, the batch is thrown away and the hold or the batch resized, within
+bounds (harness/stream_hold.py). time_cuda_graph (the default for warm points) captures the
+calls into a CUDA graph and times its replays the same way, which also leaves out the ~1 us the
+GPU spends between stream-ordered kernels.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 from harness import contention
 from harness.contention import load_average, stolen_ms
 from harness.stats import relative_noise
+from harness.stream_hold import UNHELD, Hold, measure_host_ms, unheld_samples
 from harness.sweep import TimingOptions
 from harness.threads import available_cores
 
@@ -31,8 +33,9 @@ class Timing:
     samples_ms: tuple[float, ...]
     stop_reason: str
     host_ms: float | None = None     # host time to issue one call (GPU timers only)
-    # How a GPU point was timed, set by the executor; the row's columns of the same names:
-    gpu_timer: str | None = None      # "cuda_graph" (graph replay) or "held_stream"
+    # How a GPU point was timed, set by the executor where time_cuda left None; the row's columns:
+    gpu_timer: str | None = None      # "cuda_graph", "held_stream" or stream_hold.UNHELD
+    timer_note: str | None = None     # why the stream could not be held (stream_hold.Hold.missed)
     capture_error: str | None = None  # why the calls could not be captured into a graph
     sm_clock_mhz: tuple[int, int] | None = None   # (current, max) right after the timed batches
     cpu_use: contention.CpuUse | None = None   # CPU timers: what the process got
@@ -219,9 +222,6 @@ def _spin(stream: Any, duration_ms: float) -> None:
         _spin_kernel((1,), (1,), (cupy.uint64(int(duration_ms * 1e6)),))
 
 
-MIN_HOLD_MS = 0.1     # the hold also covers recording the events and Python's loop overhead
-
-
 class GpuL2Flusher:
     """Evicts the GPU's L2 by writing a buffer of twice its size (cold mode)."""
 
@@ -233,17 +233,6 @@ class GpuL2Flusher:
         self._buffer.fill(0.0)
 
 
-def measure_host_ms(launch: Callable[[], None], stream: Any, calls: int = 5) -> float:
-    """Host time per call, issued back to back without synchronizing (a few calls never fill
-    the launch queue, so the host is not made to wait for the GPU)."""
-    start = time.perf_counter()
-    for _ in range(calls):
-        launch()
-    host_ms = (time.perf_counter() - start) * 1e3 / calls
-    stream.synchronize()
-    return host_ms
-
-
 def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
               flush: Callable[[], None] | None = None, batch_calls: int = 20) -> Timing:
     """GPU time per call from CUDA events, with the stream held while each batch is enqueued.
@@ -251,7 +240,9 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     Warm mode brackets a whole batch of back-to-back calls with one pair of events and records the
     mean per call: bracketing each call would add the event and dispatch latency (~2-3 us on an
     H100, 10-30% of a 10 us kernel) to every sample. Cold mode must flush the L2 between calls,
-    outside the timed region, so there each call gets its own pair of events."""
+    outside the timed region, so there each call gets its own pair of events. Where the stream
+    cannot be held (stream_hold.Hold.missed), every call gets its own pair and the Timing says
+    why (gpu_timer UNHELD, timer_note)."""
     import cupy
     host_ms = measure_host_ms(launch, stream)
     for _ in range(options.warmup):
@@ -259,17 +250,20 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     stream.synchronize()
     rule = _StoppingRule(options)
     samples: list[float] = []
-    hold_ms = MIN_HOLD_MS
+    hold = Hold(host_ms + (0.02 if flush else 0.0))
     per_call_estimate = None
     while (reason := rule.reason_to_stop(samples)) is None:
-        calls = _batch_size(batch_calls, per_call_estimate, options, len(samples), flush)
-        enqueue_cost = calls * (host_ms + (0.02 if flush else 0.0))
-        # the hold is GPU time spent idle: long enough to cover the enqueue, doubled on a miss
-        hold_ms = max(hold_ms, 1.5 * enqueue_cost + MIN_HOLD_MS)
-        batch = _timed_batch(launch, stream, calls, hold_ms, flush, cupy)
+        calls, hold_ms = hold.size(_batch_size(batch_calls, per_call_estimate, options,
+                                               len(samples), flush))
+        batch, enqueue_ms = _timed_batch(launch, stream, calls, hold_ms, flush, cupy)
         if batch is None:           # the hold ran out while enqueueing: the GPU waited on the host
-            hold_ms *= 2
-            continue
+            note = hold.missed(calls, hold_ms, enqueue_ms)
+            if note is None:
+                continue
+            # all over again under a fresh rule: a row's samples are all timed one way
+            samples, reason = unheld_samples(launch, stream, _StoppingRule(options), flush, cupy)
+            return Timing(tuple(samples), reason, host_ms, gpu_timer=UNHELD, timer_note=note)
+        hold.held()
         samples.extend(batch)
         per_call_estimate = sorted(samples)[len(samples) // 2]
     return Timing(tuple(samples), reason, host_ms)
@@ -286,11 +280,14 @@ def _batch_size(default: int, per_call_ms: float | None, options: TimingOptions,
     return max(1, min(default, by_budget, limit))
 
 
-def _timed_batch(launch, stream, calls, hold_ms, flush, cupy) -> list[float] | None:
-    """One warm sample (mean over the batch) or, with a flush, one sample per call."""
+def _timed_batch(launch, stream, calls, hold_ms, flush,
+                 cupy) -> tuple[list[float] | None, float]:
+    """One warm sample (mean over the batch) or, with a flush, one sample per call (None where
+    the hold ran out first), and the host's time to enqueue them."""
     pairs = calls if flush is not None else 1
     events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(pairs)]
     _spin(stream, hold_ms)
+    started = time.perf_counter()
     if flush is None:
         events[0][0].record(stream)
         for _ in range(calls):
@@ -303,12 +300,13 @@ def _timed_batch(launch, stream, calls, hold_ms, flush, cupy) -> list[float] | N
             start.record(stream)
             launch()
             end.record(stream)
+    enqueue_ms = (time.perf_counter() - started) * 1e3
     held = not events[0][0].done   # still queued behind the spin: the hold covered the enqueue
     events[-1][1].synchronize()
     if not held:
-        return None
+        return None, enqueue_ms
     per_pair = calls // pairs
-    return [cupy.cuda.get_elapsed_time(s, e) / per_pair for s, e in events]
+    return [cupy.cuda.get_elapsed_time(s, e) / per_pair for s, e in events], enqueue_ms
 
 
 class CaptureFailed(RuntimeError):
@@ -362,8 +360,9 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
     else:
         replay_graph = capture(calls)
     replay = time_cuda(replay_graph, stream, options, batch_calls=4)
+    note = replay.timer_note and f"graph replays: {replay.timer_note}"  # a "call" is a replay
     return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason,
-                  probe.host_ms)
+                  probe.host_ms, timer_note=note)
 
 
 def _calls_per_graph(per_call_ms: float, options: TimingOptions, most: int) -> int:

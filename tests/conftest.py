@@ -2,17 +2,26 @@
 GPU is missing; they are never silently passed."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import replace
+
 import pytest
 
-from harness import backends
+from harness import backends, runner
+from harness.measurement import Measurement
+from harness.sweep import Point, Sweep, TimingOptions
 
 # The fake backend is for tests only: registered here, never in harness/backends/__init__.py.
 # Worker processes receive backends.registry(), so GPU-path tests see it too.
 backends.register("fake", "harness.backends.fake:FakeBackend")
 
+# What the GPU tests time with: they check statuses, accuracy and row facts, never how precise a
+# time is, so each row needs a few samples, not the regression floor runner.plan would raise
+# them to (12-19), and one worker process, not two (each pays the row's fixed cost again).
+FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=5, gpu_processes=1)
+
 
 def gpu_unavailable_reason() -> str | None:
-    from harness import backends
     return backends.get("cudnn").unavailable_reason()
 
 
@@ -30,3 +39,36 @@ def pytest_collection_modifyitems(config, items):
             reason = reason or gpu_unavailable_reason() or ""
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"GPU test skipped: {reason}"))
+
+
+class FastRuns:
+    """Measures sweeps for the GPU tests through one runner.Measurer for the whole session, so
+    its worker process (CuPy, cuDNN and PyTorch brought up, kernels compiled) is started once,
+    not once per sweep; a worker that crashes or hangs is replaced by the Measurer as in a run."""
+
+    timing = FAST
+
+    def __init__(self) -> None:
+        self._measurer = runner.Measurer()
+
+    def __call__(self, sweep: Sweep, **timing_changes) -> list[Measurement]:
+        """Every row of `sweep` as runner.plan expands it, each point timed with FAST (with
+        `timing_changes`, e.g. mode="cold") in place of the timing plan gave it."""
+        timing = replace(FAST, **timing_changes)
+        return self.measure(replace(p, timing=timing) for p in runner.plan(sweep).points)
+
+    def measure(self, points: Iterable[Point]) -> list[Measurement]:
+        """The rows of `points`, timed as the points say."""
+        rows: list[Measurement] = []
+        self._measurer.run(points, rows.append)
+        return rows
+
+    def close(self) -> None:
+        self._measurer.close()
+
+
+@pytest.fixture(scope="session")
+def run_fast():
+    runs = FastRuns()
+    yield runs
+    runs.close()

@@ -1,16 +1,16 @@
 """Small 3-D problems that the GPU backends' tests (test_cudnn_gpu, test_cudnn_graph_gpu,
 test_torch_gpu) run in every direction, fp32 and fp16, NCHW and NHWC: at least one verified `ok`
-row for each setting and no `wrong` or `crashed` row. Kept small so all three files' 3-D tests
+row for each setting and no `wrong` or `crashed` row. Kept small, and swept once per backend
+(every problem in one sweep, which each problem's test reads), so all three files' 3-D tests
 take seconds on an H100."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
-from harness import runner
 from harness.problem import ConvProblem
-from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
+from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep
 
-FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 PRECISIONS_3D = ("fp32", "fp16")
 PROBLEMS_3D = (
     # 3x3x3, pad 1 on every side, batch 1
@@ -27,17 +27,18 @@ PROBLEMS_3D = (
 assert all(p.is_3d and p.symmetric_padding for p in PROBLEMS_3D)
 
 
-def run_3d(backend: str, problem: ConvProblem) -> list:
-    sweep = Sweep("gpu-3d-test", (problem,), backends=(AlgorithmChoice(backend),), timing=FAST,
-                  directions=DIRECTIONS, precisions=PRECISIONS_3D, layouts=LAYOUTS)
-    results = []
-    runner.run_points(runner.plan(sweep).points, results.append)
-    return results
+def run_3d(run_fast: Callable[[Sweep], list], backend: str) -> list:
+    """The rows of every problem in PROBLEMS_3D on `backend`, in every direction, precision and
+    layout (`run_fast`: conftest's session fixture)."""
+    return run_fast(Sweep("gpu-3d-test", PROBLEMS_3D, backends=(AlgorithmChoice(backend),),
+                          directions=DIRECTIONS, precisions=PRECISIONS_3D, layouts=LAYOUTS))
 
 
-def check_3d(results: list) -> None:
-    """Every (direction, precision, layout) has an ok row within its tolerance; no row is
-    wrong or crashed. Prints each setting's statuses for the log."""
+def check_3d(rows: list, problem: ConvProblem) -> None:
+    """Of `rows` (run_3d's), `problem`'s: every (direction, precision, layout) has an ok row
+    within its tolerance; no row is wrong or crashed. Prints each setting's statuses for the
+    log."""
+    results = [m for m in rows if m.point.problem == problem]
     by_setting: dict[tuple, list] = {}
     for m in results:
         by_setting.setdefault((m.point.direction, m.point.precision, m.point.layout), []).append(m)

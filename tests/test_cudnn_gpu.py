@@ -12,24 +12,25 @@ from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Point, Sweep, TimingOptions
 
 pytestmark = pytest.mark.gpu
-FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
                     name="small3x3")
 STATUSES = {"ok", "unsupported", "workspace_exceeded", "failed", "wrong", "crashed",
             "not_tried"}
 
 
-def _sweep(problem, timing=FAST, **axes) -> list:
-    sweep = Sweep("gpu-test", (problem,), backends=(AlgorithmChoice("cudnn"),), timing=timing,
-                  **axes)
-    results = []
-    runner.run_points(runner.plan(sweep).points, results.append)
-    return results
+def _sweep(problem, **axes) -> Sweep:
+    return Sweep("gpu-test", (problem,), backends=(AlgorithmChoice("cudnn"),), **axes)
 
 
-def test_every_algorithm_precision_layout_gets_a_row():
+@pytest.fixture(scope="module")
+def floating_rows(run_fast) -> list:
+    """SMALL in every direction, floating precision and layout: the rows of the first two tests."""
     # the floating precisions; the quantized ones have their own test below
-    results = _sweep(SMALL, directions=DIRECTIONS, precisions=FLOATING, layouts=LAYOUTS)
+    return run_fast(_sweep(SMALL, directions=DIRECTIONS, precisions=FLOATING, layouts=LAYOUTS))
+
+
+def test_every_algorithm_precision_layout_gets_a_row(floating_rows):
+    results = floating_rows
     expected = 2 * len(FLOATING) * (8 + 6 + 7)
     assert len(results) == expected
     assert {m.status for m in results} <= STATUSES
@@ -52,18 +53,18 @@ def test_every_algorithm_precision_layout_gets_a_row():
         [(m.point.point_id, m.reason) for m in results if m.status in ("wrong", "crashed")]
 
 
-def test_fp32_is_true_fp32_and_fp16_is_not():
-    results = _sweep(SMALL, directions=("fwd",), precisions=("fp32", "fp16"))
-    by = {(m.point.precision, m.point.algorithm): m for m in results}
+def test_fp32_is_true_fp32_and_fp16_is_not(floating_rows):
+    by = {(m.point.precision, m.point.algorithm): m for m in floating_rows
+          if (m.point.direction, m.point.layout) == ("fwd", "NCHW")}
     gemm32 = by[("fp32", "implicit_gemm")]
     assert gemm32.ok and gemm32.rel_error < 1e-6 and gemm32.effective_precision == "fp32"
     assert by[("fp16", "implicit_precomp_gemm")].rel_error > 1e-5
 
 
-def test_workspace_limit_and_cudnn_choices():
-    results = _sweep(ConvProblem(8, 64, 28, 28, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
-                                 pad_right=1, name="res3x3"),
-                     directions=("fwd",), workspace_limits=(0, None))
+def test_workspace_limit_and_cudnn_choices(run_fast):
+    results = run_fast(_sweep(ConvProblem(8, 64, 28, 28, 64, 3, 3, pad_top=1, pad_left=1,
+                                          pad_bottom=1, pad_right=1, name="res3x3"),
+                              directions=("fwd",), workspace_limits=(0, None)))
     zero = [m for m in results if m.point.workspace_limit == 0]
     free = [m for m in results if m.point.workspace_limit is None]
     for m in zero:
@@ -75,12 +76,12 @@ def test_workspace_limit_and_cudnn_choices():
     assert any(m.status == "ok" and m.workspace_bytes > 0 for m in free)
 
 
-def test_int8_forward_runs_as_int8_ext_config_and_the_rest_is_refused():
+def test_int8_forward_runs_as_int8_ext_config_and_the_rest_is_refused(run_fast):
     """SMALL has 16 channels in and out (multiples of 4): NHWC implicit_precomp_gemm computes it
     exactly (int32 sums, fp32 y); every other algorithm and NCHW give a reason; fp8 is refused
     and no heuristic or Find answer for int8 breaks a row."""
-    results = _sweep(SMALL, directions=("fwd",), precisions=("int8", "fp8_e4m3"),
-                     layouts=LAYOUTS)
+    results = run_fast(_sweep(SMALL, directions=("fwd",), precisions=("int8", "fp8_e4m3"),
+                              layouts=LAYOUTS))
     for m in results:
         print(m.point.precision, m.point.layout, m.point.algorithm, m.status, m.rel_error,
               m.tolerance, m.extras.get("heuristic_rank"), m.extras.get("find_ms"), m.reason)
@@ -101,9 +102,9 @@ def test_int8_forward_runs_as_int8_ext_config_and_the_rest_is_refused():
             assert m.reason == "cuDNN runs int8 only with IMPLICIT_PRECOMP_GEMM"
 
 
-def test_asymmetric_padding_is_unsupported_with_reason():
+def test_asymmetric_padding_is_unsupported_with_reason(run_fast):
     problem = ConvProblem(2, 8, 9, 9, 8, 3, 3, pad_top=0, pad_left=1, pad_bottom=2, pad_right=1)
-    results = _sweep(problem)
+    results = run_fast(_sweep(problem))
     assert {m.status for m in results} == {"unsupported"}
     assert "asymmetric padding" in results[0].reason
 
@@ -138,13 +139,22 @@ def test_timers_keep_host_overhead_out():
     assert graph <= median(time_cuda(launch, stream, options))
 
 
-def test_warm_rows_are_timed_by_graph_replay_cold_and_stream_rows_by_the_held_stream():
-    warm = _sweep(SMALL, directions=("fwd",), precisions=("fp16",))
-    cold = _sweep(SMALL, directions=("fwd",), precisions=("fp16",),
-                  timing=TimingOptions(budget_ms=5, min_samples=3, max_samples=20, mode="cold"))
-    stream = _sweep(SMALL, directions=("fwd",), precisions=("fp16",),
-                    timing=TimingOptions(budget_ms=5, min_samples=3, max_samples=20,
-                                         gpu_timer="stream"))
+def test_warm_rows_are_timed_by_graph_replay_cold_and_stream_rows_by_the_held_stream(run_fast):
+    """Also the one GPU test on the default timing path: the warm rows are planned as a run
+    plans them (the sample floor raises min_samples) and shared between two worker processes;
+    every other GPU test times with conftest's FAST, one process, no floor."""
+    fp16 = _sweep(SMALL, directions=("fwd",), precisions=("fp16",),
+                  timing=TimingOptions(budget_ms=5, min_samples=3, max_samples=50))
+    planned = runner.plan(fp16).points
+    assert {p.timing.gpu_processes for p in planned} == {2}
+    warm = run_fast.measure(planned)
+    cold = run_fast(fp16, mode="cold")
+    stream = run_fast(fp16, gpu_timer="stream")
+    for m in warm:
+        if m.ok:   # each of the two processes took its share of the floor-raised samples
+            shares = [int(n) for n in m.extras["process_samples"].split()]
+            assert len(shares) == 2 and min(shares) >= 1, m.extras["process_samples"]
+            assert sum(shares) >= m.point.timing.min_samples > 3, (shares, m.point.timing)
     assert {m.extras.get("gpu_timer") for m in warm if m.ok} == {"cuda_graph"}
     assert {m.extras.get("gpu_timer") for m in cold if m.ok} == {"held_stream"}
     assert {m.extras.get("gpu_timer") for m in stream if m.ok} == {"held_stream"}
@@ -156,19 +166,27 @@ def test_warm_rows_are_timed_by_graph_replay_cold_and_stream_rows_by_the_held_st
                   f"stream {m.median_ms * 1e3:.2f} us")
 
 
-def test_poisoned_context_becomes_crashed_and_sweep_goes_on():
+def test_poisoned_context_becomes_crashed_and_sweep_goes_on(run_fast):
+    # A Measurer of its own (run_points): workers get the backend registry when they start, and
+    # the session's may have started before gpu_fault was registered.
     backends.register("gpu_fault", "gpu_fault_backend:GpuFaultBackend")
     problem = ConvProblem(1, 4, 6, 6, 4, 3, 3)
-    points = [Point(problem, "fwd", "fp32", "NCHW", "gpu_fault", name, None, FAST)
+    fast = run_fast.timing
+    points = [Point(problem, "fwd", "fp32", "NCHW", "gpu_fault", name, None, fast)
               for name in ("harmless", "illegal_address", "harmless")]
-    points[2] = Point(problem, "bwd_data", "fp32", "NCHW", "gpu_fault", "harmless", None, FAST)
+    points[2] = Point(problem, "bwd_data", "fp32", "NCHW", "gpu_fault", "harmless", None, fast)
     results = []
     runner.run_points(points, results.append)
     assert [m.status for m in results] == ["ok", "crashed", "ok"], [m.reason for m in results]
     assert "illegal" in results[1].reason.lower()
 
 
+@pytest.fixture(scope="module")
+def rows_3d(run_fast) -> list:
+    return run_3d(run_fast, "cudnn")
+
+
 @pytest.mark.parametrize("problem", PROBLEMS_3D, ids=lambda p: p.name)
-def test_3d_every_setting_has_a_verified_algorithm(problem):
+def test_3d_every_setting_has_a_verified_algorithm(rows_3d, problem):
     """The Nd descriptors: every direction, fp32 / fp16, NCDHW / NDHWC."""
-    check_3d(run_3d("cudnn", problem))
+    check_3d(rows_3d, problem)

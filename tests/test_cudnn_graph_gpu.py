@@ -7,12 +7,11 @@ from collections import Counter
 import pytest
 from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d  # tests/ is on sys.path
 
-from harness import backends, epilogue, runner
+from harness import backends, epilogue
 from harness.problem import ConvProblem
-from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
+from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep
 
 pytestmark = pytest.mark.gpu
-FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
                     name="small3x3")
 PRECISIONS = ("fp32", "fp16")
@@ -27,20 +26,19 @@ def _needs_frontend():
         pytest.skip(f"GPU test skipped: {reason}")
 
 
-def _sweep(problem, backends_=("cudnn_graph",), **axes) -> list:
+def _sweep(problem, backends_=("cudnn_graph",), **axes) -> Sweep:
     # cudnn_graph means its engines here; the unfused algorithm has tests of its own (test_ops_*)
     choices = tuple(AlgorithmChoice(b, ("engines",) if b == "cudnn_graph" else ())
                     for b in backends_)
-    sweep = Sweep("graph-test", (problem,), backends=choices, timing=FAST, **axes)
-    results = []
-    runner.run_points(runner.plan(sweep).points, results.append)
-    return results
+    return Sweep("graph-test", (problem,), backends=choices, **axes)
 
 
 @pytest.fixture(scope="module")
-def rows() -> list:
-    return _sweep(SMALL, directions=DIRECTIONS, precisions=PRECISIONS, layouts=LAYOUTS,
-                  workspace_limits=(0, None))
+def rows(run_fast) -> list:
+    """Every plan of SMALL in every direction, precision and layout, with and without workspace:
+    the rows five tests below read."""
+    return run_fast(_sweep(SMALL, directions=DIRECTIONS, precisions=PRECISIONS, layouts=LAYOUTS,
+                           workspace_limits=(0, None)))
 
 
 def _setting(m) -> tuple[str, str, str]:
@@ -122,10 +120,11 @@ def test_workspace_limit_zero_refuses_plans_that_need_workspace(rows):
     assert any(m.ok for m in zero)
 
 
-def test_asymmetric_padding_and_fp64_give_rows_with_reasons():
+def test_asymmetric_padding_and_fp64_give_rows_with_reasons(run_fast):
     asym = ConvProblem(2, 8, 9, 9, 8, 3, 3, pad_top=0, pad_left=1, pad_bottom=2, pad_right=1,
                        name="asym")
-    for label, results in (("asym", _sweep(asym)), ("fp64", _sweep(SMALL, precisions=("fp64",)))):
+    for label, results in (("asym", run_fast(_sweep(asym))),
+                           ("fp64", run_fast(_sweep(SMALL, precisions=("fp64",))))):
         reasons = {m.reason[:120] for m in results if not m.ok}
         print(label, dict(Counter(m.status for m in results)), reasons)
         assert results
@@ -135,12 +134,12 @@ def test_asymmetric_padding_and_fp64_give_rows_with_reasons():
             assert m.ok or m.reason
 
 
-def test_selection_over_measured_rows(rows):
+def test_selection_over_measured_rows(rows, run_fast):
     """Legacy cuDNN, graph plans and PyTorch on the same points, through store and selection."""
     from harness import store
     from harness.analysis import selection
-    others = _sweep(SMALL, ("cudnn", "torch_gpu"), directions=("fwd",), precisions=PRECISIONS,
-                    layouts=LAYOUTS)
+    others = run_fast(_sweep(SMALL, ("cudnn", "torch_gpu"), directions=("fwd",),
+                             precisions=PRECISIONS, layouts=LAYOUTS))
     graph = [m for m in rows if m.point.workspace_limit is None and m.point.direction == "fwd"]
     df = store.frame(store.to_row(m, "gpu-test", "graph-test", {}, "") for m in graph + others)
     sel = selection.selection(df)
@@ -152,22 +151,26 @@ def test_selection_over_measured_rows(rows):
     assert (kept["regret"].dropna() >= 1.0).all(), kept
 
 
+@pytest.fixture(scope="module")
+def rows_3d(run_fast) -> list:
+    return run_3d(run_fast, "cudnn_graph")
+
+
 @pytest.mark.parametrize("problem", PROBLEMS_3D, ids=lambda p: p.name)
-def test_3d_every_setting_has_a_verified_plan(problem):
+def test_3d_every_setting_has_a_verified_plan(rows_3d, problem):
     """5-D tensors and three-entry geometry: every direction, fp32 / fp16, NCDHW / NDHWC."""
-    check_3d(run_3d("cudnn_graph", problem))
+    check_3d(rows_3d, problem)
 
 
 @pytest.mark.parametrize("precision, layout", [("fp16", "NHWC"), ("fp32", "NCHW")])
-def test_ops_fused_plans_and_the_unfused_sequence_are_verified(precision, layout):
+def test_ops_fused_plans_and_the_unfused_sequence_are_verified(run_fast, precision, layout):
     """Issue 17: each epilogue op has a verified fused plan (one graph: conv, bias, residual add,
     ReLU), unless cuDNN offers no engine for it outside fp16 NHWC, and a verified unfused row
     (the plain conv's mode-A plan, then separate kernels, captured into a CUDA graph like the
     plans); no row is wrong or crashed."""
-    sweep = Sweep("graph-ops-test", (SMALL,), backends=(AlgorithmChoice("cudnn_graph"),),
-                  timing=FAST, precisions=(precision,), layouts=(layout,), ops=epilogue.OPS[1:])
-    results = []
-    runner.run_points(runner.plan(sweep).points, results.append)
+    results = run_fast(Sweep("graph-ops-test", (SMALL,),
+                             backends=(AlgorithmChoice("cudnn_graph"),), precisions=(precision,),
+                             layouts=(layout,), ops=epilogue.OPS[1:]))
     for op in epilogue.OPS[1:]:
         fused = [m for m in results if m.point.op == op and m.point.algorithm != "unfused"]
         unfused = [m for m in results if m.point.op == op and m.point.algorithm == "unfused"]

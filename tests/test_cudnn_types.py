@@ -129,9 +129,30 @@ def test_choices_without_any_int8_algorithm_pick_nothing_and_do_not_fail():
                     cudnn.CudnnChoices(not_supported, [(a, s, m, -1.0)
                                                        for a, s, m in not_supported])):
         assert choices.heuristic_pick(None) is None and choices.find_pick(0) is None
-        assert choices.heuristic_rank(precomp) is None and choices.find_ms(precomp) is None
+        assert choices.heuristic_rank(precomp) is None
+        assert choices.find_extras(precomp)["find_ms"] is None
         prepared = cudnn.CudnnPrepared((), None, None, None, 0.0, None, 0, choices, precomp)
-        assert prepared.extras_for_limit(None) == {"heuristic_pick": False, "find_pick": False}
+        assert prepared.extras_for_limit(None) == {"heuristic_pick": False, "find_pick": False,
+                                                   "find_pick_warm": False}
+
+
+def test_find_first_and_second_call_each_flag_their_own_pick_and_time():
+    """The first Find call ranked implicit_precomp_gemm behind implicit_gemm (its host work
+    timed in); the second call ranks it first: each call's flag marks its own pick."""
+    gemm, precomp = lib.FWD_ALGOS["implicit_gemm"], lib.FWD_ALGOS["implicit_precomp_gemm"]
+    first = [(gemm, 0, 0, 0.05), (precomp, 0, 1024, 0.19)]
+    warm = [(precomp, 0, 1024, 0.012), (gemm, 0, 0, 0.05)]
+    choices = cudnn.CudnnChoices([], first, warm, find_workspace=4096)
+    flags = {algo: cudnn.CudnnPrepared((), None, None, None, 0.0, None, 0, choices,
+                                       algo).extras_for_limit(None) for algo in (gemm, precomp)}
+    assert flags[gemm]["find_pick"] and not flags[gemm]["find_pick_warm"]
+    assert flags[precomp]["find_pick_warm"] and not flags[precomp]["find_pick"]
+    # under a limit that precomp's workspace exceeds, both calls' picks are implicit_gemm
+    limited = cudnn.CudnnPrepared((), None, None, None, 0.0, None, 0, choices, gemm)
+    assert limited.extras_for_limit(512)["find_pick_warm"]
+    extras = choices.find_extras(precomp)
+    assert (extras["find_ms"], extras["find_ms_warm"]) == (0.19, 0.012)
+    assert extras["find_workspace_bytes"] == 4096 and extras["find_module_loading"]
 
 
 class _Buffer(SimpleNamespace):

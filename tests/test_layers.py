@@ -25,9 +25,9 @@ LAYERS = [
 
     {"models"},
     {"schema"},
-    {"timer", "backends.base", "store"},
+    {"timer", "stream_hold", "backends.base", "store"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.torch", "backends.fake"},
-    {"executor", "process_split"},
+    {"executor", "point_timing", "process_split"},
     {"worker"},
     {"runner"},
     {"cluster"},

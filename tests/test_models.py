@@ -136,7 +136,7 @@ def test_step_totals_say_how_many_layer_directions_each_row_sums(tmp_path, capsy
     df[~short].to_parquet(path)
     assert main(["table", str(path)]) == 0
     out = capsys.readouterr().out
-    lines = out[out.index("network time per pass"):].splitlines()
+    lines = out[out.index("network time per pass"):].split("\n\n")[0].splitlines()
     assert "layer_dirs" in lines[1]
     totals = pd.read_fwf(io.StringIO("\n".join(lines[1:])))
     per_precision = totals.groupby("precision")["layer_dirs"].max().to_dict()

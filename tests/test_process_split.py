@@ -92,6 +92,47 @@ def test_a_variant_only_one_process_offered_is_not_a_half_measured_ok_row():
     assert merged.status == "failed" and "1 of 2 worker processes" in merged.reason
 
 
+# ---- PyTorch's pick per process (issue 38) ------------------------------------------------------
+def _torch_rows(kernels, samples=([1.0, 1.1, 1.2], [2.0, 2.1])):
+    point = _point("cudnn_benchmark", "torch_gpu")
+    return point, [[_ok(point, s, extras={} if k is None else
+                        {"torch_kernels": k, "torch_kernels_ms": 0.9})]
+                   for k, s in zip(kernels, samples)]
+
+
+def test_processes_that_ran_different_pytorch_picks_give_process_1s_time_and_say_so():
+    point, measured = _torch_rows(["gemm<64>", "winograd<4x4>"])
+    (row,) = process_split.merge([point], measured)
+    assert row.samples_ms == (1.0, 1.1, 1.2) and row.median_ms == 1.1   # never a mixture
+    assert row.extras["process_samples"] == "3"
+    assert row.extras["torch_pick_stable"] is False
+    assert row.extras["torch_picks"] == "gemm<64> || winograd<4x4>"
+    assert row.extras["torch_pick_ms"] == "1.1 2.05"
+    assert row.extras["torch_kernels"] == "gemm<64>"
+    assert row.reason == ("PyTorch's pick is unstable here: process 1 ran gemm<64> (1.1 ms), "
+                          "process 2 ran winograd<4x4> (2.05 ms); the row's time is process 1's "
+                          "pick")
+    stored = store.to_row(row, "run", "suite", {}, "now")
+    assert stored["torch_pick_stable"] is False and stored["median_ms"] == 1.1
+    assert process_split.process_groups(stored["samples_ms"], stored["process_samples"]) == [
+        [1.0, 1.1, 1.2]]
+
+
+def test_processes_that_ran_the_same_pytorch_pick_are_merged_as_before():
+    point, measured = _torch_rows(["gemm<64>", "gemm<64>"])
+    (row,) = process_split.merge([point], measured)
+    assert row.samples_ms == (1.0, 1.1, 1.2, 2.0, 2.1) and row.reason == ""
+    assert row.extras["torch_pick_stable"] is True and "torch_picks" not in row.extras
+
+
+@pytest.mark.parametrize("kernels", [[None, None], ["gemm<64>", None]])
+def test_a_pick_not_recorded_in_every_process_is_merged_as_before(kernels):
+    point, measured = _torch_rows(kernels)
+    (row,) = process_split.merge([point], measured)
+    assert row.samples_ms == (1.0, 1.1, 1.2, 2.0, 2.1) and row.reason == ""
+    assert "torch_pick_stable" not in row.extras and row.extras["process_samples"] == "3 2"
+
+
 def test_stored_rows_split_back_into_their_processes():
     assert process_split.process_groups([1, 2, 3, 4, 5], "3 2") == [[1, 2, 3], [4, 5]]
     assert process_split.process_groups([1, 2, 3], None) == [[1, 2, 3]]

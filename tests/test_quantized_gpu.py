@@ -5,12 +5,11 @@ from collections import Counter
 
 import pytest
 
-from harness import backends, precision, runner
+from harness import backends, precision
 from harness.problem import ConvProblem
-from harness.sweep import DIRECTIONS, AlgorithmChoice, Sweep, TimingOptions
+from harness.sweep import AlgorithmChoice, Sweep
 
 pytestmark = pytest.mark.gpu
-FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 # channels multiples of 16: what cuDNN's fp8 and int8 kernels want of NHWC tensors
 SMALL = ConvProblem(4, 32, 14, 14, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
                     name="small3x3")
@@ -23,14 +22,38 @@ def _needs_frontend():
         pytest.skip(f"GPU test skipped: {reason}")
 
 
-def _rows(ops=("conv",), directions=DIRECTIONS, backends_=("cudnn_graph",),
-          outputs=(precision.AUTO_OUTPUT,)) -> list:
-    sweep = Sweep("quantized-test", (SMALL,), timing=FAST, precisions=precision.QUANTIZED,
-                  layouts=("NHWC",), directions=directions, ops=ops, outputs=outputs,
-                  backends=tuple(AlgorithmChoice(b) for b in backends_))
-    rows = []
-    runner.run_points(runner.plan(sweep).points, rows.append)
-    return rows
+# the result types the forward tests ask for besides each precision's own
+OUTPUTS = ("bf16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8")
+
+
+def _sweep(ops=("conv",), directions=("fwd",), backends_=("cudnn_graph",),
+           outputs=(precision.AUTO_OUTPUT,)) -> Sweep:
+    return Sweep("quantized-test", (SMALL,), precisions=precision.QUANTIZED, layouts=("NHWC",),
+                 directions=directions, ops=ops, outputs=outputs,
+                 backends=tuple(AlgorithmChoice(b) for b in backends_))
+
+
+@pytest.fixture(scope="module")
+def fwd_rows(run_fast) -> list:
+    """Forward, plain and fused with bias and ReLU, at every quantized precision into its own
+    result type and each offered other one, on the graph API (engines and the unfused sequence)
+    and legacy cuDNN: one sweep for the three forward tests (each reads its part)."""
+    outputs = (precision.AUTO_OUTPUT, *OUTPUTS)
+    return run_fast(_sweep(ops=("conv", "conv_bias_relu"), outputs=outputs,
+                           backends_=("cudnn_graph", "cudnn")))
+
+
+@pytest.fixture(scope="module")
+def bwd_rows(run_fast) -> list:
+    """Both backward directions on the graph API, each precision into its own result type."""
+    return run_fast(_sweep(directions=("bwd_data", "bwd_filter")))
+
+
+def _graph_rows(rows, op: str) -> list:
+    """The graph API's rows of `op` into each precision's own result type: what a sweep of the
+    graph API alone, with no output asked, measures."""
+    return [m for m in rows if m.point.backend == "cudnn_graph" and m.point.op == op
+            and m.point.output is None]
 
 
 def _summary(rows) -> dict:
@@ -49,10 +72,11 @@ def _summary(rows) -> dict:
     return by
 
 
-def test_fp8_and_int8_plans_verify_against_the_oracle_and_nothing_is_wrong():
+def test_fp8_and_int8_plans_verify_against_the_oracle_and_nothing_is_wrong(fwd_rows, bwd_rows):
     """Every quantized setting either has a verified plan or only cuDNN's refusals; fp8 e4m3 and
     int8 forward, the feasibility table's cases, must verify; no row is wrong or crashed."""
-    by = _summary(_rows())
+    by = _summary(_graph_rows(fwd_rows, "conv") + bwd_rows)
+    assert {d for _, d, _, _, _ in by} == {"fwd", "bwd_data", "bwd_filter"}
     for name in ("fp8_e4m3", "int8"):
         assert any(m.ok for m in by[(name, "fwd", "conv", False, "auto")]), name
     for (name, direction, _, _, _), ms in by.items():
@@ -64,28 +88,26 @@ def test_fp8_and_int8_plans_verify_against_the_oracle_and_nothing_is_wrong():
                 assert m.effective_precision == name and m.rel_error <= m.tolerance
 
 
-def test_fused_bias_relu_at_fp8_and_int8():
-    by = _summary(_rows(ops=("conv_bias_relu",), directions=("fwd",)))
+def test_fused_bias_relu_at_fp8_and_int8(fwd_rows):
+    by = _summary(_graph_rows(fwd_rows, "conv_bias_relu"))
     for ms in by.values():
         for m in ms:
             assert m.status.value not in ("wrong", "crashed"), (m.point.point_id, m.reason)
     assert any(m.ok for m in by[("fp8_e4m3", "fwd", "conv_bias_relu", False, "auto")])
 
 
-def test_pytorch_says_it_has_no_peer():
-    rows = _rows(directions=("fwd",), backends_=("torch_gpu",))
+def test_pytorch_says_it_has_no_peer(run_fast):
+    rows = run_fast(_sweep(backends_=("torch_gpu",)))
     assert rows and all(m.status.value == "unsupported" for m in rows)
     assert all("no PyTorch" in m.reason for m in rows), {m.reason for m in rows}
 
 
-def test_every_offered_output_type_verifies_on_the_graph_api_and_legacy_int8():
+def test_every_offered_output_type_verifies_on_the_graph_api_and_legacy_int8(fwd_rows):
     """The output axis (issue 17): fp8 forward into bf16, fp32 and its own fp8 (scaled by a
     power of two), int8 into int8 (scaled) on the graph API, fused and plain; int8 into int8 on
     the legacy API (INT8_CONFIG, alpha = the scale). Each setting has a verified row within its
     own tolerance and none is wrong or crashed; the unfused path refuses 8-bit results."""
-    outputs = ("bf16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8")
-    rows = _rows(ops=("conv", "conv_bias_relu"), directions=("fwd",), outputs=outputs,
-                 backends_=("cudnn_graph", "cudnn"))
+    rows = fwd_rows
     by = _summary(rows)
     for m in rows:
         assert m.status.value not in ("wrong", "crashed"), (m.point.point_id, m.reason)

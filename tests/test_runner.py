@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import analysis, env, executor, runner, store
+from harness import analysis, env, executor, point_timing, runner, store
 from harness.backends.base import Prepared
 from harness.problem import ConvProblem
 from harness.sweep import AlgorithmChoice, Point, Sweep, TimingOptions
@@ -246,13 +246,13 @@ def test_gpu_timer_falls_back_to_the_held_stream_and_says_why(monkeypatch):
     monkeypatch.setattr(timer, "time_cuda_graph", refuse_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
-    timing = executor._time_gpu(work, TimingOptions(), None)
+    timing = point_timing.time_gpu(work, TimingOptions(), None)
     assert timing.samples_ms == held.samples_ms and timing.host_ms == held.host_ms
     assert timing.gpu_timer == "held_stream"
     assert "not permitted" in timing.capture_error
     assert work.extras == {}     # the backend's own columns are never written by the executor
-    assert executor._timing_extras(timing) == {"capture_error": timing.capture_error,
-                                               "gpu_timer": "held_stream"}
+    assert point_timing.timing_extras(timing) == {"capture_error": timing.capture_error,
+                                                   "gpu_timer": "held_stream"}
 
 
 @pytest.mark.parametrize("options, flush", [
@@ -269,10 +269,10 @@ def test_gpu_points_that_need_the_held_stream_never_try_capture(monkeypatch, opt
     monkeypatch.setattr(timer, "time_cuda_graph", must_not_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
-    timing = executor._time_gpu(work, options, flush)
+    timing = point_timing.time_gpu(work, options, flush)
     assert timing.samples_ms == held.samples_ms and timing.host_ms == held.host_ms
     assert (timing.gpu_timer, timing.capture_error) == ("held_stream", None)
-    assert executor._timing_extras(timing) == {"gpu_timer": "held_stream"}
+    assert point_timing.timing_extras(timing) == {"gpu_timer": "held_stream"}
     assert work.extras == {}
 
 

@@ -154,6 +154,23 @@ def test_versus_pytorch_adds_an_overall_row_across_settings():
     assert gap.loc["all", "points"] == 2 and gap.loc["all", "worst"] == pytest.approx(2.0)
 
 
+def test_versus_pytorch_counts_the_points_whose_pytorch_pick_was_unstable():
+    # L1's and L2's timing processes ran different picks, L3's the same, L4's were not recorded
+    rows = []
+    for layer, stable in (("L1", False), ("L2", False), ("L3", True), ("L4", None)):
+        rows += [_row(layer=layer, ms=1.0),
+                 _row(layer=layer, backend="torch_gpu", algorithm="cudnn_benchmark", ms=2.0,
+                      torch_pick_stable=stable)]
+    df = _frame(*rows)
+    sel = selection.selection(df)
+    torch = sel[sel["policy"] == "pytorch"].set_index("layer")["pick_stable"]
+    assert torch["L1"] == False and torch["L3"] == True and pd.isna(torch["L4"])  # noqa: E712
+    gap = selection.versus_pytorch(sel)
+    assert gap.iloc[0]["pytorch_unstable"] == 2 and gap.iloc[0]["points"] == 4
+    assert selection.pytorch_pick_counts(df) == (2, 3)
+    assert "pytorch_unstable" in selection.format_selection(df)
+
+
 def _lowered_graph_frame() -> pd.DataFrame:
     # The graph heuristic's fp32 pick computes at TF32 accuracy; cuDNN's heuristic keeps fp32.
     return _frame(_row(algorithm="implicit_gemm", ms=2.0, heuristic_pick=True),

@@ -4,13 +4,12 @@ from __future__ import annotations
 import pytest
 from conv3d_gpu_cases import PROBLEMS_3D, check_3d, run_3d  # tests/ is on sys.path
 
-from harness import backends, runner
+from harness import backends
 from harness.precision import FLOATING
 from harness.problem import ConvProblem
-from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep, TimingOptions
+from harness.sweep import DIRECTIONS, LAYOUTS, AlgorithmChoice, Sweep
 
 pytestmark = pytest.mark.gpu
-FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=50)
 SMALL = ConvProblem(2, 16, 12, 12, 16, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
                     name="small3x3")
 
@@ -22,17 +21,13 @@ def _needs_torch_gpu():
         pytest.skip(f"GPU test skipped: {reason}")
 
 
-def _sweep(problem, **axes) -> list:
-    sweep = Sweep("torch-gpu-test", (problem,), backends=(AlgorithmChoice("torch_gpu"),),
-                  timing=FAST, **axes)
-    results = []
-    runner.run_points(runner.plan(sweep).points, results.append)
-    return results
+def _sweep(problem, **axes) -> Sweep:
+    return Sweep("torch-gpu-test", (problem,), backends=(AlgorithmChoice("torch_gpu"),), **axes)
 
 
-def test_every_direction_precision_layout_is_ok_and_verified():
+def test_every_direction_precision_layout_is_ok_and_verified(run_fast):
     # the floating precisions: the quantized ones have no PyTorch peer (test_quantized_gpu)
-    results = _sweep(SMALL, directions=DIRECTIONS, precisions=FLOATING, layouts=LAYOUTS)
+    results = run_fast(_sweep(SMALL, directions=DIRECTIONS, precisions=FLOATING, layouts=LAYOUTS))
     assert len(results) == len(DIRECTIONS) * len(FLOATING) * len(LAYOUTS)
     for m in results:
         print(f"{m.point.direction:10s} {m.point.precision} {m.point.layout}: {m.status} "
@@ -57,14 +52,19 @@ def test_every_direction_precision_layout_is_ok_and_verified():
     assert len(fallen_back) <= len(results) // 4, [m.extras["capture_error"] for m in fallen_back]
 
 
-def test_asymmetric_padding_is_unsupported_with_reason():
+def test_asymmetric_padding_is_unsupported_with_reason(run_fast):
     problem = ConvProblem(2, 8, 9, 9, 8, 3, 3, pad_top=0, pad_left=1, pad_bottom=2, pad_right=1)
-    results = _sweep(problem)
+    results = run_fast(_sweep(problem))
     assert [m.status for m in results] == ["unsupported"]
     assert "asymmetric padding" in results[0].reason
 
 
+@pytest.fixture(scope="module")
+def rows_3d(run_fast) -> list:
+    return run_3d(run_fast, "torch_gpu")
+
+
 @pytest.mark.parametrize("problem", PROBLEMS_3D, ids=lambda p: p.name)
-def test_3d_every_setting_is_ok_and_verified(problem):
+def test_3d_every_setting_is_ok_and_verified(rows_3d, problem):
     """conv3d and its gradients: every direction, fp32 / fp16, contiguous / channels_last_3d."""
-    check_3d(run_3d("torch_gpu", problem))
+    check_3d(rows_3d, problem)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import executor, timer
+from harness import point_timing, timer
 from harness.sweep import TimingOptions
 from harness.timer import Timing
 
@@ -53,7 +53,7 @@ def _prepared(captures_itself: bool):
 
 def test_self_capturing_library_slower_when_replayed_keeps_its_stream_time(stub_timers):
     us, calls = stub_timers
-    timing = executor._time_gpu(_prepared(True), TimingOptions(), None)
+    timing = point_timing.time_gpu(_prepared(True), TimingOptions(), None)
     assert calls == ["graph", "stream"]
     assert timing.gpu_timer == "held_stream" and "capture changed" in timing.capture_error
     assert timing.samples_ms[0] == pytest.approx(8.0e-3)
@@ -62,11 +62,11 @@ def test_self_capturing_library_slower_when_replayed_keeps_its_stream_time(stub_
 def test_self_capturing_library_as_fast_replayed_keeps_the_replay(stub_timers):
     us, calls = stub_timers
     us["graph"] = 7.5
-    timing = executor._time_gpu(_prepared(True), TimingOptions(), None)
+    timing = point_timing.time_gpu(_prepared(True), TimingOptions(), None)
     assert timing.gpu_timer == "cuda_graph" and timing.samples_ms[0] == pytest.approx(7.5e-3)
 
 
 def test_libraries_the_timer_captures_itself_are_timed_once(stub_timers):
     us, calls = stub_timers
-    timing = executor._time_gpu(_prepared(False), TimingOptions(), None)
+    timing = point_timing.time_gpu(_prepared(False), TimingOptions(), None)
     assert calls == ["graph"] and timing.gpu_timer == "cuda_graph"

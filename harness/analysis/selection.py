@@ -40,13 +40,17 @@ ORACLE_BACKENDS = ("cudnn", "cudnn_graph")
 POLICIES = tuple(policies.POLICIES)
 # A pick within this fraction of the oracle's time counts as picking the oracle (timing noise).
 ORACLE_SLACK = 0.01
+PICK_STABLE = "torch_pick_stable"
 _PICK = {"backend": "policy_backend", "algorithm": "policy_algorithm",
          "status": "policy_status", "effective_precision": "policy_effective_precision",
-         "median_ms": "policy_ms", "ties_oracle": "ties_oracle"}
+         "median_ms": "policy_ms", "ties_oracle": "ties_oracle",
+         PICK_STABLE: "pick_stable"}
+# pick_stable: every timing process ran the same pick (recorded for PyTorch's autotuner only;
+# where it is False the row timed process 1's pick, harness/process_split.py)
 COLUMNS = [*POINT_KEYS, "multiplicity", "policy", "policy_backend", "policy_algorithm",
            "policy_status", "policy_effective_precision", "precision_kept", "policy_ms",
            "oracle_backend", "oracle_algorithm", "oracle_ms", "regret", "picks_oracle",
-           "ties_oracle", "tie_regret"]
+           "ties_oracle", "tie_regret", "pick_stable"]
 
 
 def _picks(df: pd.DataFrame, policy: str) -> pd.DataFrame:
@@ -146,8 +150,9 @@ def network_totals(frame: pd.DataFrame) -> pd.DataFrame:
 
 def versus_pytorch(frame: pd.DataFrame, worst: int = 3) -> pd.DataFrame:
     """Per effective precision and layout (and all together): geometric mean of oracle time /
-    PyTorch time (below 1: the harness's search beats PyTorch's autotuner) and the points where
-    it does worst."""
+    PyTorch time (below 1: the harness's search beats PyTorch's autotuner), the points where
+    it does worst, and `pytorch_unstable`: points whose PyTorch pick differed between timing
+    processes (their time is process 1's pick)."""
     torch_rows = frame[(frame["policy"] == "pytorch") & frame["regret"].notna()]
     torch_rows = torch_rows.assign(ratio=1.0 / torch_rows["regret"])
     rows = []
@@ -160,10 +165,23 @@ def versus_pytorch(frame: pd.DataFrame, worst: int = 3) -> pd.DataFrame:
                      "geomean_oracle_over_pytorch": geometric_mean(group["ratio"]),
                      "best": group["ratio"].min(), "worst": group["ratio"].max(),
                      "worst_points": "; ".join(f"{_label(r)} {r['ratio']:.2f}"
-                                               for _, r in bad.iterrows())})
+                                               for _, r in bad.iterrows()),
+                     "pytorch_unstable": _unstable(group["pick_stable"])})
     return pd.DataFrame(rows, columns=["effective_precision", "layout", "points",
                                        "geomean_oracle_over_pytorch", "best", "worst",
-                                       "worst_points"])
+                                       "worst_points", "pytorch_unstable"])
+
+
+def _unstable(stable: pd.Series) -> int:
+    """How many picks are known to have differed between timing processes (NA: not known)."""
+    return int((stable.astype("boolean") == False).sum())  # noqa: E712 - nullable boolean
+
+
+def pytorch_pick_counts(results: pd.DataFrame) -> tuple[int, int]:
+    """In a results frame: (rows whose PyTorch pick differed between timing processes, rows
+    where every process's pick was recorded)."""
+    stable = results[PICK_STABLE].astype("boolean")
+    return _unstable(stable), int(stable.notna().sum())
 
 
 def format_selection(frame: pd.DataFrame) -> str:

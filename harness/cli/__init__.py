@@ -46,7 +46,9 @@ def _add_compare_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", help="comma list of backends (default: the suite's)")
+    p.add_argument("--backend", help="comma list of backends (default: the suite's; with a GPU, "
+                                     "cudnn,cudnn_graph,torch_gpu at fp32/tf32 NCHW and "
+                                     "fp16/bf16 NHWC; add cpu to run the CPU algorithms too)")
     p.add_argument("--algorithm", help="comma list of algorithms (default: all of each backend)")
     p.add_argument("--direction", help="comma list of fwd, bwd_data, bwd_filter")
     p.add_argument("--precision",
@@ -69,7 +71,8 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-timer", help="graph (default: replay a CUDA graph of the calls, kernel "
                                        "time) or stream (stream order, as eager frameworks run)")
     p.add_argument("--gpu-processes", type=int,
-                   help="worker processes that share each GPU point's samples (default 2): a "
+                   help="worker processes that share each GPU point's samples (default 2; 1 "
+                        "in the GPU default, which answers 'which algorithm'): a "
                         "point's time can depend on the process it runs in, and a row that "
                         "shows that spread is not mistaken for a regression by compare")
     p.add_argument("--cpu-rounds", type=int,
@@ -133,7 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="convbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="sweep a suite and write verified timings")
+    run = sub.add_parser("run", help="sweep a suite and write verified timings",
+                         description="Sweep a suite and write verified timings. With a GPU and "
+                                     "no --backend: cudnn, cudnn_graph and torch_gpu at fp32 and "
+                                     "tf32 (NCHW) and fp16 and bf16 (NHWC), one timing process, "
+                                     "ending with the best per layer against PyTorch's autotuner "
+                                     "and cuDNN's heuristics. Without a GPU: the suite's CPU "
+                                     "algorithms.")
     run.add_argument("suite", nargs="?", help="suite name or TOML path (default: quick)")
     _add_sweep_flags(run)
     run.add_argument("--out", help="results file (.parquet or .csv); default: a new file "

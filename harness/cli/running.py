@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, UserError, csv_list, say, warn, writing
+from harness.cli.gpu_default import with_gpu_default
 from harness.cli.tables import print_best
 
 
 def load_sweep(args: argparse.Namespace):
-    """The suite with the sweep flags applied (an empty flag value is refused, never "all")."""
+    """The suite with the sweep flags applied (an empty flag value is refused, never "all"), and
+    on a GPU machine without --backend the GPU default (harness/cli/gpu_default.py)."""
     from harness import suite as suites
     from harness.suite.overrides import sweep_with_overrides
     sweep = suites.load_suite(args.suite)
@@ -37,6 +39,9 @@ def load_sweep(args: argparse.Namespace):
             raise UserError(f"--layer: no layer named {', '.join(sorted(missing))} in suite "
                             f"{sweep.name!r}; layers: {known}")
         sweep = replace(sweep, problems=kept)
+    sweep, lines = with_gpu_default(sweep, args)
+    for line in lines:
+        say(line)
     return sweep
 
 

@@ -29,7 +29,27 @@ def print_best(df) -> None:
     say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
                                         "runner_candidate": "runner_up"}).to_string(index=False))
     _print_step_totals(df)
+    _print_versus_pytorch(df)
     _print_sharing(df)
+
+
+def _print_versus_pytorch(df) -> None:
+    """The answer in one line per precision and layout: the best verified cuDNN algorithm's time
+    over PyTorch's autotuner's pick, as a geometric mean over the points both measured."""
+    from harness.analysis import selection
+    if not df["backend"].astype(str).eq("torch_gpu").any():
+        return
+    versus = selection.versus_pytorch(selection.selection(df))
+    if versus.empty:
+        return
+    say("\nbest verified cuDNN algorithm / PyTorch's autotuner (geometric mean of time ratios; "
+        "below 1: the search beats PyTorch):")
+    for _, row in versus.iterrows():
+        unstable = (f"; PyTorch's pick differed between timing processes at "
+                    f"{row['pytorch_unstable']}" if row["pytorch_unstable"] else "")
+        say(f"  {row['effective_precision']} {row['layout']}: "
+            f"{row['geomean_oracle_over_pytorch']:.3f} over {row['points']} points (best "
+            f"{row['best']:.2f}, worst {row['worst']:.2f}: {row['worst_points']}){unstable}")
 
 
 def _print_sharing(df) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import determinism, layer_labels, networks, policies, stability
+from harness.analysis import (determinism, layer_labels, networks, policies, selection,
+                              stability)
 from harness.analysis.points import STEP_KEYS
 from harness.report import computed
 from harness.report.document import Block, Fold, Table, Text
@@ -209,4 +210,28 @@ def stability_blocks(df: pd.DataFrame) -> list[Block]:
         blocks.append(Fold(f"Near-tie points ({len(trows)})", (Table(
             theaders, trows, (False,) * len(tkeys) + (False, True, False, True, True, False),
             "Near-tie points"),)))
-    return blocks
+    return blocks + _torch_pick_blocks(df)
+
+
+def _torch_pick_blocks(df: pd.DataFrame) -> list[Block]:
+    """Where PyTorch's autotuner picked differently in the timing processes of one run: the
+    count, and those points with each process's kernels and time (nothing where no pick was
+    recorded)."""
+    unstable, recorded = selection.pytorch_pick_counts(df)
+    if not recorded:
+        return []
+    if not unstable:
+        return [Text("PyTorch's autotuner ran the same kernels in every timing process "
+                     f"wherever its pick was recorded ({recorded} points).")]
+    text = Text(f"PyTorch's pick is unstable at {unstable} of {recorded} points: its autotuner "
+                "picked different kernels in different timing processes of the same run, so a "
+                "rerun may time another pick. Those rows time process 1's pick alone; the "
+                "reason of each names every process's kernels and median time.")
+    shown = df[df[selection.PICK_STABLE].astype("boolean") == False]  # noqa: E712 - nullable
+    shown = shown.assign(layer_label=layer_labels(shown))
+    keys = ["layer_label", "direction", *shown_keys(shown, ["effective_precision", "layout"])]
+    rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["torch_picks"]),
+                  str(r["torch_pick_ms"])) for _, r in shown.iterrows())
+    table = Table((*[HEADERS[k] for k in keys], "Kernels per process", "ms per process"),
+                  rows, (False,) * (len(keys) + 2), "Unstable PyTorch picks")
+    return [text, Fold(f"Points where PyTorch's pick is unstable ({len(rows)})", (table,))]

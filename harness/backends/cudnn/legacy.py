@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from harness.backends.base import (Algorithm, AlgorithmFailed, Backend, Prepared, Unsupported,
                                    padding_pairs, require_fits)
 from harness.backends.cudnn import lib
+from harness.backends.cudnn.choices import CudnnChoices
 from harness.backends.cudnn.data_types import quantized_refusal, scalar_type, type_config
 from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
                                                    poison_value)
@@ -150,37 +151,8 @@ class CudnnPrepared(DeviceOutput):
 
     def extras_for_limit(self, limit: int | None) -> dict[str, Any]:
         return {"heuristic_pick": self.choices.heuristic_pick(limit) == self.algo_enum,
-                "find_pick": self.choices.find_pick(limit) == self.algo_enum}
-
-
-@dataclass
-class CudnnChoices:
-    """What cuDNN itself would choose for one problem: the _v7 heuristic list (in its order) and
-    the Find results (sorted by cuDNN's own measured time). Under a workspace limit, the pick is
-    the first successful entry that fits, as frameworks (CuPy, PyTorch) apply it."""
-    heuristic: list[tuple[int, int, int]]        # (algo, status, memory)
-    found: list[tuple[int, int, int, float]]     # (algo, status, memory, time_ms)
-
-    def heuristic_pick(self, limit: int | None) -> int | None:
-        return _first_fitting(self.heuristic, limit)
-
-    def find_pick(self, limit: int | None) -> int | None:
-        return _first_fitting(self.found, limit)
-
-    def heuristic_rank(self, algo: int) -> int | None:
-        ranked = [a for a, status, _ in self.heuristic if status == 0]
-        return ranked.index(algo) if algo in ranked else None
-
-    def find_ms(self, algo: int) -> float | None:
-        times = [t for a, status, _, t in self.found if a == algo and status == 0]
-        return times[0] if times else None
-
-
-def _first_fitting(entries, limit: int | None) -> int | None:
-    for algo, status, memory, *_ in entries:
-        if status == 0 and (limit is None or memory <= limit):
-            return algo
-    return None
+                "find_pick": self.choices.find_pick(limit) == self.algo_enum,
+                "find_pick_warm": self.choices.find_pick(limit, warm=True) == self.algo_enum}
 
 
 class CudnnBackend(Backend):
@@ -251,7 +223,7 @@ class _Session:
                 lib.c_void_p(out_buffer.data.ptr))
         extras = {"math_type": lib.MATH_NAMES[types.math],
                   "heuristic_rank": choices.heuristic_rank(algo_enum),
-                  "find_ms": choices.find_ms(algo_enum)}
+                  **choices.find_extras(algo_enum)}
         return CudnnPrepared(
             launch_args=args, function=lib.run_function(point.direction),
             output_buffer=out_buffer, output_view=logical_view(point, out_buffer),
@@ -286,15 +258,18 @@ class _Session:
         size = min(max(fitting), FIND_WORKSPACE_CAP)
         workspace = self.cupy.empty(max(size, 1), dtype=self.cupy.uint8)
         a_ptr, b_ptr, out_buffer = _operands(point.direction, tensors)
+        call = (point.direction, self.handle, in_a, a_ptr, in_b, b_ptr, descs.conv, out,
+                out_buffer.data.ptr, workspace.data.ptr, size)
+        first = self._find(call)
+        return CudnnChoices(heuristic, first, self._find(call) if first else [], size)
+
+    def _find(self, call: tuple) -> list[tuple[int, int, int, float]]:
         try:
-            found = [(p.algo, p.status, p.memory, p.time)
-                     for p in lib.find(point.direction, self.handle, in_a, a_ptr, in_b, b_ptr,
-                                       descs.conv, out, out_buffer.data.ptr,
-                                       workspace.data.ptr, size)]
+            found = [(p.algo, p.status, p.memory, p.time) for p in lib.find(*call)]
         except lib.CudnnError:
             found = []   # Find itself failing leaves "no Find pick", which reports show as such
         self.stream.synchronize()
-        return CudnnChoices(heuristic, found)
+        return found
 
 
 @dataclass(frozen=True)

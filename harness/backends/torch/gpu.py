@@ -4,7 +4,9 @@ they ask PyTorch to pick the fastest convolution itself (its cuDNN autotuner).
 TF32 is allowed only for the tf32 precision (for convolutions and matmuls alike), so fp32 rows
 are true fp32 as far as PyTorch's switches go. NHWC means channels_last tensors. The autotuner
 runs on the first call of each shape, so `prepare` makes one warm call (its cost lands in
-setup_ms) before anything is verified or timed.
+setup_ms) before anything is verified or timed. One more call then runs under torch.profiler
+to record which kernels the pick runs (`torch_kernels`): each worker process autotunes on its
+own, and harness/process_split.py compares their picks.
 
 Streams: every call runs on a private torch stream; the timer gets the same stream as a CuPy
 ExternalStream, so its spin kernel and events bracket exactly PyTorch's work. Outputs are handed
@@ -19,6 +21,7 @@ NHWC means channels_last_3d).
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -148,7 +151,9 @@ class CudnnBenchmark(Algorithm):
             result = call()           # the autotuner's search happens here, inside setup_ms
         stream.synchronize()
         workspace = _transient_bytes(torch, stream, call)
-        return TorchGpuPrepared(torch, stream, call, result, workspace)
+        prepared = TorchGpuPrepared(torch, stream, call, result, workspace)
+        prepared.extras.update(_recorded_pick(torch, stream, call))
+        return prepared
 
 
 def _transient_bytes(torch: Any, stream: Any, call: Callable[[], Any]) -> int:
@@ -162,6 +167,68 @@ def _transient_bytes(torch: Any, stream: Any, call: Callable[[], Any]) -> int:
     stream.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
     return max(0, peak - out.numel() * out.element_size())
+
+
+def _recorded_pick(torch: Any, stream: Any, call: Callable[[], Any]) -> dict[str, Any]:
+    """The kernels one call of the autotuner's pick runs, and their summed device time, seen by
+    torch.profiler (CUPTI). The pick sits in PyTorch's per-process cache, which no API shows, and
+    two worker processes may pick differently (harness/process_split.py compares them). None
+    where the profiler fails or sees no kernel: the row then says the pick was not recorded."""
+    from torch.profiler import ProfilerActivity, profile   # lazy: torch is optional
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            with torch.cuda.stream(stream):
+                call()
+            stream.synchronize()
+        events = prof.events()
+    # Kineto/CUPTI missing or refusing (another profiler attached) raises RuntimeError; the
+    # event tree's consistency checks raise AssertionError. Either way the pick is unknown.
+    except (RuntimeError, AssertionError):
+        events = []
+    summary = kernel_summary(events, torch.autograd.DeviceType.CUDA)
+    text, ms = summary if summary else (None, None)
+    return {"torch_kernels": text, "torch_kernels_ms": ms}
+
+
+def kernel_summary(events: Any, cuda: Any) -> tuple[str, float] | None:
+    """Profiler events -> (the device events' sorted unique short names joined by "+", their
+    summed device time in ms); None when there is no device event. `cuda` is the device type
+    those events carry (torch.autograd.DeviceType.CUDA)."""
+    kernels = [e for e in events if e.device_type == cuda]
+    if not kernels:
+        return None
+    names = sorted({kernel_label(e.name) for e in kernels})
+    return "+".join(names), sum(e.time_range.elapsed_us() for e in kernels) / 1e3
+
+
+def kernel_label(name: str) -> str:
+    """A kernel's name short enough for a row that still tells algorithms apart: no return type,
+    parameter list or namespace; template arguments kept where they are plain values (types and
+    tile sizes tell kernel configurations apart), else `<...>` (the functors and lambdas of
+    PyTorch's elementwise kernels run to hundreds of characters and name no algorithm)."""
+    name = _without_parameters(name.strip().removeprefix("void ").strip())
+    base, bracket, args = name.partition("<")
+    base = base.rsplit("::", 1)[-1].strip()
+    if not bracket:
+        return base
+    args = args.rsplit(">", 1)[0]
+    if not re.fullmatch(r"[\w\s,.:+-]*", args):
+        return f"{base}<...>"
+    plain = re.sub(r"\s+", "", re.sub(r"\w+::", "", args))
+    return f"{base}<{plain}>"
+
+
+def _without_parameters(name: str) -> str:
+    """`name` less its trailing parenthesised group (a demangled kernel's parameter list, or a
+    memset's "(Device)"), found by balancing parentheses from the end."""
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i].rstrip()
+    return name
 
 
 class TorchGpuBackend(Backend):

@@ -1,0 +1,105 @@
+"""How the executor times a verified point and what the row says about it: which timer ran (a CUDA
+graph's replay, the held stream, or events call by call where the stream could not be held), the
+CPU's share of the machine, the SM clock. harness/executor.py calls these; the timers themselves
+are harness/timer.py's.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from harness import contention, threads
+from harness.backends.base import Prepared
+from harness.timer import Timing, time_cpu
+
+
+def time_gpu(prepared: Prepared, options, flush) -> Timing:
+    """Warm points replay a CUDA graph of the calls unless the stream timer is asked for; cold
+    points (an L2 flush between calls) and libraries whose calls cannot be captured use the held
+    stream. The Timing says which, and why capture failed. A library that captures its own
+    calls (PyTorch) is timed both ways: where the replay is slower, capture changed its kernels
+    and the stream-ordered timing, what eager users get, is kept (timer.capture_changed_kernels).
+    A stream timing that could not hold the stream keeps the gpu_timer time_cuda gave it."""
+    from harness.timer import CaptureFailed, capture_changed_kernels, time_cuda, time_cuda_graph
+    capture_error = None
+    if flush is None and options.gpu_timer == "graph":
+        try:
+            timing = time_cuda_graph(prepared.launch, prepared.stream, options,
+                                     capture=prepared.capture)
+        except CaptureFailed as err:
+            capture_error = str(err)[:300]
+        else:
+            if prepared.capture is None:
+                return replace(timing, gpu_timer="cuda_graph")
+            streamed = time_cuda(prepared.launch, prepared.stream, options)
+            capture_error = capture_changed_kernels(timing, streamed)
+            if capture_error is None:
+                return replace(timing, gpu_timer="cuda_graph")
+            return replace(streamed, gpu_timer=streamed.gpu_timer or "held_stream",
+                           capture_error=capture_error)
+    timing = time_cuda(prepared.launch, prepared.stream, options, flush)
+    return replace(timing, gpu_timer=timing.gpu_timer or "held_stream",
+                   capture_error=capture_error)
+
+
+def time_cpu_alone(prepared: Prepared, options, flush) -> Timing:
+    """A CPU point timed between two readings of the host probe (contention.host_probe_ms)."""
+    cores = threads.available_cores()
+    before = contention.host_probe_ms(cores)
+    timing = _timed_again_if_shared(prepared, options, flush)
+    return replace(timing, host_probe_ms=(before + contention.host_probe_ms(cores)) / 2)
+
+
+def _timed_again_if_shared(prepared: Prepared, options, flush) -> Timing:
+    """A CPU point timed, and timed once more (same prepared object) when the first timing
+    shared the cores with other work (harness/contention.py). The row keeps the second timing;
+    if that shared them too, it says so (`contended`, and why in its reason) and `compare`
+    never calls it SLOWER or FASTER. One retry: on a machine that stays busy, more cost time
+    and would not give a clean number."""
+    first = time_cpu(prepared.launch, options, flush)
+    if first.cpu_use is None or contention.shared_cores(first.cpu_use) is None:
+        return first
+    again = time_cpu(prepared.launch, options, flush)
+    why = contention.shared_cores(again.cpu_use, first.cpu_use)
+    if why is not None:
+        why += f"; re-measured once, the first timing: {contention.describe(first.cpu_use)}"
+    # the retakes of both timings: what the row's `samples_retaken` counts
+    use = replace(again.cpu_use, retaken=again.cpu_use.retaken + first.cpu_use.retaken)
+    return replace(again, contention=why, cpu_use=use)
+
+
+def sm_clock() -> tuple[int, int] | None:
+    """SM clock read right after the timed batches, while the GPU is still busy-warm."""
+    from harness.env import sm_clock_mhz
+    return sm_clock_mhz()
+
+
+def timing_extras(timing: Timing) -> dict[str, Any]:
+    """A row's columns for how it was timed. A clock under 90% of its maximum flags the row as
+    throttled, a CPU point that shared the cores as contended (either is kept, never
+    discarded)."""
+    extras: dict[str, Any] = {}
+    use = timing.cpu_use
+    if use is not None:
+        extras.update(cpu_time_ratio=use.ratio, load_avg=use.load, cpu_steal=use.steal,
+                      contended=timing.contention is not None, contention_check=use.check,
+                      samples_retaken=use.retaken,
+                      cpu_wait=contention.wait_share(use, timing.samples_ms),
+                      host_probe_ms=timing.host_probe_ms)
+    if timing.capture_error is not None:
+        extras["capture_error"] = timing.capture_error
+    if timing.gpu_timer is not None:
+        extras["gpu_timer"] = timing.gpu_timer
+    if timing.timer_note is not None:
+        extras["timer_fallback"] = timing.timer_note
+    if timing.sm_clock_mhz is not None:
+        current, maximum = timing.sm_clock_mhz
+        extras.update(sm_clock_mhz=current, sm_clock_max_mhz=maximum,
+                      throttled=current < 0.9 * maximum)
+    return extras
+
+
+def timing_notes(timing: Timing) -> list[str]:
+    """What the row's reason says about how an ok point was timed: the CPU it shared, the stream
+    it could not hold."""
+    return [note for note in (timing.contention, timing.timer_note) if note]

@@ -1,0 +1,111 @@
+"""How the held-stream timer (harness/timer.time_cuda) sizes its hold, and when it stops holding.
+
+A spin kernel holds the stream while the host enqueues a batch; the batch counts only if the hold
+outlasted the enqueue. A miss whose enqueue took most of the hold means the host waited on the GPU
+(a call that synchronizes, or a launch queue filled by a call of many kernels): a longer hold
+cannot help, since the host waits for it too, so the batch is made smaller. Any other miss means
+the hold was short of the host's overhead around the launches, so it is doubled. Neither may go
+on for ever (issue 38: an fft_tiling call missed every hold and the worker's 120 s watchdog
+recorded a working algorithm as crashed): after MAX_MISSES misses in a row, or a miss of a single
+blocking call, the point is timed call by call without a hold, and the row says why.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MIN_HOLD_MS = 0.1     # the hold also covers recording the events and Python's loop overhead
+# The usual need is 1.5 x 20 calls x 77 us (a legacy cuDNN call's host cost) ~ 2.3 ms; a hold
+# 40 times that is no longer waiting for a slow host.
+MAX_HOLD_MS = 100.0
+MAX_MISSES = 8        # misses in a row; with the cap on the hold, the worst case is about a second
+# An enqueue this share of the hold on a miss: the host was made to wait for the GPU (with the
+# host cost measured beforehand, an unhindered enqueue takes about 1/1.5 of the hold).
+BLOCKED_SHARE = 0.8
+UNHELD = "unheld_events"    # the gpu_timer of a point timed call by call without a hold
+_COUNTED = "timed call by call without a hold; host gaps inside the call are counted"
+
+
+@dataclass(frozen=True)
+class Miss:
+    calls: int
+    enqueue_ms: float
+    hold_ms: float
+
+    @property
+    def blocked(self) -> bool:
+        return self.enqueue_ms >= BLOCKED_SHARE * self.hold_ms
+
+    def __str__(self) -> str:
+        return (f"{self.calls} call{'s' if self.calls > 1 else ''} took {self.enqueue_ms:.3g} ms "
+                f"to enqueue against a {self.hold_ms:.3g} ms hold")
+
+
+class Hold:
+    """The hold and the most calls per batch, adjusted after each miss."""
+
+    def __init__(self, enqueue_ms_per_call: float):
+        self.per_call = enqueue_ms_per_call   # the host's cost to enqueue one call
+        self.ms = MIN_HOLD_MS
+        self.most_calls: int | None = None
+        self.misses: list[Miss] = []          # since the last batch the hold covered
+
+    def size(self, calls: int) -> tuple[int, float]:
+        """The calls of the next batch (at most `calls`) and the hold to enqueue them under:
+        half again their enqueue cost, never shorter than the last hold, never over the cap."""
+        if self.most_calls is not None:
+            calls = min(calls, self.most_calls)
+        self.ms = min(MAX_HOLD_MS, max(self.ms, 1.5 * calls * self.per_call + MIN_HOLD_MS))
+        return calls, self.ms
+
+    def held(self) -> None:
+        self.misses.clear()
+
+    def missed(self, calls: int, hold_ms: float, enqueue_ms: float) -> str | None:
+        """Adjusts to a batch the hold did not cover; returns why to stop holding, or None."""
+        miss = Miss(calls, enqueue_ms, hold_ms)
+        self.misses.append(miss)
+        if miss.blocked and calls == 1:
+            first = next(m for m in self.misses if m.blocked)
+            also = "" if first is miss else f"; {miss}"
+            return f"the call blocks the host while the stream is held ({first}{also}): {_COUNTED}"
+        if len(self.misses) >= MAX_MISSES:
+            return (f"the stream hold ran out {len(self.misses)} times in a row before the host "
+                    f"had enqueued the batch (last: {miss}): {_COUNTED}")
+        if miss.blocked:
+            self.most_calls = max(1, calls // 2)
+        else:
+            self.ms = min(MAX_HOLD_MS, 2 * hold_ms)
+        return None
+
+
+def measure_host_ms(launch: Callable[[], None], stream: Any, calls: int = 5) -> float:
+    """Host time per call, issued back to back without synchronizing (a few calls never fill
+    the launch queue, so the host is not made to wait for the GPU): what a hold must cover."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        launch()
+    host_ms = (time.perf_counter() - start) * 1e3 / calls
+    stream.synchronize()
+    return host_ms
+
+
+def unheld_samples(launch: Callable[[], None], stream: Any, rule: Any,
+                   flush: Callable[[], None] | None, cupy: Any) -> tuple[list[float], str]:
+    """One sample per call between its own pair of events, the stream idle before each (a sync
+    between samples); `flush` (cold mode) runs before each call, outside the events. `rule` is
+    the timer's stopping rule; returns the samples and why they stopped."""
+    samples: list[float] = []
+    while (reason := rule.reason_to_stop(samples)) is None:
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        if flush is not None:
+            with stream:
+                flush()
+        start.record(stream)
+        launch()
+        end.record(stream)
+        end.synchronize()
+        samples.append(cupy.cuda.get_elapsed_time(start, end))
+    return samples, reason

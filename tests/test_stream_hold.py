@@ -1,0 +1,223 @@
+"""The held-stream timer never tries for ever (issue 38): a call that blocks the host, or a hold
+that keeps running out, ends in a bounded number of holds with the point timed call by call and
+the row saying why; a hold that is merely short at first still ends held. Runs without a GPU: a
+fake stream in virtual time stands in for CuPy and the spin kernel, and raises once the timer has
+held it GUARD times, so a timer that never gives up fails here instead of hanging the suite."""
+from __future__ import annotations
+
+import re
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from harness import point_timing, schema, stream_hold, timer
+from harness.executor import PointExecutor
+from harness.problem import ConvProblem
+from harness.stream_hold import MAX_HOLD_MS, MAX_MISSES, UNHELD, Hold
+from harness.sweep import Point, TimingOptions
+from harness.timer import Timing
+
+OPTIONS = TimingOptions(budget_ms=5, min_samples=5, max_samples=50, warmup=1)
+GUARD = 200
+
+
+class _Clock:
+    """The host's perf_counter, in virtual seconds: only the fakes move it."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance_ms(self, ms: float) -> None:
+        self.now += ms / 1e3
+
+
+class _Stream:
+    """One CUDA stream in virtual time: work runs in order, none before the host issued it."""
+
+    def __init__(self, clock: _Clock, spin_host_ms: float = 0.0):
+        self.clock = clock
+        self.free_at = 0.0          # when the work enqueued so far ends
+        self.spin_host_ms = spin_host_ms    # the host's time to issue the spin, after it starts
+        self.spins = 0
+        self.log: list[str] = []
+
+    def run(self, ms: float, what: str) -> None:
+        self.free_at = max(self.clock.now, self.free_at) + ms / 1e3
+        self.log.append(what)
+
+    def spin(self, stream, hold_ms: float) -> None:
+        self.spins += 1
+        if self.spins > GUARD:
+            raise RuntimeError(f"the timer held the stream {self.spins} times: it never stops")
+        self.run(hold_ms, "spin")
+        self.clock.advance_ms(self.spin_host_ms)
+
+    def synchronize(self) -> None:
+        self.clock.now = max(self.clock.now, self.free_at)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Event:
+    def __init__(self, stream: _Stream):
+        self.stream, self.at = stream, None
+
+    def record(self, stream) -> None:
+        self.at = max(self.stream.clock.now, self.stream.free_at)   # when the GPU reaches it
+
+    @property
+    def done(self) -> bool:
+        return self.stream.clock.now >= self.at
+
+    def synchronize(self) -> None:
+        self.stream.clock.now = max(self.stream.clock.now, self.at)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A fake stream (spin_host_ms settable) installed as CuPy, the spin kernel and the clock."""
+    clock = _Clock()
+    stream = _Stream(clock)
+    fake_cupy = SimpleNamespace(cuda=SimpleNamespace(
+        Event=lambda: _Event(stream),
+        get_elapsed_time=lambda start, end: (end.at - start.at) * 1e3))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(timer, "_spin", stream.spin)
+    monkeypatch.setattr(timer, "time", clock)
+    monkeypatch.setattr(stream_hold, "time", clock)
+    return stream
+
+
+def _launch(stream: _Stream, host_ms: float, kernel_ms: float, waits: bool = False):
+    """A call costing `host_ms` of host time and `kernel_ms` of GPU time; `waits`: it first
+    waits for the stream to drain (a call that synchronizes, or a full launch queue)."""
+    def launch() -> None:
+        if waits:
+            stream.synchronize()
+        stream.clock.advance_ms(host_ms)
+        stream.run(kernel_ms, "launch")
+    return launch
+
+
+@pytest.mark.parametrize("host_ms, waits", [(0.05, True), (150.0, False)],
+                         ids=["syncs_with_the_stream", "host_slower_than_any_hold"])
+def test_a_call_that_blocks_the_host_is_timed_call_by_call_within_a_bound(gpu, host_ms, waits):
+    timing = timer.time_cuda(_launch(gpu, host_ms, 0.5, waits), gpu, OPTIONS)
+    assert gpu.spins <= MAX_MISSES
+    assert timing.gpu_timer == UNHELD and len(timing.samples_ms) >= OPTIONS.min_samples
+    assert re.search(r"blocks the host while the stream is held \(\d+ calls took [\d.]+ ms to "
+                     r"enqueue against a [\d.]+ ms hold; 1 call took", timing.timer_note)
+    assert "host gaps inside the call are counted" in timing.timer_note
+    # one call per pair of events, its host time inside: what the note warns of
+    assert timing.samples_ms == pytest.approx([host_ms + 0.5] * len(timing.samples_ms))
+    # about a second of holds at worst, beside the calls' own time (5 + 1 set-up calls, 3 + 1
+    # under holds, 5 samples)
+    assert gpu.clock.now < 1.0 + 20 * (host_ms + 0.5) / 1e3
+
+
+def test_a_hold_that_keeps_running_out_gives_up_after_max_misses(gpu):
+    gpu.spin_host_ms = 500.0      # the host returns from issuing the spin after any hold ended
+    timing = timer.time_cuda(_launch(gpu, 0.01, 0.5), gpu, OPTIONS)
+    assert gpu.spins == MAX_MISSES and timing.gpu_timer == UNHELD
+    assert f"ran out {MAX_MISSES} times in a row" in timing.timer_note
+
+
+def test_a_hold_short_at_first_is_lengthened_and_the_point_stays_held(gpu):
+    gpu.spin_host_ms = 0.3        # Python's overhead after issuing the spin outlasts the 1st hold
+    timing = timer.time_cuda(_launch(gpu, 0.01, 0.02), gpu, OPTIONS)
+    assert gpu.spins > len(timing.samples_ms)          # some batches missed ...
+    assert (timing.gpu_timer, timing.timer_note) == (None, None)   # ... and then it held
+    assert timing.samples_ms == pytest.approx([0.02] * len(timing.samples_ms))
+
+
+def test_cold_mode_falls_back_with_a_flush_before_every_call(gpu):
+    flush = lambda: gpu.run(0.2, "flush")     # noqa: E731 - the L2 flush, a kernel of its own
+    timing = timer.time_cuda(_launch(gpu, 0.05, 0.5, waits=True), gpu,
+                             TimingOptions(mode="cold", budget_ms=5, min_samples=5), flush)
+    assert gpu.spins <= MAX_MISSES and timing.gpu_timer == UNHELD
+    after_the_last_hold = gpu.log[len(gpu.log) - gpu.log[::-1].index("spin"):]
+    # the missed batch of one call, then one call per sample, each after its flush
+    assert after_the_last_hold == ["flush", "launch"] * (1 + len(timing.samples_ms))
+    assert timing.samples_ms == pytest.approx([0.55] * len(timing.samples_ms))  # flush left out
+
+
+def test_graph_replays_that_block_the_host_carry_the_note(gpu):
+    launch = _launch(gpu, 0.05, 0.5, waits=True)
+    replay = _launch(gpu, 0.05, 0.5 * 3, waits=True)     # the captured calls, as one launch
+    timing = timer.time_cuda_graph(launch, gpu, OPTIONS, capture=lambda calls: replay)
+    assert timing.timer_note.startswith("graph replays: the call blocks the host")
+    assert gpu.spins <= 2 * MAX_MISSES       # the probe's holds and the replays'
+
+
+# ---- the rule itself (harness/stream_hold.Hold) --------------------------------------------------
+def test_a_blocked_miss_halves_the_batch_at_the_same_hold_and_says_so_at_one_call():
+    hold = Hold(0.1)
+    calls, ms = hold.size(20)
+    assert (calls, ms) == (20, pytest.approx(3.1))
+    assert hold.missed(20, ms, 12.3) is None
+    sizes = [hold.size(20)]
+    while (note := hold.missed(*sizes[-1], 12.3)) is None:
+        sizes.append(hold.size(20))
+    assert [c for c, _ in sizes] == [10, 5, 2, 1] and {h for _, h in sizes} == {ms}
+    assert note.startswith("the call blocks the host while the stream is held (20 calls took "
+                           "12.3 ms to enqueue against a 3.1 ms hold; 1 call took 12.3 ms")
+
+
+def test_an_unblocked_miss_doubles_the_hold_up_to_the_cap_and_a_covered_batch_resets_the_count():
+    hold = Hold(0.1)
+    for _ in range(MAX_MISSES - 1):
+        calls, ms = hold.size(20)
+        assert hold.missed(calls, ms, 0.1) is None and calls == 20
+    hold.held()
+    seen = []
+    for _ in range(MAX_MISSES - 1):
+        calls, ms = hold.size(20)
+        seen.append(ms)
+        assert hold.missed(calls, ms, 0.1) is None
+    assert max(seen) == MAX_HOLD_MS
+    assert hold.missed(*hold.size(20), 0.1) is not None      # the MAX_MISSES-th in a row
+
+
+# ---- into the row (harness/point_timing.py, harness/executor.py) ---------------------------------
+NOTE = "the call blocks the host while the stream is held (3 calls took 9 ms ...)"
+UNHELD_TIMING = Timing((0.5, 0.5, 0.5), "budget", 0.05, gpu_timer=UNHELD, timer_note=NOTE)
+
+
+def _prepared(capture=None):
+    return SimpleNamespace(launch=lambda: None, stream=None, capture=capture, extras={},
+                           workspace_bytes=0, extras_for_limit=lambda limit: {})
+
+
+@pytest.mark.parametrize("options, flush, captures_itself", [
+    (TimingOptions(gpu_timer="stream"), None, False),
+    (TimingOptions(mode="cold"), lambda: None, False),
+    (TimingOptions(), None, True),      # PyTorch: replay slower, the stream timing kept
+], ids=["stream", "cold", "torch_stream_order"])
+def test_a_stream_timing_that_could_not_hold_keeps_its_timer_and_note(monkeypatch, options,
+                                                                       flush, captures_itself):
+    slow_replay = Timing((0.9,) * 3, "budget", 0.05)
+    monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: UNHELD_TIMING)
+    monkeypatch.setattr(timer, "time_cuda_graph", lambda *args, **kwargs: slow_replay)
+    capture = (lambda calls: (lambda: None)) if captures_itself else None
+    timing = point_timing.time_gpu(_prepared(capture), options, flush)
+    assert (timing.gpu_timer, timing.timer_note) == (UNHELD, NOTE)
+    assert point_timing.timing_extras(timing)["timer_fallback"] == NOTE
+
+
+def test_the_note_is_a_column_and_part_of_the_reason():
+    point = Point(ConvProblem(2, 8, 10, 10, 8, 3, 3, name="s"), "fwd", "fp32", "NCHW", "fake",
+                  "exact")
+    common = dict(family="f", workspace_bytes=0, rel_error=0.0, max_abs_error=0.0,
+                  tolerance=1e-5, setup_ms=1.0, effective_precision="fp32", deterministic=True)
+    m = PointExecutor()._row(point, _prepared(), UNHELD_TIMING, 1.0, common)
+    assert m.ok and m.reason == NOTE and m.extras["gpu_timer"] == UNHELD
+    row = schema.to_row(m, "run", "suite", {}, "2026-11-27T00:00:00+00:00")
+    assert row["timer_fallback"] == NOTE
