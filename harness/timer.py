@@ -234,7 +234,8 @@ class GpuL2Flusher:
 
 
 def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
-              flush: Callable[[], None] | None = None, batch_calls: int = 20) -> Timing:
+              flush: Callable[[], None] | None = None, batch_calls: int = 20,
+              host_probe_calls: int = 5) -> Timing:
     """GPU time per call from CUDA events, with the stream held while each batch is enqueued.
 
     Warm mode brackets a whole batch of back-to-back calls with one pair of events and records the
@@ -244,7 +245,7 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     cannot be held (stream_hold.Hold.missed), every call gets its own pair and the Timing says
     why (gpu_timer UNHELD, timer_note)."""
     import cupy
-    host_ms = measure_host_ms(launch, stream)
+    host_ms = measure_host_ms(launch, stream, host_probe_calls)
     for _ in range(options.warmup):
         launch()
     stream.synchronize()
@@ -359,7 +360,9 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
         replay_graph = lambda: graph.launch(stream)  # noqa: E731 - one line, named for the timer
     else:
         replay_graph = capture(calls)
-    replay = time_cuda(replay_graph, stream, options, batch_calls=4)
+    # A replay's host cost is one graph launch whatever it holds: one replay tells it (five
+    # would run 5 x `calls` calls on the GPU before the first sample, per row).
+    replay = time_cuda(replay_graph, stream, options, batch_calls=4, host_probe_calls=1)
     note = replay.timer_note and f"graph replays: {replay.timer_note}"  # a "call" is a replay
     return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason,
                   probe.host_ms, timer_note=note)
