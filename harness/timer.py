@@ -369,9 +369,11 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
 
 
 def _calls_per_graph(per_call_ms: float, options: TimingOptions, most: int) -> int:
-    """Enough calls per graph to amortise the replay's start, few enough that four replays fit
-    in a quarter of the budget."""
-    return max(1, min(most, int(options.budget_ms / 16 / max(per_call_ms, 1e-3))))
+    """Enough calls per graph to amortise the replay's start, few enough that the sample floor's
+    samples (four replays each) fit in the budget: the floor costs more samples, not more time
+    (a ResNet-50 row of 70 us kernels at a floor of 17 ran 1,360 calls)."""
+    replays = 4 * max(options.min_samples, 4)
+    return max(1, min(most, int(options.budget_ms / replays / max(per_call_ms, 1e-3))))
 
 
 # A graph replay runs the calls without stream order's ~1 us between kernels, so it is never

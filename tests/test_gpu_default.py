@@ -16,7 +16,8 @@ ALL_GPU = (list(gpu_default.GPU_BACKENDS), [])
 
 
 def _args(**given) -> SimpleNamespace:
-    flags = dict(backend=None, algorithm=None, precision=None, layout=None, gpu_processes=None)
+    flags = dict(backend=None, algorithm=None, precision=None, layout=None, gpu_processes=None,
+                 budget_ms=None)
     return SimpleNamespace(**{**flags, **given})
 
 
@@ -36,11 +37,11 @@ def test_with_a_gpu_each_precision_runs_in_its_framework_layout_on_the_gpu_backe
     sweep, lines = gpu_default.with_gpu_default(load_suite("quick"), _args())
     assert [c.backend for c in sweep.backends] == ["cudnn", "cudnn_graph", "torch_gpu"]
     assert all(c.optional for c in sweep.backends)
-    assert sweep.timing.gpu_processes == 1
+    assert sweep.timing.gpu_processes == 1 and sweep.timing.budget_ms == gpu_default.BUDGET_MS
     pairs = {(p.precision, p.layout) for p in sweep.points(lambda backend: ["a"])}
     assert pairs == {("fp32", "NCHW"), ("tf32", "NCHW"), ("fp16", "NHWC"), ("bf16", "NHWC")}
     assert lines == [gpu_default.describe(sweep)]
-    assert "fp32 and tf32 in NCHW; fp16 and bf16 in NHWC; 1 timing process" in lines[0]
+    assert "fp32 and tf32 in NCHW; fp16 and bf16 in NHWC; 1 timing process, 25 ms" in lines[0]
     assert "--backend cpu" in lines[0]
 
 
@@ -51,8 +52,9 @@ def test_each_flag_given_keeps_its_part_and_backend_turns_the_default_off(gpu):
     assert fp16.precisions == ("fp16",) and fp16.layouts == ("NHWC",)
     both = gpu_default.with_gpu_default(quick, _args(layout="NCHW"))[0]
     assert both.precision_layouts == () and both.layouts == quick.layouts
-    two = gpu_default.with_gpu_default(quick, _args(gpu_processes=2))[0]
+    two = gpu_default.with_gpu_default(quick, _args(gpu_processes=2, budget_ms=80))[0]
     assert two.timing.gpu_processes == quick.timing.gpu_processes
+    assert two.timing.budget_ms == quick.timing.budget_ms
     for off in (_args(backend="cpu"), _args(algorithm="direct")):
         assert gpu_default.with_gpu_default(quick, off) == (quick, [])
 
