@@ -1,4 +1,5 @@
-"""How the held-stream timer (harness/timer.time_cuda) sizes its hold, and when it stops holding.
+"""How the held-stream timer (harness/timer.time_cuda) sizes its hold and its batches (calls, samples,
+graph replays), and when it stops holding.
 
 A spin kernel holds the stream while the host enqueues a batch; the batch counts only if the hold
 outlasted the enqueue. A miss whose enqueue took most of the hold means the host waited on the GPU
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from harness.sweep import TimingOptions
 
 MIN_HOLD_MS = 0.1     # the hold also covers recording the events and Python's loop overhead
 # The usual need is 1.5 x 20 calls x 77 us (a legacy cuDNN call's host cost) ~ 2.3 ms; a hold
@@ -109,3 +112,23 @@ def unheld_samples(launch: Callable[[], None], stream: Any, rule: Any,
         end.synchronize()
         samples.append(cupy.cuda.get_elapsed_time(start, end))
     return samples, reason
+
+
+# ---- how many samples and calls a held batch carries ----------------------------------------
+def warm_pairs(options: TimingOptions, have: int) -> int:
+    """Warm samples one held batch brackets, each between its own events: as many as the sample
+    floor still needs, at most WARM_SAMPLES_PER_BATCH, then one at a time for the stopping rule.
+    Each held batch costs a hold and a synchronisation (~2 ms on an H100 whatever the kernels),
+    which at a floor of 17 was most of a small row's time."""
+    return max(1, min(WARM_SAMPLES_PER_BATCH, options.min_samples - have))
+
+
+WARM_SAMPLES_PER_BATCH = 4
+
+
+def calls_per_graph(per_call_ms: float, options: TimingOptions, most: int) -> int:
+    """Enough calls per graph to amortise the replay's start, few enough that the sample floor's
+    samples (four replays each) fit in the budget: the floor costs more samples, not more time
+    (a ResNet-50 row of 70 us kernels at a floor of 17 ran 1,360 calls)."""
+    replays = 4 * max(options.min_samples, 4)
+    return max(1, min(most, int(options.budget_ms / replays / max(per_call_ms, 1e-3))))

@@ -23,7 +23,8 @@ from typing import Any
 from harness import contention
 from harness.contention import load_average, stolen_ms
 from harness.stats import relative_noise
-from harness.stream_hold import UNHELD, Hold, measure_host_ms, unheld_samples
+from harness.stream_hold import (UNHELD, Hold, calls_per_graph, measure_host_ms, unheld_samples,
+                                 warm_pairs)
 from harness.sweep import TimingOptions
 from harness.threads import available_cores
 
@@ -254,9 +255,14 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     hold = Hold(host_ms + (0.02 if flush else 0.0))
     per_call_estimate = None
     while (reason := rule.reason_to_stop(samples)) is None:
-        calls, hold_ms = hold.size(_batch_size(batch_calls, per_call_estimate, options,
-                                               len(samples), flush))
-        batch, enqueue_ms = _timed_batch(launch, stream, calls, hold_ms, flush, cupy)
+        per_sample = _batch_size(batch_calls, per_call_estimate, options, len(samples), flush)
+        # the first batch alone: until one batch was held, a call's cost is not known
+        pairs = 1 if flush is not None or per_call_estimate is None else warm_pairs(
+            options, len(samples))
+        calls, hold_ms = hold.size(per_sample * pairs)
+        pairs = max(1, min(pairs, calls // per_sample))   # the hold may have cut the batch
+        calls = calls if pairs == 1 else per_sample * pairs
+        batch, enqueue_ms = _timed_batch(launch, stream, calls, hold_ms, flush, cupy, pairs)
         if batch is None:           # the hold ran out while enqueueing: the GPU waited on the host
             note = hold.missed(calls, hold_ms, enqueue_ms)
             if note is None:
@@ -281,19 +287,21 @@ def _batch_size(default: int, per_call_ms: float | None, options: TimingOptions,
     return max(1, min(default, by_budget, limit))
 
 
-def _timed_batch(launch, stream, calls, hold_ms, flush,
-                 cupy) -> tuple[list[float] | None, float]:
-    """One warm sample (mean over the batch) or, with a flush, one sample per call (None where
-    the hold ran out first), and the host's time to enqueue them."""
-    pairs = calls if flush is not None else 1
+def _timed_batch(launch, stream, calls, hold_ms, flush, cupy,
+                 pairs: int = 1) -> tuple[list[float] | None, float]:
+    """Warm: `pairs` samples, each the mean over its calls // pairs back-to-back calls; with a
+    flush, one sample per call. None where the hold ran out first; and the host's time to
+    enqueue them."""
+    pairs = calls if flush is not None else pairs
     events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(pairs)]
     _spin(stream, hold_ms)
     started = time.perf_counter()
     if flush is None:
-        events[0][0].record(stream)
-        for _ in range(calls):
-            launch()
-        events[0][1].record(stream)
+        for start, end in events:
+            start.record(stream)
+            for _ in range(calls // pairs):
+                launch()
+            end.record(stream)
     else:
         for start, end in events:
             with stream:
@@ -354,7 +362,7 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
     # One held batch of 3 calls (after the warm-up) gives the host cost and a per-call estimate.
     probe = time_cuda(launch, stream, replace(options, min_samples=1, max_samples=1),
                       batch_calls=3)
-    calls = _calls_per_graph(probe.samples_ms[0], options, max_calls_per_graph)
+    calls = calls_per_graph(probe.samples_ms[0], options, max_calls_per_graph)
     if capture is None:
         graph = capture_calls(launch, stream, calls)
         replay_graph = lambda: graph.launch(stream)  # noqa: E731 - one line, named for the timer
@@ -366,14 +374,6 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
     note = replay.timer_note and f"graph replays: {replay.timer_note}"  # a "call" is a replay
     return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason,
                   probe.host_ms, timer_note=note)
-
-
-def _calls_per_graph(per_call_ms: float, options: TimingOptions, most: int) -> int:
-    """Enough calls per graph to amortise the replay's start, few enough that the sample floor's
-    samples (four replays each) fit in the budget: the floor costs more samples, not more time
-    (a ResNet-50 row of 70 us kernels at a floor of 17 ran 1,360 calls)."""
-    replays = 4 * max(options.min_samples, 4)
-    return max(1, min(most, int(options.budget_ms / replays / max(per_call_ms, 1e-3))))
 
 
 # A graph replay runs the calls without stream order's ~1 us between kernels, so it is never

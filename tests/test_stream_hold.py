@@ -107,13 +107,23 @@ def _launch(stream: _Stream, host_ms: float, kernel_ms: float, waits: bool = Fal
     return launch
 
 
+def test_the_sample_floor_is_taken_a_few_samples_a_hold_each_between_its_own_events(gpu):
+    """A floor of 17 warm samples costs five held batches, not 17 (each a hold and a sync, ~2 ms
+    on an H100): the first alone, then four samples a batch, each its own calls' mean."""
+    options = TimingOptions(budget_ms=50, min_samples=17, max_samples=50, warmup=1)
+    timing = timer.time_cuda(_launch(gpu, 0.01, 0.02), gpu, options)
+    assert timing.gpu_timer is None and len(timing.samples_ms) >= 17
+    assert gpu.spins == 1 + -(-16 // stream_hold.WARM_SAMPLES_PER_BATCH)
+    assert timing.samples_ms == pytest.approx([0.02] * len(timing.samples_ms))
+
+
 @pytest.mark.parametrize("host_ms, waits", [(0.05, True), (150.0, False)],
                          ids=["syncs_with_the_stream", "host_slower_than_any_hold"])
 def test_a_call_that_blocks_the_host_is_timed_call_by_call_within_a_bound(gpu, host_ms, waits):
     timing = timer.time_cuda(_launch(gpu, host_ms, 0.5, waits), gpu, OPTIONS)
     assert gpu.spins <= MAX_MISSES
     assert timing.gpu_timer == UNHELD and len(timing.samples_ms) >= OPTIONS.min_samples
-    assert re.search(r"blocks the host while the stream is held \(\d+ calls took [\d.]+ ms to "
+    assert re.search(r"blocks the host while the stream is held \(\d+ calls took [\d.e+]+ ms to "
                      r"enqueue against a [\d.]+ ms hold; 1 call took", timing.timer_note)
     assert "host gaps inside the call are counted" in timing.timer_note
     # one call per pair of events, its host time inside: what the note warns of
@@ -133,7 +143,8 @@ def test_a_hold_that_keeps_running_out_gives_up_after_max_misses(gpu):
 def test_a_hold_short_at_first_is_lengthened_and_the_point_stays_held(gpu):
     gpu.spin_host_ms = 0.3        # Python's overhead after issuing the spin outlasts the 1st hold
     timing = timer.time_cuda(_launch(gpu, 0.01, 0.02), gpu, OPTIONS)
-    assert gpu.spins > len(timing.samples_ms)          # some batches missed ...
+    held = 1 + -(-(len(timing.samples_ms) - 1) // stream_hold.WARM_SAMPLES_PER_BATCH)
+    assert gpu.spins > held                            # some batches missed ...
     assert (timing.gpu_timer, timing.timer_note) == (None, None)   # ... and then it held
     assert timing.samples_ms == pytest.approx([0.02] * len(timing.samples_ms))
 
@@ -228,10 +239,9 @@ def test_the_sample_floor_of_graph_replays_fits_the_budget():
     whatever the floor: more samples, not more time (a ResNet-50 row of 70 us kernels at a
     floor of 17 ran 1,360 calls under a 200 ms budget)."""
     from harness.sweep import TimingOptions
-    from harness.timer import _calls_per_graph
     for floor, per_call_ms in ((5, 0.07), (17, 0.07), (17, 0.5), (19, 0.01)):
         options = TimingOptions(budget_ms=25, min_samples=floor)
-        calls = _calls_per_graph(per_call_ms, options, 20)
+        calls = stream_hold.calls_per_graph(per_call_ms, options, 20)
         assert 1 <= calls <= 20
         assert calls == 1 or 4 * floor * calls * per_call_ms <= options.budget_ms
-    assert _calls_per_graph(0.001, TimingOptions(budget_ms=25, min_samples=17), 20) == 20
+    assert stream_hold.calls_per_graph(0.001, TimingOptions(budget_ms=25, min_samples=17), 20) == 20
