@@ -21,6 +21,12 @@ the sum over layers and directions with each shape's multiplicity. Output: one t
 (text) and every Find result (JSON), both named by GPU and date.
 
     python evidence/studies/find_conditions.py SUITE.toml [...] --out DIR [--precision fp16]
+    python evidence/studies/find_conditions.py --cost FOUND.json RUN.parquet [...]   # no GPU
+
+The second form costs the picks with convbench's own medians from a run of the same shapes on the
+same GPU (kernel time by graph replay, the GPU warm), which is what a policy's pick costs a user;
+the first form's own event timings of 10 back-to-back calls per algorithm include launch gaps and
+a GPU whose clocks had dropped while the host made the next shape's data.
 """
 from __future__ import annotations
 
@@ -208,6 +214,49 @@ def _condition_line(condition, call, key, rows, measured, warm_picks, best) -> s
             f"{same_warm}/{len(rows)} | {medians} | {wall:.0f}{note}")
 
 
+def cost_with_run(found_json: Path, runs: list[str]) -> list[str]:
+    """Each condition's picks costed with a convbench run's measured medians (graph replay: the
+    GPU time of the kernels, steady clocks) of the same GPU and shapes: legacy cuDNN rows at the
+    JSON's precision, beside the run's legacy best, its best over every backend and PyTorch."""
+    import pandas as pd
+    found = json.loads(found_json.read_text())
+    lines = []
+    for run in runs:
+        model = next(m for m in found if f"-{m}-" in Path(run).name)
+        df = pd.read_parquet(run)
+        df = df[(df["precision"] == PRECISION) & (df["status"] == "ok")]
+        legacy = df[df["backend"] == "cudnn"]
+        times = {(r.layer, r.direction, r.algorithm): r.median_ms for r in legacy.itertuples()}
+        multiplicity = df.groupby("layer")["multiplicity"].first()
+
+        def step(series):
+            return sum(multiplicity[layer] * ms for (layer, _), ms in series.items())
+        per_point = ["layer", "direction"]
+        best = legacy.groupby(per_point)["median_ms"].min()
+        torch = df[df["backend"] == "torch_gpu"].groupby(per_point)["median_ms"].min()
+        lines += [f"## {model}: picks costed with {Path(run).name} ({PRECISION}); legacy best "
+                  f"{step(best):.2f} ms, best of all backends "
+                  f"{step(df.groupby(per_point)['median_ms'].min()):.2f} ms, PyTorch "
+                  f"{step(torch):.2f} ms",
+                  "condition | call | step ms | x legacy best | x PyTorch | picks = legacy best"]
+        for condition, rows in found[model].items():
+            if not isinstance(rows, list):
+                lines.append(f"{condition} | - | {rows}")
+                continue
+            for call, key in (("first", "found"), ("second", "found_again")):
+                if rows[0].get(key) is None:
+                    continue
+                picks = {(r["layer"], r["direction"]): _pick(r[key], r["workspace"]) for r in rows}
+                total = sum(r["multiplicity"] * times[(r["layer"], r["direction"],
+                                                      picks[(r["layer"], r["direction"])])]
+                            for r in rows)
+                same = sum(times[(*where, pick)] == best[where] for where, pick in picks.items())
+                lines.append(f"{condition} | {call} | {total:.2f} | {total / step(best):.2f} | "
+                             f"{total / step(torch):.2f} | {same}/{len(rows)}")
+        lines.append("")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suites", nargs="+")
@@ -219,9 +268,15 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=480,
                         help="start no condition after this many seconds")
     parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--cost", type=Path, metavar="FOUND_JSON",
+                        help="no GPU: cost FOUND_JSON's picks with the runs named as SUITES "
+                             "(results .parquet files) and print the table")
     args = parser.parse_args()
     global PRECISION
     PRECISION = args.precision
+    if args.cost:
+        print("\n".join(cost_with_run(args.cost, args.suites)))
+        return
     if args.worker:
         _worker(args.worker, args.suites[0], args.precision, args.layout)
         return
