@@ -1,5 +1,5 @@
-"""How the held-stream timer (harness/timer.time_cuda) sizes its hold and its batches (calls, samples,
-graph replays), and when it stops holding.
+"""How the held-stream timer (harness/timer.time_cuda) sizes its hold and its batches (calls,
+samples, graph replays), and when it stops holding.
 
 A spin kernel holds the stream while the host enqueues a batch; the batch counts only if the hold
 outlasted the enqueue. A miss whose enqueue took most of the hold means the host waited on the GPU

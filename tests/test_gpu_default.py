@@ -42,7 +42,7 @@ def test_with_a_gpu_each_precision_runs_in_its_framework_layout_on_the_gpu_backe
     assert pairs == {("fp32", "NCHW"), ("tf32", "NCHW"), ("fp16", "NHWC"), ("bf16", "NHWC")}
     assert lines == [gpu_default.describe(sweep)]
     assert "fp32 and tf32 in NCHW; fp16 and bf16 in NHWC; 1 timing process, 25 ms" in lines[0]
-    assert "--backend cpu" in lines[0]
+    assert "cpu for the CPU algorithms" in lines[0]
 
 
 def test_each_flag_given_keeps_its_part_and_backend_turns_the_default_off(gpu):

@@ -48,7 +48,8 @@ def _add_compare_flags(p: argparse.ArgumentParser) -> None:
 def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", help="comma list of backends (default: the suite's; with a GPU, "
                                      "cudnn,cudnn_graph,torch_gpu at fp32/tf32 NCHW and "
-                                     "fp16/bf16 NHWC; add cpu to run the CPU algorithms too)")
+                                     "fp16/bf16 NHWC; naming backends, cpu included, runs the "
+                                     "suite's precisions and layouts)")
     p.add_argument("--algorithm", help="comma list of algorithms (default: all of each backend)")
     p.add_argument("--direction", help="comma list of fwd, bwd_data, bwd_filter")
     p.add_argument("--precision",

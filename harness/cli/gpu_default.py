@@ -32,8 +32,9 @@ PROCESSES = 1
 # rows, and at the sample floor (17 samples) a row of 70 us kernels spent ~100 ms in timed calls.
 # With 25 ms each of the floor's samples still averages several calls (timer._calls_per_graph).
 BUDGET_MS = 25.0
-HOW_TO_NARROW = ("narrow it with --backend, --precision, --layout or --direction; add the CPU "
-                 "algorithms with --backend cpu,cudnn,cudnn_graph,torch_gpu")
+HOW_TO_NARROW = ("narrow it with --precision, --layout or --direction; --backend names the "
+                 "backends itself (cpu for the CPU algorithms) and then the suite's precisions, "
+                 "layouts and timing apply")
 
 
 def framework_layout(precision: str) -> str:
