@@ -131,15 +131,19 @@ class PointExecutor:
             return [_over_limit(p, algo, err.needed) for p in group]
         except Exception as err:  # a backend's error is data: the row says what
             return [_failed(p, algo, err) for p in group]
+        stages = {"stage_prepare_ms": (time.perf_counter() - started) * 1e3}
         try:
             # after prepare: a backend imports its library there (threads.limited sets PyTorch's
             # pool only once it is imported)
             with threads.limited(point.threads):
-                return self._verify_and_time(group, point, algo, prepared, data, started)
+                return self._verify_and_time(group, point, algo, prepared, data, started,
+                                             stages)
         finally:
             prepared.release()
 
-    def _verify_and_time(self, group, point, algo, prepared, data, started) -> list[Measurement]:
+    def _verify_and_time(self, group, point, algo, prepared, data, started,
+                         stages: dict[str, float]) -> list[Measurement]:
+        verifying = time.perf_counter()
         try:
             first_call_ms, output, deterministic = _run_twice(prepared)
         except Exception as err:  # backend failure while running: a failed row
@@ -159,21 +163,24 @@ class PointExecutor:
                       rel_error=judged.rel_error, max_abs_error=judged.max_abs_error,
                       tolerance=judged.tolerance, setup_ms=setup_ms,
                       effective_precision=judged.delivered, deterministic=deterministic)
+        stages["stage_verify_ms"] = (time.perf_counter() - verifying) * 1e3
         if judged.delivered is None:
-            return [Measurement(p, Status.WRONG, _why_wrong(point, judged), **common)
-                    for p in group]
+            return [Measurement(p, Status.WRONG, _why_wrong(point, judged), **common,
+                                extras=dict(stages)) for p in group]
+        timing_started = time.perf_counter()
         try:
             timing = self._time(prepared, point)
         except Exception as err:  # backend failure while timing: a failed row
             return [_failed(p, algo, err) for p in group]
-        return [self._row(p, prepared, timing, first_call_ms, common) for p in group]
+        stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3
+        return [self._row(p, prepared, timing, first_call_ms, common, stages) for p in group]
 
     def _row(self, p: Point, prepared: Prepared, timing: Timing, first_call_ms: float,
-             common: dict) -> Measurement:
+             common: dict, stages: dict[str, float]) -> Measurement:
         # The backend's columns, then how the point was timed, then the limit's own: a new dict
         # per row, so rows of one group never share (and the backend's dict is never written).
         extras = {**prepared.extras, **timing_extras(timing), "first_call_ms": first_call_ms,
-                  **prepared.extras_for_limit(p.workspace_limit)}
+                  **prepared.extras_for_limit(p.workspace_limit), **stages}
         if timing.cpu_use is not None:
             extras["cpu_threads"] = (threads.available_cores() if p.threads == threads.ALL
                                      else p.threads)     # what threads.limited set

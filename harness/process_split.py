@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
-from harness.measurement import STATUSES, Measurement, Status
+from harness.measurement import STAGE_COLUMNS, STATUSES, Measurement, Status
 from harness.sweep import Point, TimingOptions
 
 # Worst first: a row is as bad as the worst any process saw (a wrong output in one process is a
@@ -95,6 +95,7 @@ def _merge_ok(measurements: list[Measurement]) -> Measurement:
     timed, pick, pick_note = _merged_torch_pick(measurements)
     samples = tuple(s for m in timed for s in m.samples_ms)
     extras = {**first.extras, **_merged_contention(timed), **pick,
+              **_summed_stages(measurements),
               "process_samples": " ".join(str(len(m.samples_ms)) for m in timed)}
     stops = list(dict.fromkeys(m.stop_reason for m in timed if m.stop_reason))
     shared = [m.reason for m in timed
@@ -143,6 +144,13 @@ def _merged_contention(measurements: list[Measurement]) -> dict:
         if values:
             merged[name] = combine(values)
     return merged
+
+
+def _summed_stages(measurements: list[Measurement]) -> dict:
+    """The row's stage times over all its processes or rounds: what the row cost the run."""
+    return {name: sum(m.extras[name] for m in measurements if m.extras.get(name) is not None)
+            for name in STAGE_COLUMNS if any(m.extras.get(name) is not None
+                                             for m in measurements)}
 
 
 def _all(values) -> bool | None:

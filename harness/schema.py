@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness import epilogue
 from harness.env import ENV_FIELDS
-from harness.measurement import Measurement
+from harness.measurement import STAGE_COLUMNS, Measurement
 from harness.precision import AUTO_OUTPUT, element_bytes
 from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS
 from harness.problem_text import to_benchdnn
@@ -83,6 +83,8 @@ EXTRA_COLUMNS: dict[str, str] = {
     # workspace both calls were offered, and CUDA's module loading (lazy or eager)
     "find_pick_warm": "boolean", "find_ms_warm": "float64", "find_workspace_bytes": "Int64",
     "find_module_loading": "string",
+    # where the row's wall time went (measurement.STAGE_COLUMNS), summed over its processes
+    **{name: "float64" for name in STAGE_COLUMNS},
     "numerical_notes": "string",         # graph-API plan notes (tensor_core, down_convert, ...)
     "engine_id": "Int64",
     # a plan that ran past its cap: the engine it is a knob setting of, so a resumed run gives

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, UserError, csv_list, say, warn, writing
 from harness.cli.gpu_default import with_gpu_default
-from harness.cli.tables import print_best
+from harness.cli.tables import print_best, print_stages
 
 
 def load_sweep(args: argparse.Namespace):
@@ -272,10 +272,13 @@ def _run_model(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, sweep, output: RunOutput) -> int:
+    import time
     points = planned_points(sweep)
+    started = time.perf_counter()
     with connect_cluster(args, points) as cluster:
         df, interrupted = measure(sweep, points, output, args.seed, cluster)
     print_best(df)
+    print_stages(df, time.perf_counter() - started)
     if interrupted:
         warn("interrupted: finished rows were kept; rerun with --resume to finish")
         return EXIT_INTERRUPTED

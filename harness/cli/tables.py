@@ -117,3 +117,22 @@ def _saving(row, name: str) -> str:
     from harness.analysis import policies
     saved = policies.saving(row, name)
     return "-" if saved is None else f"{saved[0]:.4g} ms ({saved[1]:.1f}%)"
+
+
+def print_stages(df, wall_s: float) -> None:
+    """One line: where this run's wall time went, from the rows' stage columns (summed over each
+    row's processes, so with two GPU processes the stages can add up to more than the wall) and
+    the rest (worker start-up, references, enumerating plans, writing)."""
+    from harness.measurement import STAGE_COLUMNS
+    present = [c for c in STAGE_COLUMNS if c in df.columns]
+    totals = {c.removeprefix("stage_").removesuffix("_ms"): float(df[c].fillna(0).sum()) / 1e3
+              for c in present}
+    if not totals or wall_s <= 0:
+        return
+    parts = [f"{name} {seconds:.1f} s ({seconds / wall_s:.0%})" for name, seconds in totals.items()]
+    rest = wall_s - sum(totals.values())
+    if rest >= 0:
+        parts.append(f"other {rest:.1f} s ({rest / wall_s:.0%})")
+    say(f"\nwhere the {wall_s:.1f} s went (per row: prepare, verify against float64, time; other: "
+        f"start-up, references, plans, writing): {', '.join(parts)}")
+

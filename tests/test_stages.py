@@ -1,0 +1,71 @@
+"""Where a row's time goes (measurement.STAGE_COLUMNS): the executor records how long it spent
+preparing, verifying and timing each row, a row measured in two processes sums them, and `run`
+ends with one line of totals."""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness import backends, process_split
+from harness.cli.tables import print_stages
+from harness.executor import PointExecutor
+from harness.measurement import STAGE_COLUMNS, Measurement
+from harness.problem import ConvProblem
+from harness.sweep import Point, TimingOptions
+
+PROBLEM = ConvProblem(2, 4, 8, 8, 4, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                      name="l")
+
+
+def test_each_row_records_prepare_verify_and_time_and_a_slow_prepare_shows():
+    backends.register("slow", "planted_backends:SlowBackend")     # 30 ms to prepare
+    point = Point(PROBLEM, "fwd", "fp32", "NCHW", "slow", "exact", None,
+                  TimingOptions(budget_ms=5, min_samples=3, max_samples=5))
+    (row,) = PointExecutor().measure([point])
+    assert row.status == "ok"
+    stages = {name: row.extras[name] for name in STAGE_COLUMNS}
+    assert all(ms > 0 for ms in stages.values()), stages
+    assert stages["stage_prepare_ms"] >= 30 > stages["stage_verify_ms"]
+
+
+def test_a_wrong_row_keeps_what_it_spent_before_it_was_refused():
+    point = Point(PROBLEM, "fwd", "fp32", "NCHW", "fake", "wrong_fast", None,
+                  TimingOptions(budget_ms=5, min_samples=3, max_samples=5))
+    (row,) = PointExecutor().measure([point])
+    assert row.status == "wrong"
+    assert row.extras["stage_verify_ms"] > 0 and "stage_time_ms" not in row.extras
+
+
+def test_two_processes_sum_their_stages():
+    backends.register("process_gpu", "planted_backends:ProcessGpuBackend")
+    timing = TimingOptions(min_samples=4, max_samples=9, budget_ms=100.0, gpu_processes=2)
+    point = Point(PROBLEM, "fwd", "fp32", "NCHW", "process_gpu", "exact", None, timing)
+    one = {"stage_prepare_ms": 2.0, "stage_verify_ms": 3.0, "stage_time_ms": 10.0}
+    two = {"stage_prepare_ms": 1.0, "stage_verify_ms": 4.0, "stage_time_ms": 12.0}
+    rows = [[Measurement(point, "ok", samples_ms=(1.0, 1.1), rel_error=1e-7,
+                         effective_precision="fp32", deterministic=True, extras=stages)]
+            for stages in (one, two)]
+    (row,) = process_split.merge([point], rows)
+    assert {name: row.extras[name] for name in STAGE_COLUMNS} == {
+        "stage_prepare_ms": 3.0, "stage_verify_ms": 7.0, "stage_time_ms": 22.0}
+
+
+def test_run_ends_with_where_the_time_went(capsys):
+    df = pd.DataFrame({"stage_prepare_ms": [1000.0, 1000.0], "stage_verify_ms": [500.0, None],
+                       "stage_time_ms": [4000.0, 3500.0]})
+    print_stages(df, 12.0)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("where the 12.0 s went")
+    for part in ("prepare 2.0 s (17%)", "verify 0.5 s (4%)", "time 7.5 s (62%)",
+                 "other 2.0 s (17%)"):
+        assert part in line
+    print_stages(pd.DataFrame({"status": ["ok"]}), 3.0)     # files from before: nothing said
+    assert capsys.readouterr().out == ""
+
+
+def test_stages_beyond_the_wall_leave_other_out(capsys):
+    """Two timing processes (or a cluster) spend more row time than the wall clock passes."""
+    df = pd.DataFrame({"stage_prepare_ms": [3000.0], "stage_verify_ms": [1000.0],
+                       "stage_time_ms": [4000.0]})
+    print_stages(df, 5.0)
+    line = capsys.readouterr().out
+    assert line.rstrip().endswith("time 4.0 s (80%)")
