@@ -176,11 +176,11 @@ class PointExecutor:
         return [self._row(p, prepared, timing, first_call_ms, common, stages) for p in group]
 
     def _row(self, p: Point, prepared: Prepared, timing: Timing, first_call_ms: float,
-             common: dict, stages: dict[str, float]) -> Measurement:
+             common: dict, stages: dict[str, float] | None = None) -> Measurement:
         # The backend's columns, then how the point was timed, then the limit's own: a new dict
         # per row, so rows of one group never share (and the backend's dict is never written).
         extras = {**prepared.extras, **timing_extras(timing), "first_call_ms": first_call_ms,
-                  **prepared.extras_for_limit(p.workspace_limit), **stages}
+                  **prepared.extras_for_limit(p.workspace_limit), **(stages or {})}
         if timing.cpu_use is not None:
             extras["cpu_threads"] = (threads.available_cores() if p.threads == threads.ALL
                                      else p.threads)     # what threads.limited set
