@@ -24,9 +24,10 @@ MIN_HOLD_MS = 0.1     # the hold also covers recording the events and Python's l
 # 40 times that is no longer waiting for a slow host.
 MAX_HOLD_MS = 100.0
 MAX_MISSES = 8        # misses in a row; with the cap on the hold, the worst case is about a second
-# An enqueue this share of the hold on a miss: the host was made to wait for the GPU (with the
-# host cost measured beforehand, an unhindered enqueue takes about 1/1.5 of the hold).
-BLOCKED_SHARE = 0.8
+# A miss whose calls each took this many times their unhindered host cost to enqueue (measured
+# before, without a hold): the host was made to wait for the GPU. Any miss took about the hold to
+# enqueue (that is what a miss is), so the hold itself cannot tell a blocked host from a slow one.
+BLOCKED_FACTOR = 4.0
 UNHELD = "unheld_events"    # the gpu_timer of a point timed call by call without a hold
 _COUNTED = "timed call by call without a hold; host gaps inside the call are counted"
 
@@ -36,10 +37,11 @@ class Miss:
     calls: int
     enqueue_ms: float
     hold_ms: float
+    per_call_ms: float      # the host's unhindered cost of one call
 
     @property
     def blocked(self) -> bool:
-        return self.enqueue_ms >= BLOCKED_SHARE * self.hold_ms
+        return self.enqueue_ms / self.calls >= BLOCKED_FACTOR * self.per_call_ms
 
     def __str__(self) -> str:
         return (f"{self.calls} call{'s' if self.calls > 1 else ''} took {self.enqueue_ms:.3g} ms "
@@ -68,17 +70,25 @@ class Hold:
 
     def missed(self, calls: int, hold_ms: float, enqueue_ms: float) -> str | None:
         """Adjusts to a batch the hold did not cover; returns why to stop holding, or None."""
-        miss = Miss(calls, enqueue_ms, hold_ms)
+        miss = Miss(calls, enqueue_ms, hold_ms, self.per_call)
+        previous = self.misses[-1] if self.misses else None
         self.misses.append(miss)
-        if miss.blocked and calls == 1:
+        # One call blocked twice in a row: it waits for the GPU whatever the hold (a hiccup of
+        # the host, which also reads as blocked, does not come back at once).
+        if miss.blocked and calls == 1 and previous is not None and previous.blocked and \
+                previous.calls == 1:
             first = next(m for m in self.misses if m.blocked)
-            also = "" if first is miss else f"; {miss}"
-            return f"the call blocks the host while the stream is held ({first}{also}): {_COUNTED}"
+            return f"the call blocks the host while the stream is held ({first}; {miss}): " \
+                   f"{_COUNTED}"
         if len(self.misses) >= MAX_MISSES:
             return (f"the stream hold ran out {len(self.misses)} times in a row before the host "
                     f"had enqueued the batch (last: {miss}): {_COUNTED}")
-        if miss.blocked:
-            self.most_calls = max(1, calls // 2)
+        at_cap = hold_ms >= MAX_HOLD_MS
+        if (miss.blocked or at_cap) and calls > 1:
+            self.most_calls = max(1, calls // 2)     # a longer hold cannot help: fewer calls
+        elif at_cap:
+            return (f"one call takes longer to enqueue than the longest hold ({miss}): "
+                    f"{_COUNTED}")
         else:
             self.ms = min(MAX_HOLD_MS, 2 * hold_ms)
         return None

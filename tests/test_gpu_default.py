@@ -17,7 +17,7 @@ ALL_GPU = (list(gpu_default.GPU_BACKENDS), [])
 
 def _args(**given) -> SimpleNamespace:
     flags = dict(backend=None, algorithm=None, precision=None, layout=None, gpu_processes=None,
-                 budget_ms=None)
+                 budget_ms=None, cluster=None)
     return SimpleNamespace(**{**flags, **given})
 
 
@@ -55,8 +55,14 @@ def test_each_flag_given_keeps_its_part_and_backend_turns_the_default_off(gpu):
     two = gpu_default.with_gpu_default(quick, _args(gpu_processes=2, budget_ms=80))[0]
     assert two.timing.gpu_processes == quick.timing.gpu_processes
     assert two.timing.budget_ms == quick.timing.budget_ms
-    for off in (_args(backend="cpu"), _args(algorithm="direct")):
+    for off in (_args(backend="cpu"), _args(algorithm="direct"), _args(cluster="local")):
         assert gpu_default.with_gpu_default(quick, off) == (quick, [])
+
+
+def test_a_suite_that_names_no_gpu_backend_runs_as_it_is(gpu):
+    """cpu_compare compares CPU algorithms with oneDNN: a GPU in the machine changes nothing."""
+    study = load_suite("cpu_compare")
+    assert gpu_default.with_gpu_default(study, _args()) == (study, [])
 
 
 def test_a_gpu_without_usable_backends_runs_the_suite_and_says_why(monkeypatch, tmp_path,

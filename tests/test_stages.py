@@ -69,3 +69,16 @@ def test_stages_beyond_the_wall_leave_other_out(capsys):
     print_stages(df, 5.0)
     line = capsys.readouterr().out
     assert line.rstrip().endswith("time 4.0 s (80%)")
+
+
+def test_rows_of_one_call_under_several_workspace_limits_share_its_cost():
+    """Three limits of one point are one prepared call: each row carries a third of its stages,
+    so the run's totals count the call once (not three times)."""
+    backends.register("slow", "planted_backends:SlowBackend")
+    timing = TimingOptions(budget_ms=5, min_samples=3, max_samples=5)
+    group = [Point(PROBLEM, "fwd", "fp32", "NCHW", "slow", "exact", limit, timing)
+             for limit in (0, 1 << 20, None)]
+    rows = PointExecutor().measure(group)
+    assert len(rows) == 3 and all(r.status == "ok" for r in rows)
+    prepare = [r.extras["stage_prepare_ms"] for r in rows]
+    assert len(set(prepare)) == 1 and 10 <= sum(prepare) and prepare[0] < 30

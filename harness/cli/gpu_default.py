@@ -8,9 +8,9 @@ layout frameworks run it in: fp32 and tf32 in NCHW (PyTorch's default memory for
 bf16 in NHWC (channels_last, the layout of mixed-precision training on tensor cores). The CPU
 algorithms join only when asked (`--backend cpu,...`): on a GPU machine they took 77% of a
 ResNet-50 run and answer another question. The float64 reference checks every GPU output
-whatever the backends. Each flag given keeps its own say: --precision, --layout and
---budget-ms and --gpu-processes override their part of the default; --backend or --algorithm
-turns it off.
+whatever the backends. Each flag given keeps its own say: --precision, --layout, --budget-ms
+and --gpu-processes override their part of the default; --backend or --algorithm turns it off, as
+does --cluster, and a suite that names no GPU backend (a CPU study) runs as it is.
 """
 from __future__ import annotations
 
@@ -41,16 +41,20 @@ def framework_layout(precision: str) -> str:
     return FRAMEWORK_LAYOUT.get(precision, "NHWC")
 
 
-def applies(args: argparse.Namespace) -> bool:
-    """No --backend or --algorithm, and a GPU visible to this process."""
+def applies(sweep: Sweep, args: argparse.Namespace) -> bool:
+    """No --backend or --algorithm; a suite that asks for a GPU backend at all (cpu_compare and
+    large_kernel are CPU studies and stay so); no --cluster (whose workers, not this machine,
+    have the GPUs or not); and a GPU visible to this process."""
     from harness import env
-    return not args.backend and not args.algorithm and env.gpu_visible()
+    wants_gpu = any(choice.backend in GPU_BACKENDS for choice in sweep.backends)
+    return (not args.backend and not args.algorithm and wants_gpu
+            and not getattr(args, "cluster", None) and env.gpu_visible())
 
 
 def with_gpu_default(sweep: Sweep, args: argparse.Namespace) -> tuple[Sweep, list[str]]:
     """The sweep the default runs on this machine, and the lines that say so (printed first).
     Where no GPU backend can run (CuPy or cuDNN missing), the suite's own backends, and why."""
-    if not applies(args):
+    if not applies(sweep, args):
         return sweep, []
     usable, refused = _usable_backends()
     notes = [f"note: GPU default: skipping {name}: {why}" for name, why in refused]
