@@ -266,7 +266,9 @@ class _Session:
     def _find(self, call: tuple) -> list[tuple[int, int, int, float]]:
         try:
             found = [(p.algo, p.status, p.memory, p.time) for p in lib.find(*call)]
-        except lib.CudnnError:
+        except lib.CudnnError as err:
+            if err.context_lost:
+                raise    # the worker must be replaced, as after a failing heuristic call
             found = []   # Find itself failing leaves "no Find pick", which reports show as such
         self.stream.synchronize()
         return found
