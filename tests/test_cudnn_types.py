@@ -236,3 +236,21 @@ def test_cudnn_accepts_and_stores_the_descriptor_types(name, layout, expected):
     descs = cudnn._Descriptors(Point(problem, "fwd", name, layout, "cudnn",
                                      "implicit_precomp_gemm"))
     assert _read_back(descs) == expected
+
+
+def test_find_failing_gives_no_pick_but_a_lost_context_is_raised(monkeypatch):
+    """A Find call that fails leaves "no Find pick"; one that lost the CUDA context must end the
+    worker (harness/worker.py replaces it), as a failing heuristic call does."""
+    session = object.__new__(cudnn._Session)
+    session.stream = SimpleNamespace(synchronize=lambda: None)
+    lost = next(code for code in range(1, 10000) if lib.is_execution_failed(code))
+
+    def failing(code):
+        def find(*args):
+            raise lib.CudnnError(code, "cudnnFindConvolutionForwardAlgorithmEx")
+        return find
+    monkeypatch.setattr(lib, "find", failing(3000))          # NOT_SUPPORTED
+    assert session._find(()) == []
+    monkeypatch.setattr(lib, "find", failing(lost))
+    with pytest.raises(lib.CudnnError):
+        session._find(())
