@@ -122,7 +122,8 @@ def _saving(row, name: str) -> str:
 def print_stages(df, wall_s: float) -> None:
     """One line: where this run's wall time went, from the rows' stage columns (summed over each
     row's processes, so with two GPU processes the stages can add up to more than the wall) and
-    the rest (worker start-up, references, enumerating plans, writing)."""
+    the rest (worker start-up, test data, enumerating plans, writing). A problem's float64
+    reference is computed by its first row's verification, so it counts under verify."""
     from harness.measurement import STAGE_COLUMNS
     present = [c for c in STAGE_COLUMNS if c in df.columns]
     totals = {c.removeprefix("stage_").removesuffix("_ms"): float(df[c].fillna(0).sum()) / 1e3
@@ -133,6 +134,6 @@ def print_stages(df, wall_s: float) -> None:
     rest = wall_s - sum(totals.values())
     if rest >= 0:
         parts.append(f"other {rest:.1f} s ({rest / wall_s:.0%})")
-    say(f"\nwhere the {wall_s:.1f} s went (per row: prepare, verify against float64, time; other: "
-        f"start-up, references, plans, writing): {', '.join(parts)}")
+    say(f"\nwhere the {wall_s:.1f} s went (per row: prepare, verify against float64 with the "
+        f"references, time; other: start-up, test data, plans, writing): {', '.join(parts)}")
 
