@@ -165,18 +165,16 @@ class PointExecutor:
                       effective_precision=judged.delivered, deterministic=deterministic)
         stages["stage_verify_ms"] = (time.perf_counter() - verifying) * 1e3
         if judged.delivered is None:
-            share = {name: ms / len(group) for name, ms in stages.items()}
             return [Measurement(p, Status.WRONG, _why_wrong(point, judged), **common,
-                                extras=share) for p in group]
+                                extras=_shares(stages, group)) for p in group]
         timing_started = time.perf_counter()
         try:
             timing = self._time(prepared, point)
         except Exception as err:  # backend failure while timing: a failed row
             return [_failed(p, algo, err) for p in group]
         stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3
-        # the group's rows (workspace limits of one call) share its cost: each carries its part
-        share = {name: ms / len(group) for name, ms in stages.items()}
-        return [self._row(p, prepared, timing, first_call_ms, common, share) for p in group]
+        return [self._row(p, prepared, timing, first_call_ms, common, _shares(stages, group))
+                for p in group]
 
     def _row(self, p: Point, prepared: Prepared, timing: Timing, first_call_ms: float,
              common: dict, stages: dict[str, float] | None = None) -> Measurement:
@@ -268,6 +266,12 @@ def algorithm_for(point: Point) -> Algorithm:
     if expanding and point.algorithm not in {a.name for a in backend.algorithms()}:
         return expanding[0]
     return backend.algorithm(point.algorithm)
+
+
+def _shares(stages: dict[str, float], group: list[Point]) -> dict[str, float]:
+    """A row's part of its group's stage times: the group's rows (workspace limits of one call)
+    share its cost, so a run's totals count the call once."""
+    return {name: ms / len(group) for name, ms in stages.items()}
 
 
 def _run_twice(prepared: Prepared) -> tuple[float, Any, bool]:

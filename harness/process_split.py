@@ -94,8 +94,8 @@ def _merge_ok(measurements: list[Measurement]) -> Measurement:
     first = measurements[0]
     timed, pick, pick_note = _merged_torch_pick(measurements)
     samples = tuple(s for m in timed for s in m.samples_ms)
-    extras = {**first.extras, **_merged_contention(timed), **pick,
-              **_summed_stages(measurements),
+    extras = {**first.extras, **_merged(timed, _CONTENTION_MERGE), **pick,
+              **_merged(measurements, _STAGES_MERGE),
               "process_samples": " ".join(str(len(m.samples_ms)) for m in timed)}
     stops = list(dict.fromkeys(m.stop_reason for m in timed if m.stop_reason))
     shared = [m.reason for m in timed
@@ -135,22 +135,19 @@ def _merged_torch_pick(measurements: list[Measurement]
 _CONTENTION_MERGE = {"contended": any, "samples_retaken": sum, "cpu_wait": max,
                      "load_avg": max, "cpu_steal": max, "cpu_time_ratio": min,
                      "host_probe_ms": max}
+# A row's stage times are what all its processes or rounds spent: the row's cost to the run.
+_STAGES_MERGE = dict.fromkeys(STAGE_COLUMNS, sum)
 
 
-def _merged_contention(measurements: list[Measurement]) -> dict:
+def _merged(measurements: list[Measurement], rules: dict) -> dict:
+    """The extras named in `rules` (name -> how to combine), over the measurements that have
+    them."""
     merged = {}
-    for name, combine in _CONTENTION_MERGE.items():
+    for name, combine in rules.items():
         values = [m.extras[name] for m in measurements if m.extras.get(name) is not None]
         if values:
             merged[name] = combine(values)
     return merged
-
-
-def _summed_stages(measurements: list[Measurement]) -> dict:
-    """The row's stage times over all its processes or rounds: what the row cost the run."""
-    return {name: sum(m.extras[name] for m in measurements if m.extras.get(name) is not None)
-            for name in STAGE_COLUMNS if any(m.extras.get(name) is not None
-                                             for m in measurements)}
 
 
 def _all(values) -> bool | None:
