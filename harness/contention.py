@@ -188,6 +188,51 @@ def host_probe_ms(cores: int) -> float:
     return statistics.median(times)
 
 
+# `convbench check` judges a run against a stored baseline, so a slow spell of the host while
+# it measures (or re-measures what it flagged) reads as a regression that the probe rule above
+# cannot always undo: in one CI A/A check a direct convolution ran 1.85x slower, in the run and
+# in its confirmation, while the probe read ~1.25x slower (beyond SPELL_REACH). Spells pass
+# (10-30 s, at most minutes), so before each of its runs `check` waits, up to SPELL_WAIT_S, until
+# the probe has read within QUIET_MARGIN of the baseline's QUIET_READS times in a row, POLL_S
+# apart (the baseline's probes scatter ~3% around their median on a quiet host).
+QUIET_MARGIN = 0.075
+QUIET_READS = 3
+POLL_S = 1.0
+SPELL_WAIT_S = 90.0
+
+
+@dataclass(frozen=True)
+class HostWait:
+    """What waiting for the host to leave a slow spell came to (wait_for_quiet_host)."""
+    reference_ms: float     # the baseline's typical probe
+    last_ms: float          # the last probe read
+    reads: int              # probes read (QUIET_READS where the host was quiet at once)
+    waited_s: float
+    quiet: bool             # False: the time ran out first
+
+    @property
+    def slower(self) -> float:
+        return self.last_ms / self.reference_ms - 1.0
+
+
+def wait_for_quiet_host(reference_ms: float, cores: int, timeout_s: float = SPELL_WAIT_S,
+                        probe: Callable[[int], float] | None = None,
+                        clock: Callable[[], float] = time.monotonic) -> HostWait:
+    """Probe the host until it reads within QUIET_MARGIN of `reference_ms` QUIET_READS times in
+    a row, or `timeout_s` has passed (the comment above says why)."""
+    probe = probe or host_probe_ms
+    probe(cores)          # the first call in a process also starts the BLAS threads: not a read
+    start, reads, in_a_row = clock(), 0, 0
+    while True:
+        last = probe(cores)
+        reads += 1
+        in_a_row = in_a_row + 1 if last <= reference_ms * (1.0 + QUIET_MARGIN) else 0
+        waited = clock() - start
+        if in_a_row >= QUIET_READS or waited >= timeout_s:
+            return HostWait(reference_ms, last, reads, waited, in_a_row >= QUIET_READS)
+        time.sleep(POLL_S)
+
+
 def load_average() -> float | None:
     try:
         return os.getloadavg()[0]

@@ -473,6 +473,48 @@ def test_a_check_narrowed_by_flags_finds_nothing_missing(tmp_path, eighteen, cap
     assert "4 SAME" in out and "0 MISSING" in out and "0 BROKEN" in out
 
 
+def test_a_check_waits_out_a_slow_spell_of_the_host_before_it_measures(tmp_path, eighteen,
+                                                                       capsys, monkeypatch):
+    """A baseline whose CPU rows read the host probe at 1.0 ms, a host that reads 1.4 ms for two
+    probes and then 1.0: the check measures only after three quiet reads in a row, and says it
+    waited (harness/contention.py: a run measured in a spell reads as a regression)."""
+    from harness import contention
+    from harness.cli import results
+    suite, run = eighteen
+    base = run.assign(host_probe_ms=1.0)
+    reads = iter([9.0, 1.4, 1.4, 1.0, 1.0, 1.0] + [1.0] * 20)   # the first only warms the BLAS
+    probed = []
+
+    def probe(cores):
+        probed.append(next(reads))
+        return probed[-1]
+    measured_after = []
+    real_measure = results.measure
+
+    def measure(*args):
+        measured_after.append(len(probed))
+        return real_measure(*args)
+    monkeypatch.setattr(contention, "host_probe_ms", probe)
+    monkeypatch.setattr(contention, "POLL_S", 0.0)
+    monkeypatch.setattr(results, "measure", measure)
+    assert _check(suite, _write(tmp_path, "base.parquet", base), tmp_path) == 0
+    assert measured_after == [6]
+    assert "waited 0 s for a slow spell of the host to pass (a fixed matmul on every core: " \
+           "1 ms, the baseline's 1 ms)" in capsys.readouterr().out
+
+
+def test_wait_for_quiet_host_gives_up_after_its_time_and_says_how_slow_the_host_was(
+        monkeypatch):
+    from harness import contention
+    monkeypatch.setattr(contention, "POLL_S", 0.0)
+    ticks = iter(range(100))
+    wait = contention.wait_for_quiet_host(1.0, 2, timeout_s=3, probe=lambda cores: 1.3,
+                                          clock=lambda: next(ticks))
+    assert not wait.quiet and wait.reads == 3 and wait.slower == pytest.approx(0.3)
+    wait = contention.wait_for_quiet_host(1.0, 2, probe=lambda cores: 1.07)
+    assert wait.quiet and wait.reads == contention.QUIET_READS
+
+
 def test_a_check_whose_run_breaks_verified_points_exits_1(tmp_path, capsys):
     """The planted wrong and failing algorithms of the fake backend, verified in a baseline
     doctored to say so: the check's own run gets them wrong and failed, BROKEN, exit 1."""

@@ -122,7 +122,7 @@ def cmd_peaks(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _compare_options(args: argparse.Namespace, row_threshold: float | None = None):
+def compare_options(args: argparse.Namespace, row_threshold: float | None = None):
     """CompareOptions from the flags; `row_threshold` is the suite file's [compare] threshold."""
     from harness import compare
     try:
@@ -138,7 +138,8 @@ def _compare_options(args: argparse.Namespace, row_threshold: float | None = Non
                              if args.suite_threshold is not None
                              else compare.DEFAULT_SUITE_THRESHOLD),
             # `check` has no candidate file: its candidate is the run it makes
-            labels=(args.baseline, getattr(args, "candidate", None) or "this run"))
+            labels=(getattr(args, "baseline", None) or "the baseline",
+                    getattr(args, "candidate", None) or "this run"))
     except ValueError as err:
         raise UserError(str(err)) from None
 
@@ -151,7 +152,7 @@ def _judge(base, new, options):
         raise UserError(f"{err} (pass --allow-env-mismatch to compare anyway)") from None
 
 
-def _verdict_exit(comparison, args: argparse.Namespace) -> int:
+def verdict_exit(comparison, args: argparse.Namespace) -> int:
     from harness.report.compare_summary import markdown_summary
     summary = markdown_summary(comparison)
     say(summary)
@@ -170,7 +171,7 @@ def _verdict_exit(comparison, args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     base, new = load_results([args.baseline]), load_results([args.candidate])
-    return _verdict_exit(_judge(base, new, _compare_options(args)), args)
+    return verdict_exit(_judge(base, new, compare_options(args)), args)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -180,7 +181,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     timing = replace(sweep.timing, min_samples=max(sweep.timing.min_samples, args.min_samples),
                      max_samples=max(sweep.timing.max_samples, args.min_samples))
     sweep = replace(sweep, timing=timing)
-    options = _compare_options(args, sweep.regression_threshold)
+    options = compare_options(args, sweep.regression_threshold)
     base = load_results([args.baseline])
     output = run_output(args, sweep.name, tag="check")
     points = planned_points(sweep)
@@ -190,6 +191,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_rounds(args, sweep, points, output: RunOutput, base, options, cluster) -> int:
     from harness import compare
+    _wait_for_quiet_host(base)
     new, interrupted = measure(sweep, points, output, args.seed, cluster)
     if interrupted:
         return EXIT_INTERRUPTED
@@ -201,6 +203,7 @@ def _check_rounds(args, sweep, points, output: RunOutput, base, options, cluster
             break
         say(f"confirmation round {round_number}: re-measuring {len(flagged)} flagged points")
         again = [p for p in points if p.point_id in flagged]
+        _wait_for_quiet_host(base)
         path = output.path.with_name(f"{output.path.stem}-confirm{round_number}"
                                      f"{output.path.suffix}")
         rerun, interrupted = measure(sweep, again, replace(output, path=path), args.seed,
@@ -208,7 +211,29 @@ def _check_rounds(args, sweep, points, output: RunOutput, base, options, cluster
         if interrupted:
             return EXIT_INTERRUPTED
         comparison = compare.confirm(comparison, base, rerun, options)
-    return _verdict_exit(comparison, args)
+    return verdict_exit(comparison, args)
+
+
+def _wait_for_quiet_host(base) -> None:
+    """Before `check` measures (or re-measures what it flagged), wait for a slow spell of the
+    host to pass: the baseline's CPU rows recorded the host probe, and rows measured in a spell
+    read as regressions (harness/contention.py, SPELL_WAIT_S). GPU-only baselines have none."""
+    import pandas as pd
+    if "host_probe_ms" not in base.columns:
+        return
+    probes = pd.to_numeric(base["host_probe_ms"], errors="coerce").dropna()
+    if probes.empty:
+        return
+    from harness import contention, threads
+    wait = contention.wait_for_quiet_host(float(probes.median()), threads.available_cores())
+    probe = (f"a fixed matmul on every core: {wait.last_ms:.3g} ms, the baseline's "
+             f"{wait.reference_ms:.3g} ms")
+    if not wait.quiet:
+        say(f"the host still runs {wait.slower:.0%} slower than when the baseline was measured "
+            f"after {wait.waited_s:.0f} s ({probe}): measuring anyway; rows timed in a slow "
+            "spell are judged by the spell rule (docs/regression-checks.md)")
+    elif wait.reads > contention.QUIET_READS:
+        say(f"waited {wait.waited_s:.0f} s for a slow spell of the host to pass ({probe})")
 
 
 def _planned_part(base, wanted: set[str]):
