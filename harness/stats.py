@@ -65,6 +65,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from harness.student_t import t_quantile
+
 DEFAULT_ALPHA = 0.002           # asv's default significance level
 CORRECTIONS = ("bh", "holm", "none")
 MIN_ROWS = 8                    # fewer rows: no suite-level interval (module docstring)
@@ -179,18 +181,6 @@ def expanded_tail(n: int, confidence: float) -> float:
     values: Phi(-sqrt(n / (n - 1)) * t(1 - (1 - confidence) / 2, n - 1))."""
     t = t_quantile(1.0 - (1.0 - confidence) / 2.0, n - 1)
     return NormalDist().cdf(-math.sqrt(n / (n - 1)) * t)
-
-
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile by the Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5), so that
-    NumPy is enough: within 0.3% of the exact value for df >= 7 and 0.5 <= p <= 0.9995, the
-    range MIN_ROWS and the usual confidences need."""
-    z = NormalDist().inv_cdf(p)
-    terms = ((z ** 3 + z) / 4,
-             (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
-             (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
-             (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
-    return z + sum(term / df ** (k + 1) for k, term in enumerate(terms))
 
 
 def _resamples(tail: float) -> int:

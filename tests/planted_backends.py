@@ -4,6 +4,7 @@ scripts/aa_check.sh must catch (tests/run_planted.py registers it under the name
 kills the process measuring it once, a Dask worker lost mid-run (tests/test_cluster.py)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -357,3 +358,44 @@ class ThreadsSeenBackend(CpuBackend):
 
     def algorithms(self) -> list:
         return [_RecordsThreadsAlgorithm(a, 0.0) for a in super().algorithms()]
+
+
+class SlowerExact(FakeExact):
+    """The fake backend's `exact`, 25% slower (a regression planted in one `convbench ab`
+    environment by tests/planted_env_worker.py); `exact_slow` keeps its speed."""
+    gflops = FakeExact.gflops / 1.25
+
+
+class SlowerExactBackend(FakeBackend):
+    name = "fake"
+
+    def algorithms(self):
+        return [SlowerExact(), *FakeBackend().algorithms()[1:]]
+
+
+def planted_share(point_id: str, every: int) -> bool:
+    """Whether a planted regression of `every`-th points hits this one: a stable pick by the
+    point's id, the same in every process (Python's hash() is salted per process)."""
+    return int(hashlib.sha1(point_id.encode()).hexdigest(), 16) % every == 0
+
+
+class _SlowedSome(_SlowedAlgorithm):
+    def __init__(self, inner: Any, slowdown: float, every: int):
+        super().__init__(inner, slowdown)
+        self._every = every
+
+    def prepare(self, point, data):
+        if planted_share(point.point_id, self._every):
+            return super().prepare(point, data)
+        return self._inner.prepare(point, data)
+
+
+class SomeSlowCpuBackend(CpuBackend):
+    """The real `cpu` backend with the launches of every `every`-th point (planted_share)
+    `slowdown` slower: a regression of part of a suite, for `convbench ab`'s power
+    (benchmarks/ab_power.py, through tests/planted_env_worker.py)."""
+    slowdown = 0.25
+    every = 4
+
+    def algorithms(self) -> list:
+        return [_SlowedSome(a, self.slowdown, self.every) for a in super().algorithms()]

@@ -15,7 +15,7 @@ HARNESS = Path(__file__).resolve().parents[1] / "harness"
 # for their modules unless a module is named on its own.
 LAYERS = [
     # facts and pure helpers: no harness imports of their own (backends.cudnn.lib: a ctypes binding)
-    {"problem", "precision", "stats", "locks", "threads", "contention", "cpu_memory",
+    {"problem", "precision", "student_t", "stats", "locks", "threads", "contention", "cpu_memory",
      "backends.cudnn.lib",
      "epilogue", "workspace_limit"},
     {"problem_text"},
@@ -30,7 +30,7 @@ LAYERS = [
     {"executor", "point_timing", "process_split"},
     {"worker"},
     {"runner"},
-    {"cluster"},
+    {"cluster", "env_worker", "ab"},  # ab: two environments' worker processes, interleaved
     {"analysis", "runs", "export", "compare", "peaks", "plan"},
     {"report"},
     {"cli", "pytest_plugin"},

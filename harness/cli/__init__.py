@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.cli import models
+from harness.cli.ab import cmd_ab
+from harness.cli.history import cmd_history
 from harness.cli.common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, MOST_PROCESSES,
                                 UserError, count, one_line, utf8_text, warn)
 from harness.cli.results import (cmd_check, cmd_compare, cmd_env, cmd_list, cmd_peaks, cmd_report,
@@ -247,6 +249,68 @@ exit codes:
     _add_sweep_flags(check)
     _add_compare_flags(check)
     check.set_defaults(func=cmd_check)
+    _add_ab_parser(sub, exit_codes)
+    _add_history_parser(sub)
+
+
+def _add_history_parser(sub) -> None:
+    history = sub.add_parser(
+        "history", help="steps and drift over a series of runs (exit 1 when the newest run "
+                        "confirms a regression)",
+        description="""\
+Read results files (files, folders, globs: e.g. a results branch CI keeps), order their runs by
+when they finished, split them by suite and machine, and find steps: a step with one run after
+it is suspected, confirmed once a later run agrees (windowed rank test, binary segmentation;
+harness/analysis/history.py says why). Runs timed in a slow spell of the host are labelled and
+left out. A slow monotone trend no step explains is reported as drift. Writes history.html
+(trend figures), history.md (also printed) and history.json.""",
+        epilog="exit codes: 0 no regression just confirmed; 1 the newest run confirms a "
+               "regression (a SLOWER step with two runs after it); 2 bad input",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    history.add_argument("results", nargs="+", help="results files, folders or globs")
+    history.add_argument("--out", metavar="FOLDER", help="where to write (default "
+                                                         "reports/history)")
+    history.add_argument("--force", action="store_true", help="replace an existing history")
+    history.add_argument("--threshold", default="5%",
+                         help="smallest step worth reporting (default 5%%)")
+    history.add_argument("--alpha", type=float, default=0.05,
+                         help="significance of a confirmed step (default 0.05; per point, "
+                              "divided by the number of points)")
+    history.add_argument("--window", type=count(2), default=10,
+                         help="runs compared on each side of a step (default 10)")
+    history.set_defaults(func=cmd_history)
+
+
+def _add_ab_parser(sub, exit_codes: str) -> None:
+    ab = sub.add_parser(
+        "ab", help="measure a suite in two Python environments, interleaved, and judge the "
+                   "paired differences; exit 1 as compare",
+        description="""\
+Measure the same points in two environments (ENV: a virtualenv folder, a Python interpreter, or
+a script that sets variables and execs one; convbench installed in each) in alternating rounds:
+each round measures every point in both, back to back, the order shuffled per round. A point's
+verdict comes from its per-round ratios new/base (a one-sided paired t-test over the rounds,
+corrected across points), with compare's words: SAME within the threshold, SLOWER / FASTER
+beyond it and significant, AMBIGUOUS beyond it but not, BROKEN where the new side's output is
+wrong, crashed or failed. Drift of the machine hits both sides of a round alike, so this catches
+on a shared runner what two stored runs cannot (docs/regression-checks.md).""",
+        epilog=exit_codes, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ab.add_argument("suite", nargs="?", default="quick")
+    ab.add_argument("--base", required=True, metavar="ENV", help="the baseline environment")
+    ab.add_argument("--new", required=True, metavar="ENV", help="the candidate environment")
+    for side in ("base", "new"):
+        ab.add_argument(f"--{side}-var", action="append", metavar="NAME=VALUE",
+                        help=f"an environment variable for the {side} side only (repeatable)")
+    ab.add_argument("--rounds", type=count(1), default=8,
+                    help="rounds, each measuring every point once per environment (default 8)")
+    ab.add_argument("--out", metavar="PREFIX",
+                    help="write PREFIX-base.parquet and PREFIX-new.parquet (default: results/"
+                         "<suite>-<machine>-<run id>-ab-{base,new}.parquet)")
+    ab.add_argument("--force", action="store_true", help="replace existing output files")
+    ab.add_argument("--seed", type=count(0), default=0)
+    _add_sweep_flags(ab)
+    _add_compare_flags(ab)
+    ab.set_defaults(func=cmd_ab, cluster=None)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

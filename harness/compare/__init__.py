@@ -105,8 +105,8 @@ import pandas as pd
 
 from harness import cpu_memory
 from harness.compare.rows import (BROKEN_STATUSES, confirmed_row, distinct_values, has_samples,
-                                  host_spell, judge_matched, lost_row, new_row, only_points,
-                                  points_by_id, run_scatter)
+                                  host_spell, judge_matched, only_points, points_by_id,
+                                  run_scatter, with_unmatched)
 from harness.compare.verdicts import (CHANGED, DEFAULT_SUITE_CONFIDENCE, DEFAULT_SUITE_THRESHOLD,
                                       DEFAULT_THRESHOLD, FAIL_ON, MATCHED, CompareOptions,
                                       Comparison, EnvironmentMismatch, EnvMismatch,
@@ -149,13 +149,8 @@ def _judge_frames(base: pd.DataFrame, new: pd.DataFrame, options: CompareOptions
                                                 or host_spell(base_pts[pid], new_pts[pid]))]
         scatter = run_scatter(quiet, base_pts, new_pts)
     rows = dict(zip(matched, judge_matched(matched, base_pts, new_pts, options, scatter)))
-    for pid, point in base_pts.items():
-        if point.samples.size and pid not in rows:
-            rows[pid] = lost_row(point, new_pts.get(pid))
-    for pid, point in new_pts.items():
-        if point.samples.size and pid not in rows:
-            rows[pid] = new_row(point, base_pts.get(pid))
-    return Comparison(tuple(rows.values()), options, tuple(mismatches), scatter=scatter)
+    return Comparison(with_unmatched(rows, base_pts, new_pts), options, tuple(mismatches),
+                      scatter=scatter)
 
 
 def _refuse_incomparable(base: pd.DataFrame, new: pd.DataFrame, labels: tuple[str, str]) -> int:

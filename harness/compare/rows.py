@@ -20,7 +20,7 @@ from harness.stats import adjust_p_values, mann_whitney_u
 
 
 @dataclass
-class _Point:
+class PointSamples:
     """One point of one frame: its description, ok samples pooled, and its last non-ok status."""
     pid: str
     meta: dict[str, Any]
@@ -33,15 +33,15 @@ class _Point:
     threads: int | None = None       # cpu_threads: the threads it ran with (CPU rows)
 
 
-def points_by_id(df: pd.DataFrame) -> dict[str, _Point]:
-    """point_id -> _Point. A point measured in several runs (a folder of results) is judged on
+def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
+    """point_id -> PointSamples. A point measured in several runs (a folder of results) is judged on
     all its ok samples together."""
-    points: dict[str, _Point] = {}
+    points: dict[str, PointSamples] = {}
     wanted = [c for c in ("point_id", "status", "reason", "samples_ms", "process_samples",
                           *_CONTENTION, *_META) if c in df.columns]
     for rec in df[wanted].to_dict("records"):     # only what is read: result files are wide
         pid = str(rec["point_id"])
-        point = points.setdefault(pid, _Point(pid, _meta(rec), np.empty(0)))
+        point = points.setdefault(pid, PointSamples(pid, _meta(rec), np.empty(0)))
         status = _text(rec.get("status")) or "unknown"
         samples = np.asarray(_samples(rec), dtype=float) if status == Status.OK else np.empty(0)
         if samples.size:
@@ -61,7 +61,7 @@ def points_by_id(df: pd.DataFrame) -> dict[str, _Point]:
     return points
 
 
-def judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Point],
+def judge_matched(ids: list[str], base: dict[str, PointSamples], new: dict[str, PointSamples],
                    options: CompareOptions, scatter: float | None) -> list[RowResult]:
     tests = [mann_whitney_u(new[pid].samples, base[pid].samples) for pid in ids]
     floor = stats.scatter_floor(scatter, stats.SCATTER_ROW_K)
@@ -75,9 +75,9 @@ def judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Point
         slower = ratio >= 1.0
         p, adj = (tests[i][1], slower_adj[i]) if slower else (tests[i][2], faster_adj[i])
         threshold = options.threshold_for(b.meta.get("layer"))
-        verdict, reason = _verdict(ratio, slower_adj[i], faster_adj[i], threshold, options.alpha,
-                                   (b.samples.size, n.samples.size), floor,
-                                   _process_overlap(b, n, slower, threshold))
+        verdict, reason = row_verdict(ratio, slower_adj[i], faster_adj[i], threshold,
+                                      options.alpha, (b.samples.size, n.samples.size), floor,
+                                      _process_overlap(b, n, slower, threshold))
         shared = _shared_cpu_reason(b, n, ratio)
         spell = None if shared else _host_spell_reason(b, n, ratio, verdict)
         if shared or spell:
@@ -90,7 +90,7 @@ def judge_matched(ids: list[str], base: dict[str, _Point], new: dict[str, _Point
     return rows
 
 
-def host_spell(base: _Point, new: _Point) -> float | None:
+def host_spell(base: PointSamples, new: PointSamples) -> float | None:
     """How much slower the host ran for one run's timing of the point than for the other's
     (contention.host_probe_ms, the slower over the faster, minus 1) where that exceeds
     contention.HOST_SLOWER, else None (or where either run has no probe: GPU rows, older files,
@@ -101,7 +101,8 @@ def host_spell(base: _Point, new: _Point) -> float | None:
     return spell if spell > HOST_SLOWER else None
 
 
-def _host_spell_reason(base: _Point, new: _Point, ratio: float, verdict: Verdict) -> str | None:
+def _host_spell_reason(base: PointSamples, new: PointSamples, ratio: float,
+                       verdict: Verdict) -> str | None:
     """Why a SLOWER (FASTER) row timed during a slow spell of the host in the new (base) run is
     AMBIGUOUS: every multi-threaded point slowed with the probe, so a ratio within the spell's
     reach (SPELL_REACH) measures the host as much as the code. A spell in the other run, or a
@@ -120,7 +121,7 @@ def _host_spell_reason(base: _Point, new: _Point, ratio: float, verdict: Verdict
             "re-measures it")
 
 
-def _shared_cpu_reason(base: _Point, new: _Point, ratio: float) -> str | None:
+def _shared_cpu_reason(base: PointSamples, new: PointSamples, ratio: float) -> str | None:
     """Why a row whose CPU timing shared the cores, in either run, can be no verdict but
     AMBIGUOUS: its time measures the neighbours as much as the code (270 ms instead of 11 ms
     once), so neither SLOWER nor FASTER nor SAME would mean anything."""
@@ -132,7 +133,8 @@ def _shared_cpu_reason(base: _Point, new: _Point, ratio: float) -> str | None:
             "machine")
 
 
-def _process_overlap(base: _Point, new: _Point, slower: bool, threshold: float) -> str | None:
+def _process_overlap(base: PointSamples, new: PointSamples, slower: bool,
+                     threshold: float) -> str | None:
     """The two runs' worker-process medians when even the least changed pairing of processes
     stays within the threshold (the process rule of the module docstring), else None."""
     if not base.process_medians or not new.process_medians or min(base.process_medians) <= 0:
@@ -150,12 +152,13 @@ def _ms_list(values: list[float]) -> str:
     return "/".join(f"{v:.4g}" for v in values)
 
 
-def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, alpha: float,
-             sizes: tuple[int, int], floor: float = 0.0,
-             overlap: str | None = None) -> tuple[Verdict, str]:
+def row_verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, alpha: float,
+                sizes: tuple[int, int], floor: float = 0.0, overlap: str | None = None,
+                unit: str = "samples") -> tuple[Verdict, str]:
     """The rules of the module docstring, with a reason a person can act on; `floor` is the
     scatter floor as a log ratio (0: none); `overlap` the process medians where the two runs'
-    worker processes overlap (None: they do not)."""
+    worker processes overlap (None: they do not); `unit` what `sizes` count (a paired run's
+    rounds: harness/compare/paired.py)."""
     effect = ratio - 1.0
     if abs(effect) <= threshold:
         return Verdict.SAME, f"{effect:+.1%} within ±{threshold:.1%}"
@@ -178,7 +181,7 @@ def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, a
                                    f"(adjusted p {p_other:.2g}): look at the samples")
     return Verdict.AMBIGUOUS, (f"{effect:+.1%} beyond ±{threshold:.1%} but not significant "
                                f"(adjusted p {p:.2g} > {alpha:g}, {sizes[0]}/{sizes[1]} "
-                               f"samples): re-measure with more samples")
+                               f"{unit}): re-measure with more {unit}")
 
 
 # Candidate statuses that say the code under test went wrong where the baseline verified it: a
@@ -187,7 +190,7 @@ def _verdict(ratio: float, p_slower: float, p_faster: float, threshold: float, a
 BROKEN_STATUSES = (Status.WRONG, Status.CRASHED, Status.FAILED)
 
 
-def lost_row(point: _Point, new: _Point | None) -> RowResult:
+def lost_row(point: PointSamples, new: PointSamples | None) -> RowResult:
     """The row of a point verified in the baseline that has no timing in the candidate."""
     broken = new is not None and new.status in BROKEN_STATUSES
     reason = "not in the new results" if new is None else (
@@ -197,7 +200,21 @@ def lost_row(point: _Point, new: _Point | None) -> RowResult:
                      n_base=point.samples.size)
 
 
-def new_row(point: _Point, base: _Point | None) -> RowResult:
+def with_unmatched(rows: dict[str, RowResult], base: dict[str, PointSamples],
+                   new: dict[str, PointSamples]) -> tuple[RowResult, ...]:
+    """The matched rows' verdicts, then a row for every point with samples on one side only:
+    the baseline's lost (BROKEN or MISSING), the candidate's NEW."""
+    rows = dict(rows)
+    for pid, point in base.items():
+        if point.samples.size and pid not in rows:
+            rows[pid] = lost_row(point, new.get(pid))
+    for pid, point in new.items():
+        if point.samples.size and pid not in rows:
+            rows[pid] = new_row(point, base.get(pid))
+    return tuple(rows.values())
+
+
+def new_row(point: PointSamples, base: PointSamples | None) -> RowResult:
     if base is None:
         reason = "not in the baseline"
     else:
@@ -258,7 +275,8 @@ def _meta(rec: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def run_scatter(ids: list[str], base: dict[str, _Point], new: dict[str, _Point]) -> float | None:
+def run_scatter(ids: list[str], base: dict[str, PointSamples],
+                new: dict[str, PointSamples]) -> float | None:
     """The run-to-run scatter a row's ratio is held to over the matched rows `ids`: what the two
     runs' own replicates predict (stats.replicate_sd; a regression in the run judged cannot
     raise it), else, for files without replicates (older runs), the pair's own (stats.
@@ -270,7 +288,7 @@ def run_scatter(ids: list[str], base: dict[str, _Point], new: dict[str, _Point])
     return _pair_scatter(ids, base, new)
 
 
-def _replicate_noise(points: list[_Point]) -> tuple[float, float] | None:
+def _replicate_noise(points: list[PointSamples]) -> tuple[float, float] | None:
     """(sd of one replicate's log median, replicates per row) of one run, or None where too few
     rows have replicates."""
     medians = [p.process_medians for p in points if len(p.process_medians) >= 2]
@@ -278,8 +296,8 @@ def _replicate_noise(points: list[_Point]) -> tuple[float, float] | None:
     return None if sd is None else (sd, statistics.median(len(m) for m in medians))
 
 
-def _pair_scatter(ids: list[str], base: dict[str, _Point],
-                  new: dict[str, _Point]) -> float | None:
+def _pair_scatter(ids: list[str], base: dict[str, PointSamples],
+                  new: dict[str, PointSamples]) -> float | None:
     """The pair's run-to-run scatter over the matched rows `ids` (harness/stats.py)."""
     ratios = [_ratio(_median(base[pid].samples), _median(new[pid].samples)) for pid in ids]
     sampling = [math.hypot(stats.log_median_se(base[pid].samples),
@@ -296,7 +314,7 @@ def _median(samples: np.ndarray) -> float:
     return float(statistics.median(samples.tolist()))   # 10x quicker than np.median on ~20 values
 
 
-def has_samples(points: dict[str, _Point], pid: str) -> bool:
+def has_samples(points: dict[str, PointSamples], pid: str) -> bool:
     return pid in points and points[pid].samples.size > 0
 
 

@@ -279,13 +279,13 @@ def judge_suite(rows: Sequence[RowResult], options: CompareOptions,
                   "the per-row verdicts decide")
         return SuiteVerdict(None, stats.geomean(ratios), None, None, len(ratios), t, confidence,
                             reason + note)
-    verdict, reason = _suite_rule(interval.low, interval.high, t,
+    verdict, reason = suite_rule(interval.low, interval.high, t,
                                   stats.scatter_floor(scatter, stats.SCATTER_SUITE_K))
     return SuiteVerdict(verdict, interval.ratio, interval.low, interval.high, interval.n, t,
                         confidence, reason + note)
 
 
-def _suite_rule(low: float, high: float, t: float, floor: float) -> tuple[Verdict, str]:
+def suite_rule(low: float, high: float, t: float, floor: float) -> tuple[Verdict, str]:
     """The suite verdict from its interval (ratios), the threshold t (a fraction) and the
     scatter floor (a log ratio): SLOWER and FASTER must clear both."""
     if low - 1 > t or high - 1 < -t:
