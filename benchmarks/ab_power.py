@@ -56,7 +56,8 @@ def _command(scenario: str, folder: Path, args) -> list[str]:
 def one_try(scenario: str, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        neighbour = (subprocess.Popen(["sh", "-c", "yes > /dev/null"]) if args.neighbour
+        # `yes` itself, not a shell around it: killing a shell leaves its `yes` spinning.
+        neighbour = (subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) if args.neighbour
                      else None)
         start = time.monotonic()
         try:

@@ -18,9 +18,10 @@ POINTS = 6
 
 
 def _runs(path, factors, seed: int = 0, suite: str = "quick", cpu: str = "AMD EPYC",
-          probes=None, noise: float = 0.03) -> str:
+          probes=None, noise: float = 0.03, shared=()) -> str:
     """One results file of len(factors) runs of POINTS points: run r's times scaled by
-    factors[r] with `noise` (log sd) of run-to-run scatter per point; probes[r] its host probe."""
+    factors[r] with `noise` (log sd) of run-to-run scatter per point; probes[r] its host probe;
+    the rows of the runs in `shared` (indices) shared the CPU."""
     rng = np.random.default_rng(seed)
     rows = []
     for r, factor in enumerate(factors):
@@ -30,7 +31,8 @@ def _runs(path, factors, seed: int = 0, suite: str = "quick", cpu: str = "AMD EP
                           "fp32", "NCHW", "cpu", "im2col")
             run_factor = factor * float(np.exp(rng.normal(0.0, noise)))
             samples = tuple((1.0 + i) * run_factor * (1.0 + 0.005 * k) for k in range(5))
-            extras = {"host_probe_ms": 0.5 if probes is None else probes[r]}
+            extras = {"host_probe_ms": 0.5 if probes is None else probes[r],
+                      "contended": r in shared}
             m = Measurement(point, Status.OK, "", samples_ms=samples, extras=extras)
             rows.append(store.to_row(m, f"run{r + 1:02d}", suite, env,
                                      f"2026-11-27T{8 + r // 60:02d}:{r % 60:02d}:00Z"))
@@ -86,6 +88,14 @@ def test_a_run_in_a_slow_spell_of_the_host_is_left_out(tmp_path):
     spelled = _analysed(tmp_path, factors, probes=probes)
     assert spelled.runs[-1].spell == pytest.approx(0.4) and not spelled.steps
     assert _analysed(tmp_path, factors).steps        # the same times with a quiet probe: a step
+
+
+def test_a_run_that_shared_the_cpu_is_left_out(tmp_path):
+    factors = [1.0] * 11 + [1.4]             # the newest run beside a busy neighbour
+    shared = _analysed(tmp_path, factors, shared={11})
+    assert shared.runs[-1].noise == "100% of its rows shared the CPU" and not shared.steps
+    quiet = _analysed(tmp_path, factors)     # the same times, not flagged: a suspected step
+    assert [s.state for s in quiet.steps if s.series == "suite"] == ["suspected"]
 
 
 def test_drift_no_step_explains_is_reported_apart(tmp_path):

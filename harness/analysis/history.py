@@ -24,7 +24,9 @@ when it stepped, by how much, how sure that is, and not to be told about one noi
   before and 18 points: p = 1/1001) than the suite's.
 - Runs timed in a slow spell of the host (their CPU rows' host probe read over
   contention.HOST_SLOWER slower than the series' median probe) are labelled and left out of the
-  steps: the spell is the host, not the code.
+  steps: the spell is the host, not the code. So are runs most of whose rows shared the CPU
+  with other work (`contended`: harness/contention.py), and, in the other runs, each row that
+  did: its time measures the neighbour.
 - Drift: a monotone trend over the whole series (Kendall's tau of the suite figure against the
   run order, normal approximation) that moved the figure beyond the threshold between the first
   and last `window` runs, reported apart from steps, where no confirmed step lies in between.
@@ -47,6 +49,7 @@ MIN_BEFORE = 4       # runs before a step, at least, for a spread to hold it to
 NOISE_K = 3.0        # the bar: this many robust sds of the runs before a step
 DEFAULT_ALPHA = 0.05
 SUSPECTED, CONFIRMED = "suspected", "confirmed"
+SHARED_RUN = 0.5     # a run with this share of its rows contended is left out
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,20 @@ class Run:
     finished: str            # the last row's finished_at (ISO 8601, sorts)
     commit: str | None
     spell: float | None = None   # how much slower the host ran (a slow spell), else None
+    shared: float = 0.0          # the share of its rows that shared the CPU (contended)
 
     @property
     def label(self) -> str:
         return f"{self.commit or self.run_id[:16]}"
+
+    @property
+    def noise(self) -> str | None:
+        """Why the run is left out of the steps, or None (module docstring)."""
+        if self.spell is not None:
+            return f"a slow spell of the host (+{self.spell:.0%})"
+        if self.shared >= SHARED_RUN:
+            return f"{self.shared:.0%} of its rows shared the CPU"
+        return None
 
 
 @dataclass(frozen=True)
@@ -118,7 +131,10 @@ def analyse(df: pd.DataFrame, threshold: float = 0.05, alpha: float = DEFAULT_AL
 def _series(key: dict[str, str], df: pd.DataFrame, threshold: float, alpha: float,
             window: int) -> SeriesHistory:
     ok = df[df["status"] == "ok"]
-    runs = _runs(df)
+    shared = (ok["contended"].astype("boolean").fillna(False) if "contended" in ok.columns
+              else pd.Series(False, index=ok.index))
+    runs = _runs(df, shared.groupby(ok["run_id"]).mean())
+    ok = ok[~shared.to_numpy(dtype=bool)]
     medians = (ok.assign(median=[statistics.median(s) if len(s) else math.nan
                                  for s in ok["samples_ms"]])
                .pivot_table(index="run_id", columns="point_id", values="median", aggfunc="first")
@@ -128,7 +144,7 @@ def _series(key: dict[str, str], df: pd.DataFrame, threshold: float, alpha: floa
     suite = [float(np.nanmean(row)) if np.isfinite(row).any() else math.nan for row in centred]
     history = SeriesHistory(key, str(df["suite"].iloc[0]), runs, [math.exp(v) for v in suite],
                             medians)
-    quiet = [i for i, r in enumerate(runs) if r.spell is None and math.isfinite(suite[i])]
+    quiet = [i for i, r in enumerate(runs) if r.noise is None and math.isfinite(suite[i])]
     values = np.array([suite[i] for i in quiet])
     steps, history.drifts = judged_series(values, "suite", threshold, alpha, window)
     history.steps = [_at_run(s, quiet) for s in steps]
@@ -148,8 +164,9 @@ def _at_run(step: Step, kept: list[int]) -> Step:
                 step.runs_after, step.bar)
 
 
-def _runs(df: pd.DataFrame) -> list[Run]:
-    """The runs in the order they finished, each with its commit and any slow spell."""
+def _runs(df: pd.DataFrame, shared: pd.Series) -> list[Run]:
+    """The runs in the order they finished, each with its commit, any slow spell and the share
+    of its rows that shared the CPU (`shared`, by run id)."""
     grouped = df.groupby("run_id", sort=False)
     finished = grouped["finished_at"].max().astype(str)
     commits = (grouped["env_git_commit"].first() if "env_git_commit" in df.columns
@@ -164,7 +181,8 @@ def _runs(df: pd.DataFrame) -> list[Run]:
         commit = commits.get(run_id)
         runs.append(Run(str(run_id), str(finished[run_id]),
                         None if commit is None or pd.isna(commit) else str(commit),
-                        slower if slower > HOST_SLOWER else None))
+                        slower if slower > HOST_SLOWER else None,
+                        float(shared.get(run_id, 0.0))))
     return runs
 
 

@@ -21,9 +21,9 @@ def markdown(histories: list[SeriesHistory]) -> str:
     lines = ["## convbench history", ""]
     for h in histories:
         lines += [f"### {_title(h)}", "", f"{len(h.runs)} runs, {_first_last(h)}.", ""]
-        spells = [f"{r.label} (+{r.spell:.0%})" for r in h.runs if r.spell is not None]
-        if spells:
-            lines += [f"Left out, timed in a slow spell of the host: {', '.join(spells)}.", ""]
+        noisy = [f"run {i + 1} {r.label} ({r.noise})" for i, r in enumerate(h.runs) if r.noise]
+        if noisy:
+            lines += [f"Left out of the steps: {'; '.join(noisy)}.", ""]
         if not h.steps and not h.drifts:
             lines += ["No step and no drift.", ""]
         if h.steps:
@@ -45,7 +45,8 @@ def to_json(histories: list[SeriesHistory]) -> str:
     return json.dumps([{
         "series": h.key, "suite": h.suite,
         "runs": [{"run_id": r.run_id, "finished": r.finished, "commit": r.commit,
-                  "spell": r.spell, "suite_ratio": _number(f)}
+                  "spell": r.spell, "shared": r.shared, "left_out": r.noise,
+                  "suite_ratio": _number(f)}
                  for r, f in zip(h.runs, h.suite_figure)],
         "steps": [{"series": s.series, "state": s.state, "verdict": s.verdict,
                    "after_run": h.runs[s.at].run_id, "before_run": h.runs[s.at - 1].run_id,
@@ -80,9 +81,9 @@ def _trend_figure(h: SeriesHistory) -> Any:
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(1, len(h.runs) + 1)
     ax.plot(x, h.suite_figure, "o-", color="black", label="suite (geometric mean)", zorder=3)
-    spells = [i for i, r in enumerate(h.runs) if r.spell is not None]
-    ax.plot(x[spells], np.array(h.suite_figure)[spells], "o", mfc="white", color="black",
-            label="slow spell of the host (left out)", zorder=4)
+    noisy = [i for i, r in enumerate(h.runs) if r.noise]
+    ax.plot(x[noisy], np.array(h.suite_figure)[noisy], "o", mfc="white", color="black",
+            label="slow spell or shared CPU (left out)", zorder=4)
     for point, values in _worst_points(h):
         ax.plot(x, values, ".-", alpha=0.6, label=point[:60])
     for s in h.steps:
