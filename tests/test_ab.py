@@ -205,3 +205,24 @@ def test_too_few_rounds_and_bad_variables_are_refused(tmp_path, capsys):
     assert main(["ab", suite, "--base", sys.executable, "--new", sys.executable,
                  "--new-var", "OPENBLAS_NUM_THREADS"]) == 2
     assert "give NAME=VALUE" in capsys.readouterr().err
+
+
+def test_a_gpu_point_that_kills_its_process_is_a_crashed_row_and_the_run_goes_on(tmp_path,
+                                                                                monkeypatch,
+                                                                                capsys):
+    """GPU points run in crash-isolated processes of each environment's own interpreter (the
+    fake backend posing as a GPU one; its `dies` algorithm kills the process measuring it)."""
+    from harness import backends
+    monkeypatch.setattr(backends, "_REGISTRY", {**backends._REGISTRY,
+                                                "fake_gpu": "planted_backends:FakeGpuBackend"})
+    suite = tmp_path / "gpu.toml"
+    suite.write_text("name = 'gpu'\nlayers = ['mb2ic4ih8oc4oh8kh3ph1n\"a\"']\n[sweep]\n"
+                     "directions = ['fwd']\n[[sweep.backends]]\nname = 'fake_gpu'\n")
+    path = f"PYTHONPATH={TESTS}"       # where the planted backend's module lies, both sides
+    assert main(["ab", str(suite), "--base", sys.executable, "--new", sys.executable,
+                 "--base-var", path, "--new-var", path, "--rounds", "3",
+                 "--backend", "fake_gpu", "--out", str(tmp_path / "g")]) == 0
+    assert "1 SAME" in capsys.readouterr().out
+    new = store.load(tmp_path / "g-new.parquet").set_index("algorithm")
+    assert new.at["exact", "status"] == "ok" and new.at["dies", "status"] == "crashed"
+    assert "worker process died" in new.at["dies", "reason"]
