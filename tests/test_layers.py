@@ -18,7 +18,7 @@ LAYERS = [
     {"problem", "precision", "student_t", "stats", "locks", "threads", "contention", "cpu_memory",
      "backends.cudnn.lib",
      "epilogue", "workspace_limit"},
-    {"problem_text"},
+    {"problem_text", "rnn"},  # rnn: the recurrent problem family and its float64 oracle
     {"env", "sweep"},
     {"measurement", "suite.checks", "reference", "verdict"},
     {"suite"},                # its loader, axes and overrides

@@ -1,0 +1,1 @@
+"""Recurrent layers (issue 40): the problem family and its float64 oracle."""
