@@ -226,3 +226,21 @@ def test_a_gpu_point_that_kills_its_process_is_a_crashed_row_and_the_run_goes_on
     new = store.load(tmp_path / "g-new.parquet").set_index("algorithm")
     assert new.at["exact", "status"] == "ok" and new.at["dies", "status"] == "crashed"
     assert "worker process died" in new.at["dies", "reason"]
+
+
+def test_one_round_in_a_spell_on_one_side_is_left_out_and_the_regression_stands(tmp_path,
+                                                                                 monkeypatch):
+    """Seven rounds +50% and one at -24% (the base side of that round in a spell), every point:
+    the outlying round is left out and named; kept, it makes the rows AMBIGUOUS (the planted
+    fault: OUTLIER_K so large that no round is ever left out)."""
+    from harness.compare import paired as paired_module
+    rng = np.random.default_rng(7)
+    ratios = np.full((POINTS, ROUNDS), 1.5) * np.exp(rng.normal(0, 0.03, (POINTS, ROUNDS)))
+    ratios[:, 7] = 0.76
+    base = _side(tmp_path / "b.parquet", np.ones((POINTS, ROUNDS)))
+    new = _side(tmp_path / "n.parquet", ratios)
+    paired = judge_paired(base, new)
+    assert {r.verdict for r in paired.rows} == {Verdict.SLOWER}
+    assert "1 of 8 left out as outliers (-24.0%)" in paired.rows[0].reason
+    monkeypatch.setattr(paired_module, "OUTLIER_K", 1e9)
+    assert Verdict.AMBIGUOUS in {r.verdict for r in judge_paired(base, new).rows}

@@ -16,6 +16,14 @@ p-value is 1/256, which no correction across 18 points at alpha 0.002 can accept
 landed in a slow spell on one side only widens the spread of d, so it makes a row AMBIGUOUS,
 never SLOWER.
 
+One round can still land in a slow spell on one side only (the spell began between the two
+halves of the pair): on the 2-core VM, runs of 8 rounds had rounds of -24% among seven of +44% to
++56%, and such a round alone widens the spread until a +50% row is not significant. So a round
+whose log ratio lies over OUTLIER_K robust sds (1.4826 x MAD, at least OUTLIER_FLOOR) from the
+rounds' median is left out, at most a quarter of the rounds, and the reason says which; the
+same for the suite's rounds. An A/A pair cannot gain a SLOWER row by it: what remains must
+still lie beyond the threshold and be significant.
+
 Contended rows (a neighbour on the cores, a slow spell) are not set apart as compare sets them
 apart: both sides of each pair shared the same machine, which is what pairing is for; a
 neighbour that comes and goes between the two halves of a pair widens the rounds' spread instead.
@@ -35,6 +43,10 @@ from harness.compare.verdicts import (CompareOptions, Comparison, RowResult, Sui
                                       Verdict, suite_rule)
 
 
+OUTLIER_K = 4.0
+OUTLIER_FLOOR = 0.01      # log ratio: rounds this close to the median are never outliers
+
+
 def judge_paired(base: pd.DataFrame, new: pd.DataFrame,
                  options: CompareOptions | None = None) -> Comparison:
     """Every point of two sides of one `ab` run (frames of store.COLUMNS whose ok rows keep one
@@ -43,12 +55,13 @@ def judge_paired(base: pd.DataFrame, new: pd.DataFrame,
     base_pts, new_pts = points_by_id(base), points_by_id(new)
     matched = [pid for pid, p in base_pts.items() if p.samples.size and has_samples(new_pts, pid)]
     logs = [paired_logs(base_pts[pid], new_pts[pid]) for pid in matched]
-    tests = [_paired_t(d) for d in logs]
+    kept = [inlying_rounds(d) for d in logs]
+    tests = [_paired_t(d[k]) for d, k in zip(logs, kept)]
     slower_adj = stats.adjust_p_values([t[0] for t in tests], options.correction)
     faster_adj = stats.adjust_p_values([t[1] for t in tests], options.correction)
     rows: dict[str, RowResult] = {}
     for i, pid in enumerate(matched):
-        rows[pid] = _row(base_pts[pid], new_pts[pid], logs[i], tests[i],
+        rows[pid] = _row(base_pts[pid], new_pts[pid], logs[i], kept[i], tests[i],
                          (float(slower_adj[i]), float(faster_adj[i])), options)
     return Comparison(with_unmatched(rows, base_pts, new_pts), options,
                       suite=_paired_suite(logs, options))
@@ -64,13 +77,14 @@ def _paired_suite(logs: list[np.ndarray], options: CompareOptions) -> SuiteVerdi
     if not logs or rounds < 2:
         return SuiteVerdict(None, None, None, None, len(logs), t, confidence,
                             f"{rounds} paired rounds: a suite interval needs at least 2")
-    per_round = np.mean([d[:rounds] for d in logs], axis=0)
+    every_round = np.mean([d[:rounds] for d in logs], axis=0)
+    per_round = every_round[inlying_rounds(every_round)]
+    rounds = per_round.size
     mean, sd = float(per_round.mean()), float(per_round.std(ddof=1))
     half = student_t.t_isf((1.0 - confidence) / 2.0, rounds - 1) * sd / math.sqrt(rounds)
     low, high = math.exp(mean - half), math.exp(mean + half)
     verdict, reason = suite_rule(low, high, t, 0.0)
-    spread = (f"rounds {math.expm1(float(per_round.min())):+.1%} to "
-              f"{math.expm1(float(per_round.max())):+.1%}")
+    spread = _spread(every_round, inlying_rounds(every_round))
     return SuiteVerdict(verdict, math.exp(mean), low, high, len(logs), t, confidence,
                         f"{reason} (Student t over {rounds} paired rounds, {spread})")
 
@@ -80,6 +94,18 @@ def paired_logs(base: PointSamples, new: PointSamples) -> np.ndarray:
     pairs = [(b, n) for b, n in zip(base.process_medians, new.process_medians)
              if b > 0 and n > 0]
     return np.array([math.log(n / b) for b, n in pairs])
+
+
+def inlying_rounds(d: np.ndarray) -> np.ndarray:
+    """Indices of the rounds kept: all but those over OUTLIER_K robust sds from the median,
+    the farthest first, at most a quarter of them (module docstring)."""
+    if d.size < 4:
+        return np.arange(d.size)
+    centre = float(np.median(d))
+    scale = max(1.4826 * float(np.median(np.abs(d - centre))), OUTLIER_FLOOR)
+    distance = np.abs(d - centre)
+    far = [i for i in np.argsort(-distance) if distance[i] > OUTLIER_K * scale][:d.size // 4]
+    return np.array([i for i in range(d.size) if i not in far], dtype=int)
 
 
 def _paired_t(d: np.ndarray) -> tuple[float, float]:
@@ -94,9 +120,11 @@ def _paired_t(d: np.ndarray) -> tuple[float, float]:
     return student_t.t_sf(t, d.size - 1), student_t.t_sf(-t, d.size - 1)
 
 
-def _row(base: PointSamples, new: PointSamples, d: np.ndarray, test: tuple[float, float],
-         adjusted: tuple[float, float], options: CompareOptions) -> RowResult:
+def _row(base: PointSamples, new: PointSamples, every: np.ndarray, kept: np.ndarray,
+         test: tuple[float, float], adjusted: tuple[float, float],
+         options: CompareOptions) -> RowResult:
     threshold = options.threshold_for(base.meta.get("layer"))
+    d = every[kept]
     ratio = math.exp(float(d.mean())) if d.size else math.nan
     slower = ratio >= 1.0
     if d.size < 2:
@@ -105,7 +133,7 @@ def _row(base: PointSamples, new: PointSamples, d: np.ndarray, test: tuple[float
     else:
         verdict, reason = row_verdict(ratio, adjusted[0], adjusted[1], threshold, options.alpha,
                                       (d.size, d.size), unit="rounds")
-        reason += f"; rounds {_spread(d)}"
+        reason += f"; {_spread(every, kept)}"
     p, adj = (test[0], adjusted[0]) if slower else (test[1], adjusted[1])
     return RowResult(base.pid, verdict, reason, **base.meta,
                      base_median_ms=statistics.median(base.samples.tolist()),
@@ -114,6 +142,13 @@ def _row(base: PointSamples, new: PointSamples, d: np.ndarray, test: tuple[float
                      n_base=int(base.samples.size), n_new=int(new.samples.size))
 
 
-def _spread(d: np.ndarray) -> str:
-    """The rounds' ratios, lowest and highest: what a reader checks a verdict against."""
-    return f"{math.expm1(float(d.min())):+.1%} to {math.expm1(float(d.max())):+.1%}"
+def _spread(every: np.ndarray, kept: np.ndarray) -> str:
+    """The kept rounds' ratios, lowest and highest, and the rounds left out: what a reader
+    checks a verdict against."""
+    d = every[kept]
+    text = f"rounds {math.expm1(float(d.min())):+.1%} to {math.expm1(float(d.max())):+.1%}"
+    out = [math.expm1(float(v)) for i, v in enumerate(every) if i not in set(kept.tolist())]
+    if out:
+        text += (f", {len(out)} of {every.size} left out as outliers "
+                 f"({', '.join(f'{v:+.1%}' for v in out)})")
+    return text
