@@ -271,8 +271,9 @@ left out. A slow monotone trend no step explains is reported as drift. Writes hi
     history.add_argument("--out", metavar="FOLDER", help="where to write (default "
                                                          "reports/history)")
     history.add_argument("--force", action="store_true", help="replace an existing history")
-    history.add_argument("--threshold", default="5%",
-                         help="smallest step worth reporting (default 5%%)")
+    history.add_argument("--threshold", default="10%",
+                         help="smallest step worth reporting (default 10%%: quiet reruns on a "
+                              "shared 2-core VM sat 5%% apart; on a quiet GPU machine 3%%)")
     history.add_argument("--alpha", type=float, default=0.05,
                          help="significance of a confirmed step (default 0.05; per point, "
                               "divided by the number of points)")
