@@ -14,10 +14,11 @@ Cloud", 2020). So:
   measures each shard in both environments back to back, which one first drawn per shard
   and round. A spell that lands on one side of a pair moves that round's ratio only, and as
   often for A as for B.
-- Each round measures a point with its share of the samples (process_split.share), so a point
-  costs what a plain run costs per environment; the rounds' rows merge into one row per
-  environment with `process_samples` saying how many samples each round took, as a run's
-  worker processes do. harness/compare/paired.py judges the per-round ratios.
+- Each round measures a point with its share of the samples (process_split.share), at least
+  ROUND_MIN_SAMPLES, so a point costs about what a plain run costs per environment; the
+  rounds' rows merge into one row per environment with `process_samples` saying how many
+  samples each round took, as a run's worker processes do. harness/compare/paired.py judges
+  the per-round ratios.
 """
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ from harness.measurement import Measurement
 from harness.sweep import Point
 
 DEFAULT_ROUNDS = 8
+# Each round's share of a point's samples is at least this many: the round's median is what is
+# paired, and a share of the suite's floor (12 samples for quick over 8 rounds: 2) left it a
+# mean of two. Samples cost little beside a point's set-up and check (~3 of ~25 ms a round).
+ROUND_MIN_SAMPLES = 7
 MIN_ROUNDS = 3          # a paired t-test needs a spread: two rounds give one degree of freedom
 SIDES = ("base", "new")
 
@@ -75,8 +80,11 @@ def parse_variables(items: Sequence[str] | None, flag: str) -> dict[str, str]:
 def round_points(points: Sequence[Point], rounds: int) -> list[Point]:
     """The points as one round measures them: its share of the samples and budget, and one
     replicate inside the round (the rounds are the replicates)."""
-    return [replace(p, timing=replace(process_split.share(p.timing, rounds), cpu_rounds=1,
-                                      gpu_processes=1)) for p in points]
+    rounds_timing = [process_split.share(p.timing, rounds) for p in points]
+    return [replace(p, timing=replace(t, min_samples=max(t.min_samples, ROUND_MIN_SAMPLES),
+                                      max_samples=max(t.max_samples, ROUND_MIN_SAMPLES),
+                                      cpu_rounds=1, gpu_processes=1))
+            for p, t in zip(points, rounds_timing)]
 
 
 @dataclass
