@@ -43,6 +43,17 @@ MIN_ROUNDS = 3          # a paired t-test needs a spread: two rounds give one de
 SIDES = ("base", "new")
 
 
+def side_run_id(run_id: str, side: str) -> str:
+    """The run id of one side's rows: the run's, ending in -base or -new (is_side_run)."""
+    return f"{run_id}-ab-{side}"
+
+
+def is_side_run(run_id: str) -> bool:
+    """Whether rows come from one side of an `ab` run: two environments, not two commits, so
+    a series of runs (`convbench history`) leaves them out."""
+    return any(str(run_id).endswith(f"-ab-{side}") for side in SIDES)
+
+
 def resolve_python(spec: str, label: str) -> str:
     """The interpreter an ENV names: a virtualenv folder (its bin/python), an executable (a
     Python, or a wrapper script that sets variables and execs one), or a name on PATH."""

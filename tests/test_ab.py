@@ -153,7 +153,7 @@ def test_ab_of_one_environment_with_itself_is_same_and_writes_both_sides(tmp_pat
         df = store.load(tmp_path / f"aa-{side}.parquet")
         assert len(df) == 8 and set(df["status"]) == {"ok"}
         assert all(len(str(s).split()) == 3 for s in df["process_samples"])   # one per round
-        assert df["run_id"].str.endswith(f"-{side}").all()
+        assert df["run_id"].str.endswith(f"-ab-{side}").all()
     assert main(["ab", _suite(tmp_path), "--base", sys.executable, "--new", sys.executable,
                  "--rounds", "3", "--out", str(out)]) == 2         # nothing overwritten
 

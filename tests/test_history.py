@@ -140,3 +140,11 @@ def test_mixed_schema_versions_are_refused_in_one_line(tmp_path, capsys):
     code = main(["history", str(tmp_path / "old.parquet"), "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
+
+
+def test_the_two_sides_of_an_ab_run_are_no_part_of_a_series(tmp_path):
+    df = store.load(_runs(tmp_path / "h.parquet", [1.0] * 11 + [1.4]))
+    last = df["run_id"] == "run12"
+    df.loc[last, "run_id"] = "20261127T080000Z-abcdef-ab-new"
+    (series,) = history.analyse(df)
+    assert len(series.runs) == 11 and not series.steps

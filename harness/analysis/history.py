@@ -132,6 +132,10 @@ DEFAULT_THRESHOLD = 0.10
 
 def analyse(df: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
             window: int = WINDOW) -> list[SeriesHistory]:
+    """Every series of `df` (module docstring); the two sides of an `ab` run are no part of a
+    series (harness.ab.is_side_run): left out."""
+    from harness.ab import is_side_run
+    df = df[~df["run_id"].map(is_side_run)]
     return [_series(key, part, threshold, alpha, window) for key, part in series_of(df)]
 
 

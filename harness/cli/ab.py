@@ -48,7 +48,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     frames = {}
     for side, measured in (("base", rows.base), ("new", rows.new)):
         env = workers[side].info.get("fingerprint", {})
-        frames[side] = store.frame([store.to_row(m, f"{run_id}-{side}", sweep.name, env,
+        frames[side] = store.frame([store.to_row(m, ab.side_run_id(run_id, side), sweep.name, env,
                                                  store.finished_now()) for m in measured])
         with writing(paths[side]):
             store.write(frames[side], paths[side])
