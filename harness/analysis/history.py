@@ -43,7 +43,7 @@ import pandas as pd
 
 from harness import stats
 from harness.contention import HOST_SLOWER
-from harness.env import COMPARABILITY_FIELDS
+from harness.env import COMPARABILITY_FIELDS, GPU_FIELDS
 
 WINDOW = 10          # runs on each side of a candidate step
 MIN_BEFORE = 5       # runs before a step, at least, for a spread to hold it to
@@ -117,9 +117,16 @@ class SeriesHistory:
 
 
 def series_of(df: pd.DataFrame) -> list[tuple[dict[str, str], pd.DataFrame]]:
-    """The frame split by suite and environment fingerprint (module docstring)."""
+    """The frame split by suite and environment fingerprint (module docstring). A row measured
+    without a GPU (no env_gpu_name) is not split by the GPU libraries it happened to have
+    installed (env.GPU_FIELDS: PyTorch's wheel brings a cuDNN), as `compare` does not."""
     keys = ["suite", *[f"env_{f}" for f in COMPARABILITY_FIELDS if f"env_{f}" in df.columns]]
     filled = df.assign(**{k: df[k].astype("string").fillna("") for k in keys})
+    if "env_gpu_name" in filled.columns:
+        no_gpu = filled["env_gpu_name"] == ""
+        for field in GPU_FIELDS:
+            if f"env_{field}" in filled.columns:
+                filled.loc[no_gpu, f"env_{field}"] = ""
     return [({k.removeprefix("env_"): v for k, v in zip(keys, values) if v}, part)
             for values, part in filled.groupby(keys, sort=True, dropna=False)]
 

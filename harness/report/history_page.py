@@ -87,12 +87,17 @@ def _trend_figure(h: SeriesHistory) -> Any:
     for point, values in _worst_points(h):
         ax.plot(x, values, ".-", alpha=0.6, label=point[:60])
     for s in h.steps:
-        style = "-" if s.state == CONFIRMED else ":"
         colour = "#d62728" if s.verdict == "SLOWER" else "#2ca02c"
-        ax.axvline(s.at + 0.5, color=colour, linestyle=style)
-        ax.annotate(f"{s.ratio - 1:+.0%} {s.state}\n{_between(h, s)}", (s.at + 0.55, 1.0),
-                    xycoords=("data", "axes fraction"), va="top", fontsize=7, color=colour)
-    ax.set_xlabel("run (oldest first)")
+        if s.series != "suite":      # a point's step: a tick at the foot, counted in the table
+            ax.plot([s.at + 0.5], [0.0], marker="^", color=colour, alpha=0.5,
+                    transform=ax.get_xaxis_transform(), clip_on=False)
+            continue
+        ax.axvline(s.at + 0.5, color=colour, linestyle="-" if s.state == CONFIRMED else ":")
+        ax.annotate(f"suite {s.ratio - 1:+.0%} {s.state}\n{_between(h, s)}",
+                    (s.at + 0.55, 0.98), xycoords=("data", "axes fraction"), va="top",
+                    fontsize=7, color=colour)
+    ax.set_xticks(x)
+    ax.set_xlabel("run (oldest first; a triangle at the foot: a point's step)")
     ax.set_ylabel("time / the series' median")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
