@@ -129,10 +129,12 @@ class EnvWorker:
                 return self._connection.recv()
         except (EOFError, OSError):
             pass
+        ended = self._process.poll()
         self._process.kill()
         self._process.wait(timeout=10)
         said = self._process.stderr.read().decode(errors="replace").strip().splitlines()
-        last = said[-1] if said else f"no answer within {timeout_s:.0f} s"
+        last = (said[-1] if said else f"no answer within {timeout_s:.0f} s" if ended is None
+                else f"it ended (exit code {ended}) without a word: is it a Python?")
         self._forget()
         if "No module named 'harness'" in last or "No module named harness" in last:
             last = "convbench is not installed there (pip install convbench in it)"

@@ -172,6 +172,7 @@ def test_ab_catches_a_regression_planted_in_the_new_environment(tmp_path, capsys
     ("/no/such/python", "no such file, folder or command"),
     ("{tmp}", "a folder without bin/python"),
     ("{false}", "cannot start"),
+    ("/bin/true", "ended (exit code 0) without a word: is it a Python?"),
 ])
 def test_an_unusable_environment_is_one_line_and_exit_2(tmp_path, capsys, env, why):
     false = tmp_path / "false-python"
