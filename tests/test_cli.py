@@ -596,3 +596,21 @@ def test_an_empty_filter_or_out_exits_2_naming_the_flag(flags, named, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0], err
     assert not list(tmp_path.rglob("*.parquet")) and not list(tmp_path.rglob("*.jsonl"))
+
+
+def test_profile_says_where_the_time_went_per_backend_and_direction(tmp_path, eighteen, capsys):
+    suite, run = eighteen
+    path = _write(tmp_path, "run.parquet", run)
+    assert main(["table", "--profile", path]) == 0
+    out = capsys.readouterr().out
+    assert "stage seconds per backend and direction (prepare, verify against float64, time):" \
+        in out and "costliest rows (seconds):" in out
+    from harness.analysis import stages
+    table = stages.profile(run)
+    assert set(table["direction"]) == {"fwd", "bwd_data", "bwd_filter"}
+    assert table["rows"].sum() == 18 and table["share"].sum() == pytest.approx(1.0)
+    old = run.drop(columns=[c for c in run.columns if c.startswith("stage_")])
+    assert main(["table", "--profile", _write(tmp_path, "old.parquet", old)]) == 0
+    assert "no stage times in these rows" in capsys.readouterr().out
+    assert main(["run", suite, "--out", str(tmp_path / "p.parquet"), "--profile"]) == 0
+    assert "costliest rows (seconds):" in capsys.readouterr().out

@@ -132,6 +132,8 @@ _TABLE_VIEWS = {
                  "its error, and the points where no quantized plan verified (with why)",
     "stability": "per point, how likely a rerun picks another algorithm (bootstrap of the raw "
                  "samples) and which layers are near-ties",
+    "profile": "where the run's time went: stage seconds (prepare, verify against float64, "
+               "time) per backend and direction, and the costliest rows",
 }
 
 
@@ -155,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "unfinished run of the suite on this machine")
     _add_existing_output_flags(run)
     run.add_argument("--seed", type=count(0), default=0, help="seed of the random test data")
+    run.add_argument("--profile", action="store_true",
+                     help="after the run, where its time went per backend and direction "
+                          "(prepare, verify, time) and the costliest rows")
     _add_cluster_flags(run)
     models.add_run_flags(run)
     run.set_defaults(func=cmd_run)

@@ -11,7 +11,7 @@ from harness.cli.common import (EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, User
 from harness.cli.inputs import load_checked, load_results, load_sources, results_paths
 from harness.cli.running import (RunOutput, connect_cluster, load_sweep, measure, planned_points,
                                  run_output)
-from harness.cli.tables import print_best
+from harness.cli.tables import print_best, print_profile
 
 
 def cmd_table(args: argparse.Namespace) -> int:
@@ -28,6 +28,8 @@ def cmd_table(args: argparse.Namespace) -> int:
             say(selection.format_selection(part))
         elif args.determinism:
             say(text.render(answers.determinism_blocks(part)))
+        elif args.profile:
+            print_profile(part)
         elif args.stability:
             say(text.render(answers.stability_blocks(part)))
         elif args.conv3d:

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, UserError, csv_list, say, warn, writing
 from harness.cli.gpu_default import with_gpu_default
-from harness.cli.tables import print_best, print_stages
+from harness.cli.tables import print_best, print_profile, print_stages
 
 
 def load_sweep(args: argparse.Namespace):
@@ -279,6 +279,8 @@ def _run(args: argparse.Namespace, sweep, output: RunOutput) -> int:
         df, interrupted = measure(sweep, points, output, args.seed, cluster)
     print_best(df)
     print_stages(df, time.perf_counter() - started)
+    if getattr(args, "profile", False):
+        print_profile(df)
     if interrupted:
         warn("interrupted: finished rows were kept; rerun with --resume to finish")
         return EXIT_INTERRUPTED

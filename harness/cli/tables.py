@@ -137,3 +137,18 @@ def print_stages(df, wall_s: float) -> None:
     say(f"\nwhere the {wall_s:.1f} s went (per row: prepare, verify against float64 with the "
         f"references, time; other: start-up, test data, plans, writing): {', '.join(parts)}")
 
+
+
+def print_profile(df) -> None:
+    """`--profile`: the stage seconds per backend and direction, and the costliest rows
+    (harness/analysis/stages.py)."""
+    from harness.analysis import stages
+    table = stages.profile(df)
+    if table.empty:
+        say("no stage times in these rows (results from before they were recorded)")
+        return
+    shown = table.assign(share=[f"{v:.0%}" for v in table["share"]])
+    say("\nstage seconds per backend and direction (prepare, verify against float64, time):")
+    say(shown.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    say("\ncostliest rows (seconds):")
+    say(stages.costliest_rows(df).to_string(index=False, float_format=lambda v: f"{v:.3f}"))

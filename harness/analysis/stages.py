@@ -1,0 +1,45 @@
+"""Where a run's time went, row by row (issue 39): the stage columns (measurement.STAGE_COLUMNS:
+prepare, verify against float64, time) summed per backend and direction, and the rows that cost
+most. `convbench run` prints the one-line total; `run --profile` and `table --profile` this."""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.measurement import STAGE_COLUMNS
+
+GROUP = ["backend", "direction"]
+
+
+def _stages(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows' stage seconds (0 where a row has none: rows from before the columns, or that
+    stopped before a stage), with their total."""
+    present = [c for c in STAGE_COLUMNS if c in df.columns]
+    seconds = pd.DataFrame({c.removeprefix("stage_").removesuffix("_ms"):
+                            pd.to_numeric(df[c], errors="coerce").fillna(0.0) / 1e3
+                            for c in present}, index=df.index)
+    return seconds.assign(total=seconds.sum(axis=1))
+
+
+def profile(df: pd.DataFrame) -> pd.DataFrame:
+    """Per backend and direction: rows, each stage's seconds, the total, ms a row and the share
+    of the run's staged time; most costly first. Empty where the rows have no stage columns."""
+    seconds = _stages(df)
+    if seconds.empty or seconds["total"].sum() <= 0:
+        return pd.DataFrame()
+    grouped = seconds.join(df[GROUP]).groupby(GROUP, dropna=False)
+    table = grouped.sum().assign(rows=grouped.size())
+    table["ms_per_row"] = 1e3 * table["total"] / table["rows"]
+    table["share"] = table["total"] / table["total"].sum()
+    columns = ["rows", *[c for c in seconds.columns if c != "total"], "total", "ms_per_row",
+               "share"]
+    return table[columns].sort_values("total", ascending=False).reset_index()
+
+
+def costliest_rows(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    """The n rows whose stages took longest, with what they are."""
+    seconds = _stages(df)
+    if seconds.empty:
+        return pd.DataFrame()
+    described = df[["layer", "direction", "precision", "layout", "backend", "algorithm",
+                    "status"]].join(seconds)
+    return described.sort_values("total", ascending=False).head(n).reset_index(drop=True)
