@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regression check on the CPU, in two steps that must both hold (issue 13: a check that can fail),
-# gated the way docs/regression-checks.md advises on a shared CPU machine: `convbench check`,
-# which re-measures the rows it flags and fails only on what the re-measurement confirms.
+# gated the way docs/regression-checks.md advises on a shared CPU machine: `convbench check
+# --confirm 2`, which waits out a slow spell of the host, re-measures the rows it flags twice and
+# fails only on what both re-measurements confirm.
 #  1. A/A: measure the `quick` suite once at its default sample count, then `convbench check` it
 #     against that run: nothing changed, so check must exit 0. A failure means the verdicts cry
 #     wolf on run-to-run noise, or a point verified in the first run came out wrong, crashed or
@@ -68,7 +69,8 @@ attempt() {
     rm -f "$TMP"/*.csv
     python -m harness.cli run quick --out "$TMP/a.parquet" --force "$@" || return 1
     expect_check 0 "a rerun of the same code is judged changed" \
-        python -m harness.cli check quick --baseline "$TMP/a.parquet" --out "$TMP/b.parquet" \
+        python -m harness.cli check quick --confirm 2 --baseline "$TMP/a.parquet" \
+        --out "$TMP/b.parquet" \
         --force --verdicts "$TMP/aa.csv" "$@"
     read -r shared matched < <(contended_share "$TMP/aa.csv")
     [[ $shared =~ ^[0-9]+$ && $matched =~ ^[0-9]+$ ]] || return 1
@@ -77,7 +79,7 @@ attempt() {
         return 2     # the planted run would be contended too (and slow: ten times, retaken)
     fi
     local status=0
-    python tests/run_planted.py "${planted[@]}" check quick --baseline "$TMP/a.parquet" \
+    python tests/run_planted.py "${planted[@]}" check quick --confirm 2 --baseline "$TMP/a.parquet" \
         --out "$TMP/slow.parquet" --force --verdicts "$TMP/slow.csv" "$@" || status=$?
     read -r shared matched < <(contended_share "$TMP/slow.csv")
     [[ $shared =~ ^[0-9]+$ && $matched =~ ^[0-9]+$ ]] || return 1
