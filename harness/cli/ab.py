@@ -24,7 +24,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
     sweep = load_sweep(args)
     options = compare_options(args, sweep.regression_threshold)
     points = planned_points(sweep)
-    paths = _output_paths(args, sweep.name)
+    from harness import runs
+    run_id = runs.new_run_id()        # the files' names and the rows' run ids share it
+    paths = _output_paths(args, sweep.name, run_id)
     workers: dict = {}
     try:
         for side in ab.SIDES:
@@ -44,7 +46,6 @@ def cmd_ab(args: argparse.Namespace) -> int:
     finally:
         for worker in workers.values():
             worker.close()
-    run_id = _run_id()
     frames = {}
     for side, measured in (("base", rows.base), ("new", rows.new)):
         env = workers[side].info.get("fingerprint", {})
@@ -56,7 +57,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return verdict_exit(judge_paired(frames["base"], frames["new"], options), args)
 
 
-def _output_paths(args: argparse.Namespace, suite: str) -> dict[str, Path]:
+def _output_paths(args: argparse.Namespace, suite: str, run_id: str) -> dict[str, Path]:
     """--out PREFIX -> PREFIX-base.parquet and PREFIX-new.parquet (default: results/<suite>-
     <machine>-<run id>-ab-{base,new}.parquet); an existing file is kept unless --force."""
     from harness import env, runs
@@ -67,7 +68,7 @@ def _output_paths(args: argparse.Namespace, suite: str) -> dict[str, Path]:
         paths = {side: prefix.with_name(f"{prefix.name}-{side}.parquet") for side in ("base",
                                                                                        "new")}
     else:
-        run_id, machine = runs.new_run_id(), env.fingerprint(include_gpu=False)
+        machine = env.fingerprint(include_gpu=False)
         paths = {side: runs.new_run_path(suite, machine, run_id, f"ab-{side}")
                  for side in ("base", "new")}
     for path in paths.values():
@@ -85,11 +86,6 @@ def _same_schema(info: dict, worker) -> None:
         raise UserError(f"{worker.label} {worker.python}: its convbench "
                         f"{info.get('version')} writes results schema {info.get('schema')}, "
                         f"this one {SCHEMA_VERSION}: install the same convbench in both")
-
-
-def _run_id() -> str:
-    from harness import runs
-    return runs.new_run_id()
 
 
 def _what_is_compared(workers) -> list[str]:
