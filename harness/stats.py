@@ -121,7 +121,7 @@ def run_to_run_scatter(ratios: Sequence[float], sampling_sd: Sequence[float]) ->
     if keep.sum() < MIN_ROWS:
         return None
     logs = np.log(r[keep])
-    spread = _robust_sd(logs)
+    spread = robust_sd(logs)
     sampling = float(np.median(np.square(np.asarray(sampling_sd, dtype=float)[keep])))
     return math.sqrt(max(spread ** 2 - sampling, 0.0))
 
@@ -162,10 +162,10 @@ def log_median_se(samples: Sequence[float]) -> float:
     x = np.log(x[np.isfinite(x) & (x > 0)])
     if x.size < 2:
         return 0.0
-    return math.sqrt(math.pi / 2) * _robust_sd(x) / math.sqrt(x.size)
+    return math.sqrt(math.pi / 2) * robust_sd(x) / math.sqrt(x.size)
 
 
-def _robust_sd(x: np.ndarray) -> float:
+def robust_sd(x: np.ndarray) -> float:
     """1.4826 x the median absolute deviation: the standard deviation of normal values, and
     blind to up to half of them being wild."""
     return _MAD_TO_SD * float(np.median(np.abs(x - np.median(x))))

@@ -224,7 +224,7 @@ def _segment(values: np.ndarray, lo: int, hi: int, series: str, threshold: float
     for k in range(lo + MIN_BEFORE, hi):
         before, after = values[max(lo, k - window):k], values[k:min(hi, k + window)]
         shift = float(np.median(after) - np.median(before))
-        bar = max(math.log1p(threshold), NOISE_K * _robust_sd(before))
+        bar = max(math.log1p(threshold), NOISE_K * stats.robust_sd(before))
         # Windows that straddle a step also show its shift; the split that explains most of
         # the windows' spread (between-segment sum of squares, as least-squares segmentation
         # places a change) is where the step is: a rank statistic would favour the split with
@@ -257,12 +257,6 @@ def _explained(before: np.ndarray, after: np.ndarray) -> float:
     """The between-segment sum of squares of a split: n_b n_a / (n_b + n_a) x (mean gap)^2."""
     nb, na = before.size, after.size
     return nb * na / (nb + na) * float(after.mean() - before.mean()) ** 2
-
-
-def _robust_sd(values: np.ndarray) -> float:
-    if values.size < 2:
-        return 0.0
-    return float(1.4826 * np.median(np.abs(values - np.median(values))))
 
 
 def judged_series(values: np.ndarray, series: str, threshold: float, alpha: float,

@@ -102,7 +102,7 @@ def inlying_rounds(d: np.ndarray) -> np.ndarray:
     if d.size < 4:
         return np.arange(d.size)
     centre = float(np.median(d))
-    scale = max(1.4826 * float(np.median(np.abs(d - centre))), OUTLIER_FLOOR)
+    scale = max(stats.robust_sd(d), OUTLIER_FLOOR)
     distance = np.abs(d - centre)
     far = [i for i in np.argsort(-distance) if distance[i] > OUTLIER_K * scale][:d.size // 4]
     return np.array([i for i in range(d.size) if i not in far], dtype=int)
