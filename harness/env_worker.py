@@ -124,12 +124,13 @@ class EnvWorker:
     def _receive(self, timeout_s: float, doing: str) -> tuple[str, Any]:
         """The child's next message, or EnvUnusable with the last line it wrote to stderr
         (an ImportError: no convbench there) when it ends or says nothing in time."""
+        closed = False
         try:
             if self._connection.poll(timeout_s):
                 return self._connection.recv()
         except (EOFError, OSError):
-            pass
-        ended = self._process.poll()
+            closed = True       # the child is ending: wait for its exit code, not a timeout
+        ended = _exit_code(self._process, CLOSED_WAIT_S if closed else 0.0)
         self._process.kill()
         self._process.wait(timeout=10)
         said = self._process.stderr.read().decode(errors="replace").strip().splitlines()
@@ -181,3 +182,15 @@ def serve(fd: int) -> None:
 
 if __name__ == "__main__":
     serve(int(sys.argv[1]))
+
+
+# A child that closed its end has ended or is about to: how long its exit code may take.
+CLOSED_WAIT_S = 5.0
+
+
+def _exit_code(process: subprocess.Popen, wait_s: float) -> int | None:
+    """The process's exit code, waiting up to `wait_s` for it; None while it still runs."""
+    try:
+        return process.wait(timeout=wait_s) if wait_s > 0 else process.poll()
+    except subprocess.TimeoutExpired:
+        return None
