@@ -25,7 +25,8 @@ from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsuppo
 from harness.measurement import Measurement, Status
 from harness.point_timing import sm_clock, time_cpu_alone, time_gpu, timing_extras, timing_notes
 from harness.reference import ProblemData
-from harness.sweep import Point
+from harness.race import Race
+from harness.sweep import Point, TimingOptions
 from harness.timer import CpuCacheFlusher, Timing
 
 
@@ -43,6 +44,11 @@ def _rows_of(rows: Iterable[Measurement]) -> Unit:
     """A unit whose rows are already known (they say why nothing was measured)."""
     known = list(rows)
     return Unit(None, lambda: known)
+
+
+def _tightest(points: list[Point]) -> int | None:
+    limits = [p.workspace_limit for p in points if p.workspace_limit is not None]
+    return min(limits) if limits else None
 
 
 def _loosest(points: list[Point]) -> Point:
@@ -107,20 +113,23 @@ class PointExecutor:
         if not variants:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, "the backend offered no variant",
                                        algo.family) for p in group)
+        # the variants race (harness/stopping.py): one bar for the group, held across its units
+        race = Race(_tightest(group)) if point.timing.race else None
         for variant in variants:
             if variant not in skip:
-                yield Unit(variant, partial(self._measure_variant, group, point, algo, variant),
-                           algo.engine_of(variant))
+                yield Unit(variant, partial(self._measure_variant, group, point, algo, variant,
+                                            race), algo.engine_of(variant))
 
     def _measure_variant(self, group: list[Point], point: Point, algo: Algorithm,
-                         variant: str) -> list[Measurement]:
+                         variant: str, race: Race | None) -> list[Measurement]:
         members = [replace(p, algorithm=variant) for p in group]
-        measured = self._measure_supported(members, replace(point, algorithm=variant), algo)
+        measured = self._measure_supported(members, replace(point, algorithm=variant), algo,
+                                           race)
         return [replace(m, planned_point_id=planned.point_id)
                 for m, planned in zip(measured, group)]
 
-    def _measure_supported(self, group: list[Point], point: Point,
-                           algo: Algorithm) -> list[Measurement]:
+    def _measure_supported(self, group: list[Point], point: Point, algo: Algorithm,
+                           race: Race | None = None) -> list[Measurement]:
         data = self._cached_data(point)
         started = time.perf_counter()
         try:
@@ -137,12 +146,12 @@ class PointExecutor:
             # pool only once it is imported)
             with threads.limited(point.threads):
                 return self._verify_and_time(group, point, algo, prepared, data, started,
-                                             stages)
+                                             stages, race)
         finally:
             prepared.release()
 
     def _verify_and_time(self, group, point, algo, prepared, data, started,
-                         stages: dict[str, float]) -> list[Measurement]:
+                         stages: dict[str, float], race: Race | None) -> list[Measurement]:
         verifying = time.perf_counter()
         try:
             first_call_ms, output, deterministic = _run_twice(prepared)
@@ -167,17 +176,22 @@ class PointExecutor:
         if judged.delivered is None:
             return [Measurement(p, Status.WRONG, _why_wrong(point, judged), **common,
                                 extras=_shares(stages, group)) for p in group]
+        options = point.timing if race is None else race.timing(point.timing, judged.delivered)
         timing_started = time.perf_counter()
         try:
-            timing = self._time(prepared, point)
+            timing = self._time(prepared, options)
         except Exception as err:  # backend failure while timing: a failed row
             return [_failed(p, algo, err) for p in group]
         stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3
-        return [self._row(p, prepared, timing, first_call_ms, common, _shares(stages, group))
-                for p in group]
+        raced, race_note = ({}, "") if race is None else race.row_notes(judged.delivered, timing)
+        if race is not None:
+            race.finished(point.algorithm, judged.delivered, timing, prepared.workspace_bytes)
+        return [self._row(p, prepared, timing, first_call_ms, common,
+                          {**_shares(stages, group), **raced}, race_note) for p in group]
 
     def _row(self, p: Point, prepared: Prepared, timing: Timing, first_call_ms: float,
-             common: dict, stages: dict[str, float] | None = None) -> Measurement:
+             common: dict, stages: dict[str, Any] | None = None,
+             race_note: str = "") -> Measurement:
         # The backend's columns, then how the point was timed, then the limit's own: a new dict
         # per row, so rows of one group never share (and the backend's dict is never written).
         extras = {**prepared.extras, **timing_extras(timing), "first_call_ms": first_call_ms,
@@ -195,13 +209,13 @@ class PointExecutor:
             notes.append(f"asked for {p.precision}, delivers {common['effective_precision']} "
                          f"accuracy (relative L2 error {common['rel_error']:.3g})")
         notes.extend(timing_notes(timing))
+        notes += [race_note] if race_note else []
         reason = "; ".join(notes)
         return Measurement(p, Status.OK, reason, samples_ms=timing.samples_ms,
                            stop_reason=timing.stop_reason, host_ms=timing.host_ms,
                            extras=extras, **common)
 
-    def _time(self, prepared: Prepared, point: Point) -> Timing:
-        options = point.timing
+    def _time(self, prepared: Prepared, options: TimingOptions) -> Timing:
         own = prepared.own_timing(options)
         if own is not None:
             return own

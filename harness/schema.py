@@ -72,6 +72,10 @@ EXTRA_COLUMNS: dict[str, str] = {
     # why the stream could not be held (gpu_timer "unheld_events": events call by call, host
     # gaps inside a call counted; harness/stream_hold.py); also in the row's reason
     "timer_fallback": "string",
+    # a plan raced out after its first samples (stop_reason "raced_out", harness/stopping.py):
+    # its median over the fastest plan of its point timed before it, and that plan's name
+    "raced_out_by": "float64",
+    "raced_against": "string",
     "achieved_tflops": "float64",
     "achieved_gbps": "float64",
     "roofline_pct": "float64",           # achieved rate as % of min(peak, intensity x bandwidth)

@@ -54,6 +54,11 @@ class TimingOptions:
     # inside one run, from which `convbench compare` takes the run-to-run noise floor that a
     # regression in the run being judged cannot raise (harness/compare/__init__.py).
     cpu_rounds: int = 2
+    # Race the plans of an expanding algorithm (the graph API's): a plan whose first samples are
+    # all over the fastest plan so far by harness/stopping.RACE_MARGIN is not timed in full.
+    race: bool = True
+    # Set per plan by harness/race.py, never by a user: the bar (ms per launch) of that race.
+    race_bar_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 from harness import contention
 from harness.contention import load_average, stolen_ms
-from harness.stats import relative_noise
+from harness.stopping import StoppingRule
 from harness.stream_hold import (UNHELD, Hold, calls_per_graph, measure_host_ms, unheld_samples,
                                  warm_pairs)
 from harness.sweep import TimingOptions
@@ -42,40 +42,6 @@ class Timing:
     cpu_use: contention.CpuUse | None = None   # CPU timers: what the process got
     contention: str | None = None     # set by the executor: why the point shared the CPU
     host_probe_ms: float | None = None  # set by the executor: contention.host_probe_ms around it
-
-
-# min_samples is a floor the regression verdicts depend on (runner.with_samples_floor), so the
-# budget never cuts a point short of it; only a point whose samples alone take this long does, and
-# its row says so (stop_reason "safety_limit"). A minute keeps a sweep with a few huge CPU layers
-# finite while leaving every layer of the committed suites its full floor (the slowest CPU sample
-# there, VGG-16 conv1_1 at batch 8, is ~1 s).
-SAFETY_LIMIT_MS = 60_000.0
-
-
-class _StoppingRule:
-    """Adaptive stopping: at least min_samples, then low noise or the budget spent; under
-    min_samples only at SAFETY_LIMIT_MS."""
-
-    def __init__(self, options: TimingOptions):
-        self.options = options
-        self.started = time.perf_counter()
-
-    def elapsed_ms(self) -> float:
-        return (time.perf_counter() - self.started) * 1e3
-
-    def reason_to_stop(self, samples: list[float]) -> str | None:
-        o = self.options
-        n = len(samples)
-        if n >= o.max_samples:
-            return "max_samples"
-        if n >= o.min_samples and relative_noise(samples) <= o.noise_target:
-            return "noise_target"
-        elapsed = self.elapsed_ms()
-        if n >= o.min_samples and elapsed >= o.budget_ms:
-            return "budget"
-        if n >= 1 and elapsed >= SAFETY_LIMIT_MS:
-            return "safety_limit"
-        return None
 
 
 # ---- CPU ----------------------------------------------------------------------------------------
@@ -134,7 +100,7 @@ def _judged_samples(launch, options: TimingOptions, flush, waits) -> _Loop:
     """Samples until the stopping rule is met on clean ones; a sample that waited (`waits`: a
     ThreadWaits, None where it cannot be read) or, at the end, lies on a tick is taken again while
     retakes last; after that it is kept and marked (_settled decides what stays)."""
-    rule = _StoppingRule(options)
+    rule = StoppingRule(options)
     retakes = contention.Retakes(options.min_samples)
     samples: list[float] = []
     waited: list[bool] = []
@@ -250,7 +216,7 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     for _ in range(options.warmup):
         launch()
     stream.synchronize()
-    rule = _StoppingRule(options)
+    rule = StoppingRule(options)
     samples: list[float] = []
     hold = Hold(host_ms + (0.02 if flush else 0.0))
     per_call_estimate = None
@@ -268,7 +234,7 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
             if note is None:
                 continue
             # all over again under a fresh rule: a row's samples are all timed one way
-            samples, reason = unheld_samples(launch, stream, _StoppingRule(options), flush, cupy)
+            samples, reason = unheld_samples(launch, stream, StoppingRule(options), flush, cupy)
             return Timing(tuple(samples), reason, host_ms, gpu_timer=UNHELD, timer_note=note)
         hold.held()
         samples.extend(batch)
@@ -363,6 +329,8 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
     probe = time_cuda(launch, stream, replace(options, min_samples=1, max_samples=1),
                       batch_calls=3)
     calls = calls_per_graph(probe.samples_ms[0], options, max_calls_per_graph)
+    if options.race_bar_ms is not None:         # the replays' samples are `calls` calls each
+        options = replace(options, race_bar_ms=options.race_bar_ms * calls)
     if capture is None:
         graph = capture_calls(launch, stream, calls)
         replay_graph = lambda: graph.launch(stream)  # noqa: E731 - one line, named for the timer

@@ -342,6 +342,33 @@ def test_progress_counts_planned_points_not_the_rows_they_expand_into(tmp_path, 
     assert all("/2" in line for line in progress)
 
 
+def test_a_run_races_the_plans_and_says_what_it_left_out(tmp_path, capsys):
+    """The slow plan (10x the fast one, measured after it) stops after its heat; the run says
+    so; --no-race and the suite's `race = false` time it in full; a bad value is one line."""
+    from harness import store
+    suite = _plans_suite(tmp_path)
+    assert main(["run", str(suite), "--out", str(tmp_path / "raced.parquet")]) == 0
+    out = capsys.readouterr().out
+    assert "raced out: 2 of 4 timed plans" in out and "--no-race" in out
+    rows = store.load(tmp_path / "raced.parquet").set_index("algorithm")
+    assert set(rows.loc["plan_slow", "stop_reason"]) == {"raced_out"}
+    assert (rows.loc["plan_slow", "raced_out_by"] > 5).all()
+    assert not rows.loc["plan_fast", "stop_reason"].str.contains("raced").any()
+    assert main(["run", str(suite), "--no-race", "--out", str(tmp_path / "full.parquet")]) == 0
+    assert "raced out" not in capsys.readouterr().out
+    full = store.load(tmp_path / "full.parquet")
+    assert not full["stop_reason"].str.contains("raced").any()
+    unraced = tmp_path / "unraced.toml"
+    unraced.write_text(suite.read_text() + "[timing]\nrace = false\n")
+    assert main(["run", str(unraced), "--out", str(tmp_path / "suite.parquet")]) == 0
+    assert not store.load(tmp_path / "suite.parquet")["stop_reason"].str.contains("raced").any()
+    capsys.readouterr()
+    unraced.write_text(suite.read_text() + "[timing]\nrace = 1\n")
+    assert main(["run", str(unraced), "--out", str(tmp_path / "bad.parquet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "timing.race" in err[0] and "true or false" in err[0], err
+
+
 def test_a_cluster_run_has_one_bar_over_its_shards_with_per_worker_counts(monkeypatch):
     """On a terminal the one bar advances by planned points and its text counts the shards each
     worker finished; off a terminal (CI logs) each shard is a line."""

@@ -197,3 +197,22 @@ def test_ops_fused_plans_and_the_unfused_sequence_are_verified(run_fast, precisi
     bad = [(m.point.point_id, m.status, m.reason) for m in results
            if m.status in ("wrong", "crashed")]
     assert not bad, bad
+
+
+def test_racing_the_plans_keeps_the_best_and_stops_only_plans_that_cannot_win(run_fast):
+    """One ResNet-50 point's plans at a floor of 12 samples, raced and timed in full: the best
+    is the same plan's time, and a raced-out plan is over 1.2x it (harness/stopping.py)."""
+    problem = ConvProblem(32, 64, 56, 56, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                          pad_right=1, name="res2a_branch2b")
+    sweep = _sweep(problem, directions=("fwd",), precisions=("fp16",), layouts=("NHWC",))
+    timing = dict(min_samples=12, max_samples=40, budget_ms=25.0)
+    raced, full = run_fast(sweep, **timing), run_fast(sweep, **timing, race=False)
+    out = [m for m in raced if m.ok and m.stop_reason == "raced_out"]
+    in_full = {m.point.algorithm: m.median_ms for m in full if m.ok}
+    best = min(in_full.values())
+    print(f"{len(out)} of {sum(m.ok for m in raced)} plans raced out; best {best:.4g} ms")
+    assert out and not any(m.stop_reason == "raced_out" for m in full)
+    assert min(m.median_ms for m in raced if m.ok and m not in out) <= best * 1.03
+    for m in out:
+        assert len(m.samples_ms) < 12 and m.extras["raced_out_by"] > 1.2, m
+        assert in_full[m.point.algorithm] > best * 1.05, (m.point.algorithm, best)

@@ -25,9 +25,9 @@ LAYERS = [
 
     {"models"},
     {"schema"},
-    {"timer", "stream_hold", "backends.base", "store"},
+    {"timer", "stopping", "stream_hold", "backends.base", "store"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.torch", "backends.fake"},
-    {"executor", "point_timing", "process_split"},
+    {"executor", "point_timing", "process_split", "race"},  # race: plans of a point
     {"worker"},
     {"runner"},
     {"cluster", "env_worker", "ab"},  # ab: two environments' worker processes, interleaved

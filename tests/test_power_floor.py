@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import compare, runner, suite, timer
+from harness import compare, runner, stopping, suite, timer
 from harness.compare import Verdict
 from harness.stats import DEFAULT_ALPHA, _u_cdf, samples_floor, smallest_p
 from harness.sweep import TimingOptions
@@ -90,13 +90,13 @@ class _Clock:
 
 def test_stopping_rule_never_stops_under_the_floor_before_the_safety_limit(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(timer, "time", clock)
-    rule = timer._StoppingRule(TimingOptions(budget_ms=1, min_samples=12, max_samples=100))
+    monkeypatch.setattr(stopping, "time", clock)
+    rule = stopping.StoppingRule(TimingOptions(budget_ms=1, min_samples=12, max_samples=100))
     samples = [1.0, 1.0, 1.0]                      # quiet, and far over the 1 ms budget
-    for elapsed_ms in (1, 5, 100, 10_000, timer.SAFETY_LIMIT_MS - 1):
+    for elapsed_ms in (1, 5, 100, 10_000, stopping.SAFETY_LIMIT_MS - 1):
         clock.now = elapsed_ms / 1e3
         assert rule.reason_to_stop(samples) is None
-    clock.now = timer.SAFETY_LIMIT_MS / 1e3
+    clock.now = stopping.SAFETY_LIMIT_MS / 1e3
     assert rule.reason_to_stop(samples) == "safety_limit"
     assert rule.reason_to_stop([1.0] * 12) in ("noise_target", "budget")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.measurement import STAGE_COLUMNS
+from harness.measurement import STAGE_COLUMNS, Status
+from harness.stopping import RACE_MARGIN, RACED_OUT
 
 GROUP = ["backend", "direction"]
 
@@ -43,3 +44,20 @@ def costliest_rows(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     described = df[["layer", "direction", "precision", "layout", "backend", "algorithm",
                     "status"]].join(seconds)
     return described.sort_values("total", ascending=False).head(n).reset_index(drop=True)
+
+
+def race_line(df: pd.DataFrame) -> str | None:
+    """What the race saved, in a sentence (harness/stopping.py): how many of the raced
+    backends' timed rows stopped after the heat, and by how much they lost; None where no row
+    was raced out."""
+    if "stop_reason" not in df.columns:
+        return None
+    raced = df["stop_reason"].fillna("").astype(str).str.contains(RACED_OUT)
+    if not raced.any():
+        return None
+    timed = df["backend"].isin(df.loc[raced, "backend"].unique()) & (df["status"] == Status.OK)
+    lost = pd.to_numeric(df.loc[raced, "raced_out_by"], errors="coerce").median() \
+        if "raced_out_by" in df.columns else float("nan")
+    return (f"raced out: {int(raced.sum())} of {int(timed.sum())} timed plans stopped after "
+            f"their first samples, each over {1 + RACE_MARGIN:g}x the fastest plan of its point "
+            f"timed before it (median {lost:.2f}x); --no-race times every plan in full")

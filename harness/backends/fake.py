@@ -14,6 +14,7 @@ from harness import epilogue, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, Backend, Prepared, Unsupported,
                                    require_fits)
 from harness.reference import ProblemData
+from harness.stopping import RACED_OUT, raced_out
 from harness.sweep import Point, TimingOptions
 from harness.timer import Timing
 
@@ -54,12 +55,16 @@ class _FakePrepared(Prepared):
         self._out = None
 
     def own_timing(self, options: TimingOptions) -> Timing:
-        """Lognormal samples around the cost model's time (2% spread), seeded by the point."""
+        """Lognormal samples around the cost model's time (2% spread), seeded by the point; a
+        plan that loses a race (options.race_bar_ms) stops after the heat, as the timers do."""
         base_ms = self.point.problem.flops / (self.gflops * 1e9) * 1e3
         rng = np.random.default_rng(self.seed)
         n = max(options.min_samples, 10)
-        samples = base_ms * rng.lognormal(0.0, 0.02, size=n)
-        return Timing(tuple(float(s) for s in samples), "simulated")
+        samples = [float(s) for s in base_ms * rng.lognormal(0.0, 0.02, size=n)]
+        heat = next((k for k in range(1, n) if raced_out(samples[:k], options)), None)
+        if heat is not None:
+            return Timing(tuple(samples[:heat]), RACED_OUT)
+        return Timing(tuple(samples), "simulated")
 
 
 class _FakeAlgorithm(Algorithm):

@@ -29,7 +29,8 @@ def load_sweep(args: argparse.Namespace):
         workspace_limits=limits, timing_mode=args.timing_mode, gpu_timer=args.gpu_timer,
         gpu_processes=args.gpu_processes, cpu_rounds=args.cpu_rounds,
         threads=csv_list(args.threads, "--threads"),
-        ops=csv_list(args.op, "--op"), outputs=csv_list(args.output_type, "--output-type"))
+        ops=csv_list(args.op, "--op"), outputs=csv_list(args.output_type, "--output-type"),
+        race=False if args.no_race else None)
     if args.layer is not None:
         wanted = set(csv_list(args.layer, "--layer"))
         kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)

@@ -132,6 +132,12 @@ def checked_int_at_least(value: Any, where: str, lowest: int) -> int:
     return value
 
 
+def checked_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise Invalid(where, f"expected true or false, got {kind_of(value)} {value!r}")
+    return value
+
+
 def checked_positive_int(value: Any, where: str) -> int:
     return checked_int_at_least(value, where, 1)
 

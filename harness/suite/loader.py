@@ -39,6 +39,7 @@ The format (suites/quick.toml shows every key):
     max_samples = 100
     noise_target = 0.01                  # relative standard error of the median to stop at
     warmup = 1                           # untimed runs before timing
+    race = true                          # false: time every graph-API plan to the full floor
 
     [compare]
     threshold = 0.05                     # fractional slowdown that counts as a regression
@@ -58,7 +59,7 @@ from harness import epilogue
 from harness.problem import ConvProblem, ProblemError
 from harness.problem_text import parse_benchdnn, parse_deepbench
 from harness.suite.axes import checked_choices, checked_threads, checked_workspace_limits
-from harness.suite.checks import (Invalid, SuiteError, check_keys, checked_choice,
+from harness.suite.checks import (Invalid, SuiteError, check_keys, checked_bool, checked_choice,
                                   checked_cpu_rounds, checked_fraction, checked_gpu_processes,
                                   checked_int_at_least, checked_list, checked_outputs,
                                   checked_plain_name, checked_positive_int, checked_positive_number,
@@ -77,7 +78,8 @@ _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
 _SWEEP_KEYS = ("directions", "precisions", "layouts", "workspace_limits", "batch", "threads",
                "ops", "outputs", "backends")
 _BACKEND_KEYS = ("name", "algorithms", "optional")
-_TIMING_KEYS = tuple(f.name for f in dataclasses.fields(TimingOptions))
+# every TimingOptions field but the race's bar, which the executor sets per plan
+_TIMING_KEYS = tuple(f.name for f in dataclasses.fields(TimingOptions) if f.name != "race_bar_ms")
 _COMPARE_KEYS = ("threshold",)
 _PROBLEM_FIELDS = tuple(f.name for f in dataclasses.fields(ConvProblem))
 _REQUIRED_FIELDS = tuple(f.name for f in dataclasses.fields(ConvProblem)
@@ -292,10 +294,7 @@ def _backend(entry: Any, where: str) -> AlgorithmChoice:
         spot = f"{where}.algorithms"
         names = checked_unique_list(table["algorithms"], spot)
         algorithms = tuple(checked_text(item, f"{spot}[{i}]") for i, item in enumerate(names))
-    optional = table.get("optional", False)
-    if not isinstance(optional, bool):
-        raise Invalid(f"{where}.optional", f"expected true or false, got {kind_of(optional)} "
-                                           f"{optional!r}")
+    optional = checked_bool(table.get("optional", False), f"{where}.optional")
     return AlgorithmChoice(name, algorithms, optional)
 
 
@@ -319,6 +318,8 @@ def _timing(table: dict[str, Any]) -> TimingOptions:
             fields[key] = checked_positive_int(table[key], f"timing.{key}")
     if "warmup" in table:
         fields["warmup"] = checked_int_at_least(table["warmup"], "timing.warmup", 0)
+    if "race" in table:
+        fields["race"] = checked_bool(table["race"], "timing.race")
     if "noise_target" in table:
         fields["noise_target"] = checked_fraction(table["noise_target"], "timing.noise_target")
     timing = TimingOptions(**fields)

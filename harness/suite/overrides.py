@@ -9,7 +9,8 @@ from typing import Any
 from harness import epilogue
 from harness.problem import ConvProblem
 from harness.suite.axes import checked_choices, checked_threads, checked_workspace_limits
-from harness.suite.checks import (Invalid, SuiteError, checked_choice, checked_cpu_rounds,
+from harness.suite.checks import (Invalid, SuiteError, checked_bool, checked_choice,
+                                  checked_cpu_rounds,
                                   checked_gpu_processes, checked_outputs, checked_positive_int,
                                   checked_positive_number, checked_text, checked_unique_list)
 from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
@@ -23,7 +24,7 @@ OVERRIDE_FLAGS = {
     "budget_ms": "--budget-ms", "workspace_limits": "--workspace-limit",
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
     "gpu_processes": "--gpu-processes", "cpu_rounds": "--cpu-rounds", "threads": "--threads",
-    "ops": "--op", "outputs": "--output-type",
+    "ops": "--op", "outputs": "--output-type", "race": "--no-race",
 }
 
 
@@ -46,6 +47,7 @@ class Overrides:
     threads: Sequence[int | str] | None = None
     ops: Sequence[str] | None = None
     outputs: Sequence[str] | None = None
+    race: bool | None = None
 
 
 def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
@@ -61,7 +63,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          cpu_rounds: int | None = None,
                          threads: Sequence[int | str] | None = None,
                          ops: Sequence[str] | None = None,
-                         outputs: Sequence[str] | None = None) -> Sweep:
+                         outputs: Sequence[str] | None = None,
+                         race: bool | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -69,7 +72,7 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                       precisions=precisions, layouts=layouts, batch=batch, budget_ms=budget_ms,
                       workspace_limits=workspace_limits, timing_mode=timing_mode,
                       gpu_timer=gpu_timer, gpu_processes=gpu_processes, cpu_rounds=cpu_rounds,
-                      threads=threads, ops=ops, outputs=outputs)
+                      threads=threads, ops=ops, outputs=outputs, race=race)
     try:
         return _apply_overrides(sweep, given)
     except Invalid as error:
@@ -169,4 +172,6 @@ def _override_timing(timing: TimingOptions, given: Overrides) -> TimingOptions:
                                                          flag["gpu_processes"])
     if given.cpu_rounds is not None:
         changes["cpu_rounds"] = checked_cpu_rounds(given.cpu_rounds, flag["cpu_rounds"])
+    if given.race is not None:
+        changes["race"] = checked_bool(given.race, flag["race"])
     return dataclasses.replace(timing, **changes)

@@ -1,0 +1,72 @@
+"""When a timer stops taking samples of a point (shared/design/measurement.md): at least
+min_samples, then low noise or the budget spent; under min_samples only at SAFETY_LIMIT_MS, or
+when the point was raced out.
+
+Racing (issue 39): most execution plans of a point are far slower than its best, and timing each
+to the full sample floor was most of a sweep's time (ResNet-50 on an H100: 78% of the graph-API
+plans were over 1.2x the fastest plan met before them). A plan is raced out when, after a first
+held batch (RACE_SAMPLES samples), even its fastest sample is over RACE_MARGIN above the fastest
+median among the plans of its point timed before it (harness/race.py keeps that bar). Such a plan
+cannot be the point's best, so its row keeps the samples it has (`stop_reason` "raced_out");
+every plan that could still win is timed in full.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from harness.stats import relative_noise
+from harness.sweep import TimingOptions
+
+# min_samples is a floor the regression verdicts depend on (runner.with_samples_floor), so the
+# budget never cuts a point short of it; only a point whose samples alone take this long does, and
+# its row says so (stop_reason "safety_limit"). A minute keeps a sweep with a few huge CPU layers
+# finite while leaving every layer of the committed suites its full floor (the slowest CPU sample
+# there, VGG-16 conv1_1 at batch 8, is ~1 s).
+SAFETY_LIMIT_MS = 60_000.0
+
+RACED_OUT = "raced_out"
+# The heat: a held GPU batch brackets up to four samples (stream_hold.WARM_SAMPLES_PER_BATCH).
+# The median of a graph-API row's first four samples lay within 0.8% of its full median at 98%
+# of 6,118 ResNet-50 rows (H100), so four samples place a plan well inside the margin.
+RACE_SAMPLES = 4
+# How far over the fastest plan so far a plan's fastest sample must be to stop timing it. On the
+# same rows no plan whose final median was within 2% of its point's best was raced out at margins
+# of 10-30%; 20% leaves room for a clock step in a whole heat.
+RACE_MARGIN = 0.2
+
+
+def raced_out(samples: Sequence[float], options: TimingOptions) -> bool:
+    """Whether the heat is over and even its fastest sample lost to the bar (options.race_bar_ms,
+    set per plan by harness/race.py; None: no race)."""
+    bar = options.race_bar_ms
+    return (bar is not None and RACE_SAMPLES <= len(samples) < options.min_samples
+            and min(samples) > bar)
+
+
+class StoppingRule:
+    """Adaptive stopping: at least min_samples, then low noise or the budget spent; under
+    min_samples only at SAFETY_LIMIT_MS or when raced out."""
+
+    def __init__(self, options: TimingOptions):
+        self.options = options
+        self.started = time.perf_counter()
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1e3
+
+    def reason_to_stop(self, samples: list[float]) -> str | None:
+        o = self.options
+        n = len(samples)
+        if n >= o.max_samples:
+            return "max_samples"
+        if raced_out(samples, o):
+            return RACED_OUT
+        if n >= o.min_samples and relative_noise(samples) <= o.noise_target:
+            return "noise_target"
+        elapsed = self.elapsed_ms()
+        if n >= o.min_samples and elapsed >= o.budget_ms:
+            return "budget"
+        if n >= 1 and elapsed >= SAFETY_LIMIT_MS:
+            return "safety_limit"
+        return None

@@ -1,0 +1,122 @@
+"""Racing the plans of a point (harness/stopping.py, harness/race.py): a plan whose heat is all
+over the fastest plan so far is not timed in full, its row says so and by how much it lost, and
+no plan that could still be the best is ever raced out."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar
+
+import pytest
+
+from harness import backends, precision, stopping
+from harness.backends.fake import FakeBackend, FakeExact
+from harness.executor import PointExecutor
+from harness.problem import ConvProblem
+from harness.sweep import Point, TimingOptions
+
+PROBLEM = ConvProblem(2, 8, 8, 8, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                      name="l")
+TIMING = TimingOptions(min_samples=12, max_samples=20, budget_ms=100.0, gpu_processes=1)
+MiB = 1 << 20
+
+
+class RacePlans(FakeExact):
+    """Expanding, with plans named by `PLANS`: (name, GFLOP/s, workspace, relative error)."""
+    backend = "race_plans"
+    name = "all"
+    expands = True
+    PLANS: ClassVar[list[tuple[str, float, int, float]]] = []
+
+    def variants(self, point, data):
+        return [name for name, *_ in self.PLANS]
+
+    def prepare(self, point, data):
+        speed, workspace, error = next(p[1:] for p in self.PLANS if p[0] == point.algorithm)
+        prepared = super().prepare(point, data)
+        prepared.gflops, prepared.workspace_bytes, prepared.perturbation = \
+            speed, workspace, error
+        return prepared
+
+
+class RacePlansBackend(FakeBackend):
+    name = "race_plans"
+
+    def algorithms(self):
+        return [RacePlans()]
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    backends.register("race_plans", f"{__name__}:RacePlansBackend")
+
+    def with_plans(*plans):
+        monkeypatch.setattr(RacePlans, "PLANS", [(*p, 0, 0.0)[:4] if len(p) < 4 else p
+                                                 for p in plans])
+    return with_plans
+
+
+def _rows(timing=TIMING, limits=(None,)):
+    group = [Point(PROBLEM, "fwd", "fp32", "NCHW", "race_plans", "all", limit, timing)
+             for limit in limits]
+    return {(m.point.algorithm, m.point.workspace_limit): m
+            for m in PointExecutor().measure(group)}
+
+
+def test_a_plan_far_slower_than_the_fastest_so_far_is_raced_out_and_says_by_how_much(plans):
+    plans(("fast", 300.0), ("near", 270.0), ("slow", 30.0))
+    rows = _rows()
+    fast, near, slow = (rows[name, None] for name in ("fast", "near", "slow"))
+    assert fast.ok and near.ok and slow.ok
+    assert len(fast.samples_ms) >= 12 and len(near.samples_ms) >= 12   # within the margin
+    assert slow.stop_reason == stopping.RACED_OUT
+    assert len(slow.samples_ms) == stopping.RACE_SAMPLES
+    assert slow.extras["raced_out_by"] == pytest.approx(10.0, rel=0.1)
+    assert slow.extras["raced_against"] == "fast"
+    assert "raced out after 4 samples" in slow.reason and "fast" in slow.reason
+    assert "raced_out_by" not in near.extras and stopping.RACED_OUT not in near.reason
+
+
+def test_without_the_race_every_plan_is_timed_in_full(plans):
+    plans(("fast", 300.0), ("slow", 30.0))
+    rows = _rows(replace(TIMING, race=False))
+    assert all(len(m.samples_ms) >= 12 and m.stop_reason != stopping.RACED_OUT
+               for m in rows.values())
+
+
+def test_a_plan_met_before_any_faster_one_is_timed_in_full(plans):
+    plans(("slow", 30.0), ("fast", 300.0))
+    rows = _rows()
+    assert all(len(m.samples_ms) >= 12 for m in rows.values())
+
+
+def test_a_plan_over_the_tightest_limit_sets_no_bar(plans):
+    # At limit 0 the slow plan is the only one that fits: it is that point's best, so the
+    # hungry fast plan, measured first, must not race it out.
+    plans(("fast_hungry", 300.0, 64 * MiB, 0.0), ("slow", 30.0, 0, 0.0))
+    rows = _rows(limits=(0, None))
+    assert rows["fast_hungry", 0].status == "workspace_exceeded"
+    assert rows["slow", 0].ok and len(rows["slow", 0].samples_ms) >= 12
+
+
+def test_plans_race_only_plans_that_delivered_the_same_precision(plans):
+    # A plan that computes at tf32 accuracy is ranked with tf32, never with fp32: the fp32 plan,
+    # ten times slower, is still the fp32 point's best and is timed in full.
+    k = PROBLEM.reduction_length("fwd")
+    error = (precision.tolerance("fp32", k, 1.0) * precision.tolerance("tf32", k, 1.0)) ** 0.5
+    plans(("fast_tf32", 300.0, 0, error), ("slow_fp32", 30.0, 0, 0.0))
+    rows = _rows()
+    assert rows["fast_tf32", None].effective_precision == "tf32"
+    assert rows["slow_fp32", None].effective_precision == "fp32"
+    assert len(rows["slow_fp32", None].samples_ms) >= 12
+
+
+@pytest.mark.parametrize("samples, expected", [
+    ([2.0] * 3, False),                     # the heat is not over
+    ([2.0] * 4, True),                      # every sample over the bar
+    ([2.0, 2.0, 2.0, 1.1], False),          # one sample within it: it could still win
+    ([2.0] * 12, False),                    # at the floor a plan is timed in full anyway
+])
+def test_the_heat_races_a_plan_out_only_when_every_sample_lost(samples, expected):
+    options = replace(TIMING, race_bar_ms=1.2)
+    assert stopping.raced_out(samples, options) is expected
+    assert stopping.raced_out(samples, replace(options, race_bar_ms=None)) is False
