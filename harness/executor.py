@@ -52,9 +52,18 @@ def _tightest(points: list[Point]) -> int | None:
 
 
 def _loosest(points: list[Point]) -> Point:
+    """The point a group is measured as: its loosest workspace limit, and the precision its
+    algorithm computes them all in where they ask for several (Algorithm.computes_as)."""
     limits = [p.workspace_limit for p in points]
     loosest = None if any(limit is None for limit in limits) else max(limits)
-    return replace(points[0], workspace_limit=loosest)
+    own = next((p for p in points if computed_precision(p) == p.precision), points[0])
+    return replace(own, workspace_limit=loosest)
+
+
+def computed_precision(point: Point) -> str:
+    """The precision the point's algorithm computes it in (Algorithm.computes_as): points that
+    differ in nothing else are one computation, measured once (runner.groups)."""
+    return algorithm_for(point).computes_as(point.precision)
 
 
 class PointExecutor:
@@ -161,33 +170,39 @@ class PointExecutor:
         xp = _array_module(output)
         expected = self._cached_reference(point, data, xp)
         factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
-        standard = verdict.Standard(point.precision,
-                                    point.problem.reduction_length(point.direction), factor,
-                                    point.direction, point.output, _scaled_rms(point, expected))
-        judged = verdict.judge(output, expected,
-                               partial(self._cached_scales, point, data, expected, xp),
-                               standard, xp)
         family = algo.family if prepared.family is None else prepared.family
-        common = dict(family=family, workspace_bytes=prepared.workspace_bytes,
-                      rel_error=judged.rel_error, max_abs_error=judged.max_abs_error,
-                      tolerance=judged.tolerance, setup_ms=setup_ms,
-                      effective_precision=judged.delivered, deterministic=deterministic)
+        # One verdict per precision asked: a group may hold precisions the algorithm computes
+        # alike (Algorithm.computes_as), and each row is judged by its own precision's standard.
+        judged = {asked: verdict.judge(output, expected,
+                                       partial(self._cached_scales, point, data, expected, xp),
+                                       _standard(p, factor, expected), xp)
+                  for asked, p in {p.precision: p for p in group}.items()}
+        common = {asked: dict(family=family, workspace_bytes=prepared.workspace_bytes,
+                              rel_error=j.rel_error, max_abs_error=j.max_abs_error,
+                              tolerance=j.tolerance, setup_ms=setup_ms,
+                              effective_precision=j.delivered, deterministic=deterministic)
+                  for asked, j in judged.items()}
         stages["stage_verify_ms"] = (time.perf_counter() - verifying) * 1e3
-        if judged.delivered is None:
-            return [Measurement(p, Status.WRONG, _why_wrong(point, judged), **common,
-                                extras=_shares(stages, group)) for p in group]
-        options = point.timing if race is None else race.timing(point.timing, judged.delivered)
+        delivered = next((j.delivered for j in judged.values() if j.delivered), None)
+        wrong = {p.point_id: Measurement(p, Status.WRONG, _why_wrong(p, judged[p.precision]),
+                                         **common[p.precision], extras=_shares(stages, group))
+                 for p in group if judged[p.precision].delivered is None}
+        if delivered is None:
+            return list(wrong.values())
+        options = point.timing if race is None else race.timing(point.timing, delivered)
         timing_started = time.perf_counter()
         try:
             timing = self._time(prepared, options)
         except Exception as err:  # backend failure while timing: a failed row
             return [_failed(p, algo, err) for p in group]
         stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3
-        raced, race_note = ({}, "") if race is None else race.row_notes(judged.delivered, timing)
+        raced, race_note = ({}, "") if race is None else race.row_notes(delivered, timing)
         if race is not None:
-            race.finished(point.algorithm, judged.delivered, timing, prepared.workspace_bytes)
-        return [self._row(p, prepared, timing, first_call_ms, common,
-                          {**_shares(stages, group), **raced}, race_note) for p in group]
+            race.finished(point.algorithm, delivered, timing, prepared.workspace_bytes)
+        return [wrong.get(p.point_id) or self._row(
+                    p, prepared, timing, first_call_ms, common[p.precision],
+                    {**_shares(stages, group), **raced, **_measured_with(p, point)}, race_note)
+                for p in group]
 
     def _row(self, p: Point, prepared: Prepared, timing: Timing, first_call_ms: float,
              common: dict, stages: dict[str, Any] | None = None,
@@ -263,6 +278,17 @@ def _cached(cache: OrderedDict, key: tuple, size: int, compute: Callable[[], Any
 
 def _reference_key(point: Point, xp: Any) -> tuple:
     return (point.problem, point.precision, point.direction, point.op, xp.__name__)
+
+
+def _standard(point: Point, factor: float, expected: Any) -> verdict.Standard:
+    return verdict.Standard(point.precision, point.problem.reduction_length(point.direction),
+                            factor, point.direction, point.output, _scaled_rms(point, expected))
+
+
+def _measured_with(row: Point, measured: Point) -> dict[str, str]:
+    """A row whose precision was computed by a run of another's (Algorithm.computes_as) names
+    that precision: its output and samples are that run's."""
+    return {} if row.precision == measured.precision else {"measured_with": measured.precision}
 
 
 def _why_wrong(point: Point, judged: verdict.Judged) -> str:

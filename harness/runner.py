@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 
 from harness import backends, cpu_memory, threads
-from harness.executor import PointExecutor
+from harness.executor import PointExecutor, computed_precision
 from harness.measurement import HungKey, Measurement, Status
 from harness.stats import samples_floor
 from harness.sweep import UNLIMITED, Point, Sweep, TimingOptions
@@ -57,7 +57,16 @@ def plan(sweep: Sweep) -> Plan:
     timing, raised = with_samples_floor(sweep.timing, len(points))
     points = [replace(p, timing=timing) for p in points]
     notes += [raised] if raised else []
-    return Plan(tuple(sorted(points, key=_locality(sweep))), tuple(notes))
+    return Plan(tuple(_beside_their_group(sorted(points, key=_locality(sweep)))), tuple(notes))
+
+
+def _beside_their_group(points: list[Point]) -> list[Point]:
+    """`points` with each moved up beside the first point of its group (`groups`: the graph
+    API's tf32 points beside the fp32 ones it measures with them), every other order kept."""
+    first: dict[Point, int] = {}
+    for i, point in enumerate(points):
+        first.setdefault(_measured_as(point), i)
+    return sorted(points, key=lambda p: first[_measured_as(p)])
 
 
 def with_samples_floor(timing: TimingOptions, rows: int) -> tuple[TimingOptions, str | None]:
@@ -107,15 +116,16 @@ def _exists(point: Point) -> bool:
 
 
 # ---- sweeps -------------------------------------------------------------------------------------
-def _limit_free(point: Point) -> Point:
-    # Every field but the limit: a group is measured once, so points that differ in anything
-    # else (threads, op, ...) must never share one.
-    return replace(point, workspace_limit=UNLIMITED)
+def _measured_as(point: Point) -> Point:
+    # Every field but the limit and the precision as the algorithm computes it: a group is
+    # measured once, so points that differ in anything else (threads, op, ...) never share one.
+    return replace(point, workspace_limit=UNLIMITED, precision=computed_precision(point))
 
 
 def groups(points: Iterable[Point]) -> Iterator[list[Point]]:
-    """Consecutive points that differ only in their workspace limit."""
-    for _, members in groupby(points, key=_limit_free):
+    """Consecutive points that differ only in their workspace limit, or in a precision their
+    algorithm computes alike (the graph API's fp32 and tf32: Algorithm.computes_as)."""
+    for _, members in groupby(points, key=_measured_as):
         yield list(members)
 
 
@@ -137,7 +147,7 @@ def shards(points: Iterable[Point]) -> list[list[Point]]:
 
 
 def _test_data(point: Point) -> tuple:
-    return (point.problem, point.precision)
+    return (point.problem, computed_precision(point))
 
 
 class Measurer:

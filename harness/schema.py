@@ -76,6 +76,9 @@ EXTRA_COLUMNS: dict[str, str] = {
     # its median over the fastest plan of its point timed before it, and that plan's name
     "raced_out_by": "float64",
     "raced_against": "string",
+    # the precision whose run gave this row its output and samples, where the algorithm computes
+    # the row's own precision alike (the graph API's tf32 rows: measured with fp32's)
+    "measured_with": "string",
     "achieved_tflops": "float64",
     "achieved_gbps": "float64",
     "roofline_pct": "float64",           # achieved rate as % of min(peak, intensity x bandwidth)

@@ -216,3 +216,19 @@ def test_racing_the_plans_keeps_the_best_and_stops_only_plans_that_cannot_win(ru
     for m in out:
         assert len(m.samples_ms) < 12 and m.extras["raced_out_by"] > 1.2, m
         assert in_full[m.point.algorithm] > best * 1.05, (m.point.algorithm, best)
+
+
+def test_tf32_rows_are_the_fp32_plans_measured_once_and_judged_at_tf32(run_fast):
+    """The graph API builds one graph for fp32 and tf32 (graph.py): each plan is measured once
+    and gives both rows, the tf32 row judged by tf32's tolerance (Algorithm.computes_as)."""
+    rows = run_fast(_sweep(SMALL, directions=("fwd",), precisions=("fp32", "tf32"),
+                           layouts=("NCHW",)))
+    by = {(m.point.algorithm, m.point.precision): m for m in rows}
+    plans = {plan for plan, _ in by}
+    assert plans and all((plan, "tf32") in by and (plan, "fp32") in by for plan in plans)
+    for plan in plans:
+        fp32, tf32 = by[plan, "fp32"], by[plan, "tf32"]
+        assert tf32.extras.get("measured_with") == "fp32" and "measured_with" not in fp32.extras
+        assert tf32.samples_ms == fp32.samples_ms and tf32.status == fp32.status
+        if fp32.ok:
+            assert tf32.effective_precision == "tf32" and tf32.tolerance > fp32.tolerance

@@ -174,6 +174,10 @@ class Algorithm:
     # The ops (harness.epilogue) it computes as one timed call: plain convolution, or that
     # followed by bias, ReLU and a residual add. Others get a row saying so from `refusal`.
     ops: ClassVar[tuple[str, ...]] = (epilogue.CONV,)
+    # Precisions it computes as another, where the data, the library call and so the output and
+    # time are the same (the graph API builds one graph for fp32 and tf32): the runner measures
+    # such points once and judges each row by its own precision (executor.computed_precision).
+    computed_as: ClassVar[dict[str, str]] = {}
 
     def exists_for(self, point: Point) -> bool:
         """Whether a sweep makes a row for this point at all (no row, rather than a refusal,
@@ -183,6 +187,10 @@ class Algorithm:
     def variants(self, point: Point, data: ProblemData) -> list[str]:
         """Names of the concrete variants for this point (expanding algorithms only)."""
         raise NotImplementedError
+
+    def computes_as(self, precision: str) -> str:
+        """The precision whose computation this algorithm runs for `precision` (computed_as)."""
+        return self.computed_as.get(precision, precision)
 
     def engine_of(self, variant: str) -> str | None:
         """The implementation a variant is one setting of (a graph-API engine, whose variants are

@@ -19,12 +19,11 @@ exactly the TENSOR_CORE plans deliver TF32-level error. (`get_workspace_size_pla
 raises for a plan not yet built, so it is asked only after `build_plan_at_index`.)
 
 Precisions: fp32 and tf32 build the same graph (io and compute FLOAT; no switch forbids TF32
-tensor cores): a plan asked for fp32 that delivers tf32 accuracy is labelled tf32. fp16/bf16 and
-fp8 compute in FLOAT, int8 in INT32, fp64 in DOUBLE; fp8 and int8 results are written wider,
-or as a point's output asks (precision.output_precision; 8-bit ones scaled: fused_tail).
-
-A 3-D problem is the same one-node graph with 5-D tensors (NCDHW or NDHWC strides) and
-three-entry padding, stride and dilation lists (`conv_geometry`).
+tensor cores), so one run of a plan gives both rows (Algorithm.computed_as); a plan asked for
+fp32 that delivers tf32 accuracy is labelled tf32. fp16/bf16 and fp8 compute in FLOAT, int8 in
+INT32, fp64 in DOUBLE; fp8 and int8 results are written wider, or as a point's output asks
+(precision.output_precision; 8-bit ones scaled: fused_tail). A 3-D problem is the same graph
+with 5-D tensors (NCDHW or NDHWC strides) and three-entry geometry lists (`conv_geometry`).
 
 Ops (issue 17): "engines" offers the plans of one fused forward graph (conv, bias, residual add,
 ReLU); "unfused" runs the plain conv's own plan, then separate kernels (graph_epilogue.py).
@@ -109,6 +108,7 @@ class EnginesAlgorithm(Algorithm):
     expands = True
     family = "engine"      # each prepared plan says its own family and error factor
     runs_3d = True         # 5-D tensors and three-entry geometry lists (conv_geometry)
+    computed_as = {"tf32": "fp32"}  # one graph for both (module docstring): measured once
     ops = epilogue.OPS     # an epilogue is fused into the forward graph (graph_epilogue.py)
     description = ("every execution plan the graph-API heuristics (modes A, B, FALLBACK) "
                    "offer, one row each")
