@@ -183,7 +183,10 @@ class PointExecutor:
                               effective_precision=j.delivered, deterministic=deterministic)
                   for asked, j in judged.items()}
         stages["stage_verify_ms"] = (time.perf_counter() - verifying) * 1e3
-        delivered = next((j.delivered for j in judged.values() if j.delivered), None)
+        # the race's key: what the measured point delivered (the group's other precisions are
+        # judged by looser standards), else what any did
+        delivered = judged[point.precision].delivered or next(
+            (j.delivered for j in judged.values() if j.delivered), None)
         wrong = {p.point_id: Measurement(p, Status.WRONG, _why_wrong(p, judged[p.precision]),
                                          **common[p.precision], extras=_shares(stages, group))
                  for p in group if judged[p.precision].delivered is None}
@@ -194,7 +197,7 @@ class PointExecutor:
         try:
             timing = self._time(prepared, options)
         except Exception as err:  # backend failure while timing: a failed row
-            return [_failed(p, algo, err) for p in group]
+            return [wrong.get(p.point_id) or _failed(p, algo, err) for p in group]
         stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3
         raced, race_note = ({}, "") if race is None else race.row_notes(delivered, timing)
         if race is not None:

@@ -95,7 +95,7 @@ def _merge_ok(measurements: list[Measurement]) -> Measurement:
     timed, pick, pick_note = _merged_torch_pick(measurements)
     samples = tuple(s for m in timed for s in m.samples_ms)
     extras = {**first.extras, **_merged(timed, _CONTENTION_MERGE), **pick,
-              **_merged(measurements, _STAGES_MERGE),
+              **_merged(measurements, _STAGES_MERGE), **_merged(timed, _RACE_MERGE),
               "process_samples": " ".join(str(len(m.samples_ms)) for m in timed)}
     stops = list(dict.fromkeys(m.stop_reason for m in timed if m.stop_reason))
     shared = [m.reason for m in timed
@@ -135,6 +135,8 @@ def _merged_torch_pick(measurements: list[Measurement]
 _CONTENTION_MERGE = {"contended": any, "samples_retaken": sum, "cpu_wait": max,
                      "load_avg": max, "cpu_steal": max, "cpu_time_ratio": min,
                      "host_probe_ms": max}
+# A plan raced out in any process (harness/stopping.py): by how much it lost in the worst.
+_RACE_MERGE = {"raced_out_by": max}
 # A row's stage times are what all its processes or rounds spent: the row's cost to the run.
 _STAGES_MERGE = dict.fromkeys(STAGE_COLUMNS, sum)
 

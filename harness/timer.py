@@ -22,7 +22,7 @@ from typing import Any
 
 from harness import contention
 from harness.contention import load_average, stolen_ms
-from harness.stopping import StoppingRule
+from harness.stopping import RACE_SAMPLES, StoppingRule
 from harness.stream_hold import (UNHELD, Hold, calls_per_graph, measure_host_ms, unheld_samples,
                                  warm_pairs)
 from harness.sweep import TimingOptions
@@ -247,10 +247,14 @@ def _batch_size(default: int, per_call_ms: float | None, options: TimingOptions,
     """Enough calls per batch to amortise the hold, few enough that min_samples batches (each
     one sample) fit in the budget: the sample floor costs more samples, not more time."""
     if per_call_ms is None:
-        return min(default, max(options.min_samples, 3))
-    by_budget = int(options.budget_ms / max(options.min_samples, 4) / max(per_call_ms, 1e-3))
-    limit = options.max_samples - have if flush is not None else default
-    return max(1, min(default, by_budget, limit))
+        size = min(default, max(options.min_samples, 3))
+    else:
+        by_budget = int(options.budget_ms / max(options.min_samples, 4) / max(per_call_ms, 1e-3))
+        limit = options.max_samples - have if flush is not None else default
+        size = max(1, min(default, by_budget, limit))
+    if flush is not None and options.race_bar_ms is not None and have < RACE_SAMPLES:
+        size = min(size, RACE_SAMPLES - have)    # a cold batch is its samples: the heat first
+    return size
 
 
 def _timed_batch(launch, stream, calls, hold_ms, flush, cupy,

@@ -26,6 +26,7 @@ class AlikePlans(FakeExact):
     expands = True
     PLANS: ClassVar[list[tuple[str, float]]] = []
     prepared: ClassVar[list[tuple[str, str]]] = []
+    SPEED: ClassVar[dict[str, float]] = {}      # GFLOP/s by plan, where not the fake's 100
 
     def supports(self, point):
         return None if point.precision in ("fp32", "tf32") else "fp32 and tf32 only"
@@ -39,6 +40,7 @@ class AlikePlans(FakeExact):
         AlikePlans.prepared.append((point.algorithm, point.precision))
         prepared = super().prepare(point, data)
         prepared.perturbation = dict(self.PLANS)[point.algorithm]
+        prepared.gflops = self.SPEED.get(point.algorithm, prepared.gflops)
         return prepared
 
 
@@ -106,3 +108,22 @@ def test_a_precision_alone_is_measured_as_itself(alike):
     mine = [m for m in rows if m.point.backend == "alike" and m.ok]
     assert mine and all("measured_with" not in m.extras for m in mine)
     assert {asked for _, asked in AlikePlans.prepared} == {"tf32"}
+
+
+def test_the_race_is_keyed_on_what_the_measured_precision_delivered(alike, monkeypatch):
+    """Whatever the order of a group's points: the exact plan, ten times slower than the tensor
+    core plan, is still the fp32 point's only plan that delivers fp32, so it is timed in full
+    (raced against the tf32 plan it would have been, where tf32 came first in the group)."""
+    from dataclasses import replace
+
+    from harness.executor import PointExecutor
+    from harness.sweep import Point
+    monkeypatch.setattr(AlikePlans, "PLANS", AlikePlans.PLANS[1::-1])   # tensor_core first
+    monkeypatch.setattr(AlikePlans, "SPEED", {"tensor_core": 1000.0})
+    timing = replace(TIMING, min_samples=12, max_samples=20)
+    for order in (("tf32", "fp32"), ("fp32", "tf32")):
+        group = [Point(PROBLEM, "fwd", asked, "NCHW", "alike", "plans", None, timing)
+                 for asked in order]
+        rows = {(m.point.algorithm, m.point.precision): m for m in PointExecutor().measure(group)}
+        assert rows["exact", "fp32"].effective_precision == "fp32"
+        assert len(rows["exact", "fp32"].samples_ms) >= 12, order

@@ -120,3 +120,18 @@ def test_the_heat_races_a_plan_out_only_when_every_sample_lost(samples, expected
     options = replace(TIMING, race_bar_ms=1.2)
     assert stopping.raced_out(samples, options) is expected
     assert stopping.raced_out(samples, replace(options, race_bar_ms=None)) is False
+
+
+def test_a_plan_raced_out_in_one_process_says_by_how_much_it_lost_in_the_worst():
+    from harness import process_split
+    from harness.measurement import Measurement
+    point = Point(PROBLEM, "fwd", "fp32", "NCHW", "race_plans", "p", None,
+                  replace(TIMING, gpu_processes=2))
+    full = Measurement(point, "ok", samples_ms=(1.0,) * 6, rel_error=1e-7,
+                       effective_precision="fp32", stop_reason="noise_target")
+    raced = Measurement(point, "ok", samples_ms=(1.6,) * 4, rel_error=1e-7,
+                        effective_precision="fp32", stop_reason=stopping.RACED_OUT,
+                        extras={"raced_out_by": 1.6, "raced_against": "q"})
+    for order in ([full, raced], [raced, full]):
+        (row,) = process_split.merge([point], [[m] for m in order])
+        assert row.extras["raced_out_by"] == 1.6 and stopping.RACED_OUT in row.stop_reason

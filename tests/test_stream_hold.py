@@ -273,3 +273,18 @@ def test_the_sample_floor_of_graph_replays_fits_the_budget():
         assert 1 <= calls <= 20
         assert calls == 1 or 4 * floor * calls * per_call_ms <= options.budget_ms
     assert stream_hold.calls_per_graph(0.001, TimingOptions(budget_ms=25, min_samples=17), 20) == 20
+
+
+def test_a_cold_plan_that_lost_its_heat_stops_after_it(gpu):
+    """Cold samples come a batch at a time, one per call: with a race bar the first batch is
+    the heat alone, so a plan over the bar stops after RACE_SAMPLES (harness/stopping.py)."""
+    from dataclasses import replace
+
+    from harness import stopping
+    options = TimingOptions(budget_ms=50, min_samples=12, max_samples=50, warmup=1)
+    launch = _launch(gpu, 0.01, 0.3)
+    raced = timer.time_cuda(launch, gpu, replace(options, race_bar_ms=0.12), flush=lambda: None)
+    assert raced.stop_reason == stopping.RACED_OUT
+    assert len(raced.samples_ms) == stopping.RACE_SAMPLES
+    within = timer.time_cuda(launch, gpu, replace(options, race_bar_ms=0.5), flush=lambda: None)
+    assert len(within.samples_ms) >= 12 and within.stop_reason != stopping.RACED_OUT
