@@ -233,3 +233,17 @@ def test_the_table_prints_the_network_time_and_what_the_best_saves(tmp_path, cap
     # 3 layer-directions; best: 1.0 x 3 + 0.5 + 4.0 = 7.5; heuristic: 2.0 x 3 + 0.5 + 4.0 =
     # 10.5; saving 3 (28.6%)
     assert line[4:] == ["3", "7.5", "10.5", "3", "ms", "(28.6%)"], line
+
+
+def test_a_plan_with_two_rows_at_a_point_is_one_candidate_and_never_its_own_runner_up():
+    """A graph-API plan asked for fp32 and for tf32 that computes at tf32 both times has two
+    rows at the tf32 point (one measurement, measured_with): one candidate, and the runner-up
+    is another plan."""
+    from harness import analysis
+    df = _frame(_row(backend="cudnn_graph", algorithm="eng1", ms=1.0, effective="tf32"),
+                _row(backend="cudnn_graph", algorithm="eng1", ms=1.0, precision="tf32"),
+                _row(backend="cudnn_graph", algorithm="eng2", ms=1.5, precision="tf32"))
+    best = analysis.best_per_point(df).set_index("effective_precision").loc["tf32"]
+    assert (best["n_tried"], best["n_ok"]) == (2, 2)
+    assert best["best_candidate"] == "cudnn_graph:eng1"
+    assert best["runner_candidate"] == "cudnn_graph:eng2" and best["speedup_runner"] == 1.5

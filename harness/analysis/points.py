@@ -109,13 +109,17 @@ def layer_labels(df: pd.DataFrame) -> pd.Series:
 
 def best_per_point(df: pd.DataFrame) -> pd.DataFrame:
     """One row per point (in order of first appearance): how many candidates were tried and
-    verified, the fastest verified (`best_*`), the runner-up (`runner_*`) and the speed-up over
-    it. A point where nothing was verified keeps a row with n_ok 0; wrong, failed or
-    unsupported rows never count as best."""
+    verified, the fastest verified (`best_*`), the runner-up (`runner_*`: another candidate)
+    and the speed-up over it. A candidate counts once at a point where it has two rows (a
+    graph-API plan asked for fp32 and for tf32 that computes at tf32 both times). A point where
+    nothing was verified keeps a row with n_ok 0; wrong, failed or unsupported rows never count
+    as best."""
     df = with_candidate(ranked(df))
     points = df.drop_duplicates(POINT_KEYS)[[*POINT_KEYS, "multiplicity"]]
-    tried = df.groupby(POINT_KEYS, sort=False, dropna=False).size().rename("n_tried")
-    fastest = verified(df).sort_values("median_ms", kind="stable")
+    tried = df.groupby(POINT_KEYS, sort=False, dropna=False)["candidate"].nunique()
+    tried = tried.rename("n_tried")
+    fastest = (verified(df).sort_values("median_ms", kind="stable")
+               .drop_duplicates([*POINT_KEYS, "candidate"]))
     n_ok = fastest.groupby(POINT_KEYS, sort=False, dropna=False).size().rename("n_ok")
     first = fastest.drop_duplicates(POINT_KEYS).set_index(POINT_KEYS)
     second = (fastest[fastest.duplicated(POINT_KEYS)].drop_duplicates(POINT_KEYS)
