@@ -12,7 +12,7 @@ from itertools import groupby
 
 from harness import backends, cpu_memory, threads
 from harness.executor import PointExecutor, computed_precision
-from harness.measurement import HungKey, Measurement, Status
+from harness.measurement import HungKey, Measurement
 from harness.stats import samples_floor
 from harness.sweep import UNLIMITED, Point, Sweep, TimingOptions
 from harness.threads import ALL as ALL_THREADS
@@ -218,9 +218,9 @@ class Measurer:
         measured: list[list[Measurement]] = []
         # One process after another, never at once: they share the GPU being timed.
         for pool in pools:
-            measured.append(pool.measure(shared, skip=skip | _given_up_variants(measured)))
-            if all(m.status == Status.CRASHED for m in measured[-1]):
-                break   # the next would crash (or hang) the same way: the rows are crashes
+            measured.append(pool.measure(shared, skip=skip | _settled_variants(measured)))
+            if not any(m.ok for m in measured[-1]):
+                break   # nothing a later process measures can make these rows ok (below)
         _emit_all(process_split.merge(group, measured), emit)
 
     def _pools(self, count: int) -> list:
@@ -253,12 +253,13 @@ def _emit_all(rows: Iterable[Measurement], emit: Callable[[Measurement], None]) 
         emit(row)
 
 
-def _given_up_variants(measured: list[list[Measurement]]) -> frozenset[str]:
-    """Plans that hung or crashed in an earlier process, or were not tried there because their
-    engine hung: the next would only wait out the same cap (process_split.merge keeps the
-    earlier row as the plan's row)."""
-    return frozenset(m.point.algorithm for rows in measured for m in rows
-                     if m.status in (Status.CRASHED, Status.NOT_TRIED) and m.of_variant)
+def _settled_variants(measured: list[list[Measurement]]) -> frozenset[str]:
+    """Plans an earlier process gave no ok row: a merged row is as bad as the worst any process
+    saw (process_split.merge), so measuring them again cannot change it. It would cost their
+    setup and checks again, and a plan that hung or crashed would wait out the same cap."""
+    variants = {m.point.algorithm for rows in measured for m in rows if m.of_variant}
+    ok = {m.point.algorithm for rows in measured for m in rows if m.of_variant and m.ok}
+    return frozenset(variants - ok)
 
 
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],

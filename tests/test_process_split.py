@@ -251,3 +251,34 @@ def test_a_group_that_crashes_one_process_is_not_sent_to_the_next(process_gpu, m
     rows: list[Measurement] = []
     runner.run_points([_point()], rows.append)
     assert [r.status for r in rows] == ["crashed"] and len(calls) == 1
+
+
+def test_rows_that_are_not_ok_in_one_process_are_not_measured_in_the_next(process_gpu,
+                                                                         monkeypatch):
+    """The merged row is as bad as the worst process's, so a plan (or a whole group) with no
+    ok row in process 1 is not set up, checked and timed again in process 2."""
+    from harness.worker import WorkerPool
+    skips = []
+    point = _point()
+
+    def measure(self, group, skip=frozenset()):
+        skips.append(skip)
+        rows = [Measurement(replace(p, algorithm=plan), status, "planted",
+                            planned_point_id=p.point_id,
+                            samples_ms=(1.0,) * 5 if status == "ok" else (),
+                            rel_error=1e-7 if status == "ok" else None,
+                            effective_precision="fp32" if status == "ok" else None)
+                for p in group for plan, status in (("p_wrong", "wrong"), ("p_ok", "ok"))
+                if plan not in skip]
+        return rows
+    monkeypatch.setattr(WorkerPool, "measure", measure)
+    rows: list[Measurement] = []
+    runner.run_points([point], rows.append)
+    assert skips == [frozenset(), frozenset({"p_wrong"})]
+    assert {r.point.algorithm: r.status for r in rows} == {"p_wrong": "wrong", "p_ok": "ok"}
+    skips.clear()
+    monkeypatch.setattr(WorkerPool, "measure", lambda self, group, skip=frozenset(): (
+        skips.append(skip) or [Measurement(p, "wrong", "planted") for p in group]))
+    rows.clear()
+    runner.run_points([point], rows.append)
+    assert [r.status for r in rows] == ["wrong"] and len(skips) == 1
