@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from harness import backends, cpu_memory, memory, precision, reference, threads, verdict
+from harness import (backends, cpu_memory, memory, precision, reference, threads, verdict,
+                     verified_once)
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
@@ -77,6 +78,7 @@ class PointExecutor:
         self._scales: OrderedDict[tuple, reference.TermScales] = OrderedDict()
         self._cache_size = cache_size
         self._flushers: dict[str, Callable[[], None]] = {}
+        self._verified: dict[str, verified_once.Verified] = {}   # the group's, from process 1
 
     def measure_one(self, point: Point) -> Measurement:
         """One point on its own, including a concrete variant of an expanding algorithm (a
@@ -89,13 +91,16 @@ class PointExecutor:
     def measure(self, group: list[Point]) -> list[Measurement]:
         return [row for unit in self.units(group) for row in unit.measure()]
 
-    def units(self, group: list[Point], skip: frozenset[str] = frozenset()) -> Iterator[Unit]:
+    def units(self, group: list[Point], skip: frozenset[str] = frozenset(),
+              verified: dict[str, verified_once.Verified] | None = None) -> Iterator[Unit]:
         """The group's rows in units measured one after another: one unit for a plain algorithm;
         for an expanding one (e.g. every graph-API execution plan) one per concrete variant it
         names for this problem, each measured like an algorithm of its own, its rows remembering
         the planned point they came from (so --resume can skip it). Variants named in `skip` are
         left out: the worker process (harness.worker) measures the rest of a group in a fresh
-        process after one variant hung or took the process down."""
+        process after one variant hung or took the process down. `verified`: the verdicts an
+        earlier timing process settled (harness/verified_once.py)."""
+        self._verified = verified or {}
         point = _loosest(group)
         backend = backends.get(point.backend)
         algo = backend.algorithm(point.algorithm)
@@ -162,34 +167,39 @@ class PointExecutor:
     def _verify_and_time(self, group, point, algo, prepared, data, started,
                          stages: dict[str, float], race: Race | None) -> list[Measurement]:
         verifying = time.perf_counter()
+        settled = verified_once.known(group, self._verified)
         try:
-            first_call_ms, output, deterministic = _run_twice(prepared)
+            if settled is not None:     # a later timing process: the first settled the verdict
+                first_call_ms, output = verified_once.run_once(prepared)
+                if verified_once.checksum(output) != settled[0].checksum:
+                    settled = None      # other bits than the first process's: verify in full
+            if settled is None:
+                first_call_ms, output, deterministic = verified_once.run_twice(prepared)
         except Exception as err:  # backend failure while running: a failed row
             return [_failed(p, algo, err) for p in group]
         setup_ms = (time.perf_counter() - started) * 1e3
-        xp = _array_module(output)
-        expected = self._cached_reference(point, data, xp)
-        factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
         family = algo.family if prepared.family is None else prepared.family
-        # One verdict per precision asked: a group may hold precisions the algorithm computes
-        # alike (Algorithm.computes_as), and each row is judged by its own precision's standard.
-        judged = {asked: verdict.judge(output, expected,
-                                       partial(self._cached_scales, point, data, expected, xp),
-                                       _standard(p, factor, expected), xp)
-                  for asked, p in {p.precision: p for p in group}.items()}
-        common = {asked: dict(family=family, workspace_bytes=prepared.workspace_bytes,
-                              rel_error=j.rel_error, max_abs_error=j.max_abs_error,
-                              tolerance=j.tolerance, setup_ms=setup_ms,
-                              effective_precision=j.delivered, deterministic=deterministic)
-                  for asked, j in judged.items()}
+        facts = dict(family=family, workspace_bytes=prepared.workspace_bytes, setup_ms=setup_ms)
+        if settled is not None:
+            common = {p.precision: {**dict(v.verdict), **facts} for p, v in zip(group, settled)}
+            judged, checked = {}, {verified_once.VERIFIED_IN: verified_once.EARLIER_PROCESS}
+        else:
+            judged = self._judged(group, point, algo, prepared, data, output)
+            common = {asked: dict(rel_error=j.rel_error, max_abs_error=j.max_abs_error,
+                                  tolerance=j.tolerance, effective_precision=j.delivered,
+                                  deterministic=deterministic, **facts)
+                      for asked, j in judged.items()}
+            checked = ({verified_once.CHECKSUM: verified_once.checksum(output)}
+                       if backends.get(point.backend).device == "cuda" else {})
         stages["stage_verify_ms"] = (time.perf_counter() - verifying) * 1e3
         # the race's key: what the measured point delivered (the group's other precisions are
         # judged by looser standards), else what any did
-        delivered = judged[point.precision].delivered or next(
-            (j.delivered for j in judged.values() if j.delivered), None)
+        delivered = common[point.precision]["effective_precision"] or next(
+            (c["effective_precision"] for c in common.values() if c["effective_precision"]),
+            None)
         wrong = {p.point_id: Measurement(p, Status.WRONG, _why_wrong(p, judged[p.precision]),
                                          **common[p.precision], extras=_shares(stages, group))
-                 for p in group if judged[p.precision].delivered is None}
+                 for p in group if common[p.precision]["effective_precision"] is None}
         if delivered is None:
             return list(wrong.values())
         options = point.timing if race is None else race.timing(point.timing, delivered)
@@ -204,8 +214,19 @@ class PointExecutor:
             race.finished(point.algorithm, delivered, timing, prepared.workspace_bytes)
         return [wrong.get(p.point_id) or self._row(
                     p, prepared, timing, first_call_ms, common[p.precision],
-                    {**_shares(stages, group), **raced, **_measured_with(p, point)}, race_note)
+                    {**_shares(stages, group), **raced, **_measured_with(p, point), **checked},
+                    race_note)
                 for p in group]
+
+    def _judged(self, group, point, algo, prepared, data, output) -> dict[str, verdict.Judged]:
+        """One verdict per precision asked: a group may hold precisions the algorithm computes
+        alike (Algorithm.computes_as), and each row is judged by its own precision's standard."""
+        xp = _array_module(output)
+        expected = self._cached_reference(point, data, xp)
+        factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
+        scales = partial(self._cached_scales, point, data, expected, xp)
+        return {asked: verdict.judge(output, expected, scales, _standard(p, factor, expected), xp)
+                for asked, p in {p.precision: p for p in group}.items()}
 
     def _row(self, p: Point, prepared: Prepared, timing: Timing, first_call_ms: float,
              common: dict, stages: dict[str, Any] | None = None,
@@ -315,22 +336,6 @@ def _shares(stages: dict[str, float], group: list[Point]) -> dict[str, float]:
     """A row's part of its group's stage times: the group's rows (workspace limits of one call)
     share its cost, so a run's totals count the call once."""
     return {name: ms / len(group) for name, ms in stages.items()}
-
-
-def _run_twice(prepared: Prepared) -> tuple[float, Any, bool]:
-    """Two poisoned runs: the first call's cost, the output, and whether the bits repeat."""
-    prepared.poison()
-    start = time.perf_counter()
-    prepared.launch()
-    first = prepared.output()
-    first_call_ms = (time.perf_counter() - start) * 1e3
-    xp = _array_module(first)
-    first = first.copy()
-    prepared.poison()
-    prepared.launch()
-    second = prepared.output()
-    deterministic = bool(xp.array_equal(first, second))
-    return first_call_ms, first, deterministic
 
 
 def _scaled_rms(point: Point, expected: Any) -> float | None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import groupby
 
-from harness import backends, cpu_memory, threads
+from harness import backends, cpu_memory, threads, verified_once
 from harness.executor import PointExecutor, computed_precision
 from harness.measurement import HungKey, Measurement
 from harness.stats import samples_floor
@@ -218,7 +218,9 @@ class Measurer:
         measured: list[list[Measurement]] = []
         # One process after another, never at once: they share the GPU being timed.
         for pool in pools:
-            measured.append(pool.measure(shared, skip=skip | _settled_variants(measured)))
+            verified = verified_once.from_rows(measured[0]) if measured else {}
+            measured.append(pool.measure(shared, skip=skip | _settled_variants(measured),
+                                         verified=verified))
             if not any(m.ok for m in measured[-1]):
                 break   # nothing a later process measures can make these rows ok (below)
         _emit_all(process_split.merge(group, measured), emit)

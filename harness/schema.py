@@ -79,6 +79,10 @@ EXTRA_COLUMNS: dict[str, str] = {
     # the precision whose run gave this row its output and samples, where the algorithm computes
     # the row's own precision alike (the graph API's tf32 rows: measured with fp32's)
     "measured_with": "string",
+    # two timing processes (harness/verified_once.py): the first's fingerprint of the output
+    # bits, and where a later process took the first's verdict instead of verifying again
+    "output_checksum": "string",
+    "verified_in": "string",
     "achieved_tflops": "float64",
     "achieved_gbps": "float64",
     "roofline_pct": "float64",           # achieved rate as % of min(peak, intensity x bandwidth)

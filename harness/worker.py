@@ -49,8 +49,8 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
         message = connection.recv()
         if message is None:
             return
-        group, skip, hung_here = message
-        for unit in executor.units(group, skip):
+        group, skip, hung_here, verified = message
+        for unit in executor.units(group, skip, verified):
             connection.send(("start", (unit.variant, unit.engine)))
             if unit.engine in hung_here:
                 connection.send(("rows", _not_tried(group, unit.variant, hung_here[unit.engine])))
@@ -135,11 +135,13 @@ class WorkerPool:
         self._connection = parent
 
     def measure(self, group: list[Point], skip: frozenset[str] = frozenset(),
-                on_rows: Callable[[list[Measurement]], None] | None = None) -> list[Measurement]:
+                on_rows: Callable[[list[Measurement]], None] | None = None,
+                verified: dict | None = None) -> list[Measurement]:
         """Every row of `group` (variants in `skip` left out), each unit's rows also handed to
-        `on_rows` as they arrive. A plan that hangs or takes the process down costs that plan's
-        rows, never the rows measured before it or the plans after it: those are measured in a
-        fresh process."""
+        `on_rows` as they arrive; `verified`: the verdicts an earlier timing process settled
+        (harness/verified_once.py). A plan that hangs or takes the process down costs that
+        plan's rows, never the rows measured before it or the plans after it: those are
+        measured in a fresh process."""
         rows = _Rows(on_rows)
         # plans measured before (by the run being resumed, by another process): the point has
         # returned, so its plans get the plan cap from the start
@@ -149,7 +151,8 @@ class WorkerPool:
         while True:
             if self._process is None or not self._process.is_alive():
                 self._start()
-            stopped = self._stream(group, skip, hung_here, rows, returned_before)
+            stopped = self._stream(group, skip, hung_here, rows, returned_before,
+                                   verified or {})
             if stopped is None:
                 return list(rows)
             self._kill()
@@ -164,13 +167,13 @@ class WorkerPool:
             skip.add(stopped.variant)
 
     def _stream(self, group: list[Point], skip: set[str], hung_here: dict[str, str],
-                rows: _Rows, returned_before: bool) -> _Stopped | None:
+                rows: _Rows, returned_before: bool, verified: dict) -> _Stopped | None:
         """Appends the worker's rows for `group` as its units finish (the knob settings of the
         engines in `hung_here` as not tried), and each finished variant to `skip`; None once the
         group is done."""
         variant = engine = None
         try:
-            self._connection.send((group, frozenset(skip), dict(hung_here)))
+            self._connection.send((group, frozenset(skip), dict(hung_here), verified))
             while True:
                 cap, why = self._cap(group, variant, engine,
                                      returned_before or any(m.ok and m.of_variant for m in rows))

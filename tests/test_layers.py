@@ -27,7 +27,8 @@ LAYERS = [
     {"schema"},
     {"timer", "stopping", "stream_hold", "backends.base", "store"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.torch", "backends.fake"},
-    {"executor", "point_timing", "process_split", "race"},  # race: plans of a point
+    # race: the plans of a point; verified_once: a later process takes the first's verdict
+    {"executor", "point_timing", "process_split", "race", "verified_once"},
     {"worker"},
     {"runner"},
     {"cluster", "env_worker", "ab"},  # ab: two environments' worker processes, interleaved

@@ -244,7 +244,7 @@ def test_a_group_that_crashes_one_process_is_not_sent_to_the_next(process_gpu, m
     from harness.worker import WorkerPool
     calls = []
 
-    def crash(self, group, skip=frozenset()):
+    def crash(self, group, skip=frozenset(), **_):
         calls.append(self)
         return [Measurement(p, "crashed", "worker process died (exit code -9)") for p in group]
     monkeypatch.setattr(WorkerPool, "measure", crash)
@@ -261,7 +261,7 @@ def test_rows_that_are_not_ok_in_one_process_are_not_measured_in_the_next(proces
     skips = []
     point = _point()
 
-    def measure(self, group, skip=frozenset()):
+    def measure(self, group, skip=frozenset(), **_):
         skips.append(skip)
         rows = [Measurement(replace(p, algorithm=plan), status, "planted",
                             planned_point_id=p.point_id,
@@ -277,7 +277,7 @@ def test_rows_that_are_not_ok_in_one_process_are_not_measured_in_the_next(proces
     assert skips == [frozenset(), frozenset({"p_wrong"})]
     assert {r.point.algorithm: r.status for r in rows} == {"p_wrong": "wrong", "p_ok": "ok"}
     skips.clear()
-    monkeypatch.setattr(WorkerPool, "measure", lambda self, group, skip=frozenset(): (
+    monkeypatch.setattr(WorkerPool, "measure", lambda self, group, skip=frozenset(), **_: (
         skips.append(skip) or [Measurement(p, "wrong", "planted") for p in group]))
     rows.clear()
     runner.run_points([point], rows.append)

@@ -262,9 +262,9 @@ def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypat
     skipped = []
     measure = worker.WorkerPool.measure
 
-    def recording(self, group, skip=frozenset()):
+    def recording(self, group, skip=frozenset(), **kwargs):
         skipped.append(skip)
-        return measure(self, group, skip)
+        return measure(self, group, skip, **kwargs)
     monkeypatch.setattr(worker.WorkerPool, "measure", recording)
     point = replace(_point("hanging_plans"), timing=replace(FAST, gpu_processes=2))
     rows: list = []

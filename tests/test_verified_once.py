@@ -1,0 +1,83 @@
+"""Verify once, time twice (harness/verified_once.py): a later timing process that computes
+the same output bits takes the first process's verdict and only times; other bits, or an output
+that does not repeat, are verified in full as before."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from harness import backends, runner, verified_once
+from harness.executor import PointExecutor
+from harness.problem import ConvProblem
+from harness.sweep import Point, TimingOptions
+
+PROBLEM = ConvProblem(2, 4, 8, 8, 4, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                      name="l")
+TIMING = TimingOptions(min_samples=5, max_samples=9, budget_ms=100.0, gpu_processes=2)
+
+
+@pytest.fixture
+def point():
+    backends.register("process_gpu", "planted_backends:ProcessGpuBackend")
+    return Point(PROBLEM, "fwd", "fp32", "NCHW", "process_gpu", "exact", None, TIMING)
+
+
+def _rows(point, verified=None):
+    return [row for unit in PointExecutor().units([point], verified=verified)
+            for row in unit.measure()]
+
+
+def test_the_fingerprint_sees_a_changed_or_moved_value():
+    out = np.arange(12, dtype=np.float32).reshape(3, 4)
+    same = verified_once.checksum(out.copy())
+    assert verified_once.checksum(out) == same
+    changed, moved = out.copy(), out.copy()
+    changed[1, 2] += 1e-6
+    moved[0, :2] = moved[0, 1::-1]
+    assert verified_once.checksum(changed) != same and verified_once.checksum(moved) != same
+
+
+def test_a_later_process_with_the_same_bits_takes_the_verdict_and_only_times(point,
+                                                                            monkeypatch):
+    (first,) = _rows(point)
+    assert first.ok and first.extras[verified_once.CHECKSUM]
+    settled = verified_once.from_rows([first])
+
+    def no_reference(*args, **kwargs):
+        raise AssertionError("a settled row must not be verified again")
+    monkeypatch.setattr(PointExecutor, "_cached_reference", no_reference)
+    (later,) = _rows(point, settled)
+    assert later.ok and later.samples_ms
+    assert later.extras[verified_once.VERIFIED_IN] == verified_once.EARLIER_PROCESS
+    assert (later.rel_error, later.tolerance, later.effective_precision) == \
+        (first.rel_error, first.tolerance, first.effective_precision)
+
+
+def test_other_bits_or_an_output_that_does_not_repeat_are_verified_in_full(point):
+    (first,) = _rows(point)
+    other = {pid: replace(v, checksum="0.0")
+             for pid, v in verified_once.from_rows([first]).items()}
+    (later,) = _rows(point, other)
+    assert later.ok and verified_once.VERIFIED_IN not in later.extras
+    assert verified_once.from_rows([replace(first, deterministic=False)]) == {}
+
+
+def test_the_second_worker_process_is_handed_the_first_ones_verdicts(point, monkeypatch):
+    from harness.worker import WorkerPool
+    handed, returned = [], []
+    measure = WorkerPool.measure
+
+    def recording(self, group, skip=frozenset(), on_rows=None, verified=None):
+        handed.append(verified)
+        returned.append(measure(self, group, skip, on_rows, verified))
+        return returned[-1]
+    monkeypatch.setattr(WorkerPool, "measure", recording)
+    rows: list = []
+    runner.run_points([point], rows.append)
+    assert handed[0] == {} and set(handed[1]) == {point.point_id}
+    (later,) = returned[1]
+    assert later.extras[verified_once.VERIFIED_IN] == verified_once.EARLIER_PROCESS
+    (row,) = rows
+    assert row.ok and row.extras["process_samples"].count(" ") == 1
