@@ -190,7 +190,8 @@ class PointExecutor:
                                   deterministic=deterministic, **facts)
                       for asked, j in judged.items()}
             checked = ({verified_once.CHECKSUM: verified_once.checksum(output)}
-                       if backends.get(point.backend).device == "cuda" else {})
+                       if verified_once.wanted(point, backends.get(point.backend).device)
+                       else {})
         stages["stage_verify_ms"] = (time.perf_counter() - verifying) * 1e3
         # the race's key: what the measured point delivered (the group's other precisions are
         # judged by looser standards), else what any did

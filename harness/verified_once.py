@@ -43,6 +43,12 @@ def checksum(output: Any) -> str:
     return f"{int(words.sum()):x}.{int((words * weights).sum()):x}"
 
 
+def wanted(point: Any, device: str) -> bool:
+    """Whether the first process fingerprints the point's output: a GPU point that more than
+    one process times (CPU rounds verify in one process, where the verdict is cached anyway)."""
+    return device == "cuda" and point.timing.gpu_processes > 1
+
+
 def from_rows(rows: list[Measurement]) -> dict[str, Verified]:
     """The first process's ok rows whose bits repeat and carry a fingerprint, by point id."""
     return {m.point.point_id: Verified(m.extras[CHECKSUM],

@@ -81,3 +81,8 @@ def test_the_second_worker_process_is_handed_the_first_ones_verdicts(point, monk
     assert later.extras[verified_once.VERIFIED_IN] == verified_once.EARLIER_PROCESS
     (row,) = rows
     assert row.ok and row.extras["process_samples"].count(" ") == 1
+
+
+def test_one_timing_process_fingerprints_nothing(point):
+    (row,) = _rows(replace(point, timing=replace(TIMING, gpu_processes=1)))
+    assert row.ok and verified_once.CHECKSUM not in row.extras
