@@ -85,6 +85,7 @@ class PointExecutor:
         graph-API plan by name), for scripts that study single points (benchmarks/)."""
         algo = algorithm_for(point)
         if algo.expands and algo.name != point.algorithm:
+            self._verified = {}            # verified here, as units() would for its group
             return self._measure_supported([point], point, algo)[0]
         return self.measure([point])[0]
 
@@ -171,7 +172,7 @@ class PointExecutor:
         try:
             if settled is not None:     # a later timing process: the first settled the verdict
                 first_call_ms, output = verified_once.run_once(prepared)
-                if verified_once.checksum(output) != settled[0].checksum:
+                if verified_once.checksum(output) != next(iter(settled.values())).checksum:
                     settled = None      # other bits than the first process's: verify in full
             if settled is None:
                 first_call_ms, output, deterministic = verified_once.run_twice(prepared)
@@ -181,7 +182,7 @@ class PointExecutor:
         family = algo.family if prepared.family is None else prepared.family
         facts = dict(family=family, workspace_bytes=prepared.workspace_bytes, setup_ms=setup_ms)
         if settled is not None:
-            common = {p.precision: {**dict(v.verdict), **facts} for p, v in zip(group, settled)}
+            common = {asked: {**dict(v.verdict), **facts} for asked, v in settled.items()}
             judged, checked = {}, {verified_once.VERIFIED_IN: verified_once.EARLIER_PROCESS}
         else:
             judged = self._judged(group, point, algo, prepared, data, output)

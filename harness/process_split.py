@@ -135,8 +135,9 @@ def _merged_torch_pick(measurements: list[Measurement]
 _CONTENTION_MERGE = {"contended": any, "samples_retaken": sum, "cpu_wait": max,
                      "load_avg": max, "cpu_steal": max, "cpu_time_ratio": min,
                      "host_probe_ms": max}
-# A plan raced out in any process (harness/stopping.py): by how much it lost in the worst.
-_RACE_MERGE = {"raced_out_by": max}
+# A plan raced out in any process (harness/stopping.py): by how much it lost in the worst; a
+# later process that took the first's verdict (harness/verified_once.py) says so in the row.
+_RACE_MERGE = {"raced_out_by": max, "verified_in": lambda found: found[0]}
 # A row's stage times are what all its processes or rounds spent: the row's cost to the run.
 _STAGES_MERGE = dict.fromkeys(STAGE_COLUMNS, sum)
 

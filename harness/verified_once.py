@@ -33,14 +33,22 @@ class Verified:
 
 
 def checksum(output: Any) -> str:
-    """A fingerprint of the output's bits, computed where it lives (no copy off the GPU): the
-    sum of its words and their sum weighted by position, both modulo 2^64, so a changed,
-    missing or moved value changes it."""
+    """A fingerprint of the output's bits, computed where it lives (no copy off the GPU): each
+    word mixed with its position by SplitMix64's finalizer, the results summed modulo 2^64, with
+    the shape and type. A plain or position-weighted sum is not enough: a sign bit adds 2^63, so
+    negating an even number of values left it alone, and values rounded from bf16 end in 40-odd
+    zero bits, so swapped blocks of 2^19 of them did too (a review's counterexamples, now
+    tests). Mixed, any change moves the sum like a random 64-bit value."""
     xp = _array_module(output)
     flat = xp.ascontiguousarray(output).reshape(-1)
-    words = flat.view(_WORDS[flat.dtype.itemsize]).astype(xp.uint64)
-    weights = xp.arange(1, words.size + 1, dtype=xp.uint64)
-    return f"{int(words.sum()):x}.{int((words * weights).sum()):x}"
+    x = flat.view(_WORDS[flat.dtype.itemsize]).astype(xp.uint64)
+    x ^= xp.arange(x.size, dtype=xp.uint64) * xp.uint64(0x9E3779B97F4A7C15)
+    x ^= x >> xp.uint64(30)
+    x *= xp.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> xp.uint64(27)
+    x *= xp.uint64(0x94D049BB133111EB)
+    x ^= x >> xp.uint64(31)
+    return f"{flat.dtype}{tuple(output.shape)}:{int(x.sum()):x}"
 
 
 def wanted(point: Any, device: str) -> bool:
@@ -53,16 +61,23 @@ def from_rows(rows: list[Measurement]) -> dict[str, Verified]:
     """The first process's ok rows whose bits repeat and carry a fingerprint, by point id."""
     return {m.point.point_id: Verified(m.extras[CHECKSUM],
                                        tuple((f, getattr(m, f)) for f in VERDICT_FIELDS))
-            for m in rows if m.ok and m.deterministic and m.extras.get(CHECKSUM)}
+            for m in rows if m.ok and m.deterministic and m.extras.get(CHECKSUM)
+            and m.effective_precision is not None}
 
 
-def known(points: list[Any], verified: dict[str, Verified]) -> list[Verified] | None:
-    """The verdicts of every point of a group, where the first process settled them all for
-    one output; else None (the group is verified in full)."""
-    found = [verified.get(p.point_id) for p in points]
-    if not all(found) or len({v.checksum for v in found}) != 1:
+def known(points: list[Any], verified: dict[str, Verified]) -> dict[str, Verified] | None:
+    """The verdict for each precision a group asks, where the first process settled one for
+    every precision, all for one output; else None (the group is verified in full). A verdict
+    belongs to the output, not the workspace limit: a row over a tighter limit in the first
+    process does not make the group's output unsettled."""
+    by_precision: dict[str, Verified] = {}
+    for p in points:
+        if p.point_id in verified:
+            by_precision.setdefault(p.precision, verified[p.point_id])
+    if set(by_precision) != {p.precision for p in points} or \
+            len({v.checksum for v in by_precision.values()}) != 1:
         return None
-    return found
+    return by_precision
 
 
 def run_once(prepared: Prepared) -> tuple[float, Any]:

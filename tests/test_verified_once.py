@@ -29,7 +29,7 @@ def _rows(point, verified=None):
             for row in unit.measure()]
 
 
-def test_the_fingerprint_sees_a_changed_or_moved_value():
+def test_the_fingerprint_sees_a_changed_moved_or_negated_value():
     out = np.arange(12, dtype=np.float32).reshape(3, 4)
     same = verified_once.checksum(out.copy())
     assert verified_once.checksum(out) == same
@@ -37,6 +37,22 @@ def test_the_fingerprint_sees_a_changed_or_moved_value():
     changed[1, 2] += 1e-6
     moved[0, :2] = moved[0, 1::-1]
     assert verified_once.checksum(changed) != same and verified_once.checksum(moved) != same
+
+
+def test_the_fingerprint_sees_what_plain_sums_of_words_miss():
+    """A review's counterexamples to the first fingerprint (sums of the words, plain and by
+    position, modulo 2^64), on float64 outputs as the backends hand them over."""
+    from harness.precision import round_to
+    rng = np.random.default_rng(0)
+    out = rng.standard_normal(1 << 20)
+    base = verified_once.checksum(out)
+    flipped = out.copy()
+    flipped[[2, 4]] *= -1                       # two signs of one parity: 2 x 2^63
+    assert verified_once.checksum(-out) != base and verified_once.checksum(flipped) != base
+    narrow = round_to(out, "bf16")              # 45 trailing zero bits a value
+    swapped = np.concatenate([narrow[1 << 19:], narrow[:1 << 19]])
+    assert verified_once.checksum(swapped) != verified_once.checksum(narrow)
+    assert verified_once.checksum(out.reshape(2, -1)) != base    # the shape counts
 
 
 def test_a_later_process_with_the_same_bits_takes_the_verdict_and_only_times(point,
@@ -81,8 +97,20 @@ def test_the_second_worker_process_is_handed_the_first_ones_verdicts(point, monk
     assert later.extras[verified_once.VERIFIED_IN] == verified_once.EARLIER_PROCESS
     (row,) = rows
     assert row.ok and row.extras["process_samples"].count(" ") == 1
+    assert row.extras[verified_once.VERIFIED_IN] == verified_once.EARLIER_PROCESS
 
 
 def test_one_timing_process_fingerprints_nothing(point):
     (row,) = _rows(replace(point, timing=replace(TIMING, gpu_processes=1)))
     assert row.ok and verified_once.CHECKSUM not in row.extras
+
+
+def test_a_verdict_settles_the_output_whatever_a_tighter_limit_made_of_its_row(point):
+    """Only the unlimited row was ok in process 1 (the plan is over 0 bytes): the group of both
+    limits still takes its verdict; a precision with no verdict is verified in full."""
+    (first,) = _rows(point)
+    settled = verified_once.from_rows([first])
+    tight = replace(point, workspace_limit=0)
+    assert set(verified_once.known([tight, point], settled)) == {"fp32"}
+    assert verified_once.known([tight], settled) is None
+    assert verified_once.known([point, replace(point, precision="tf32")], settled) is None
