@@ -223,7 +223,7 @@ class PointExecutor:
     def _judged(self, group, point, algo, prepared, data, output) -> dict[str, verdict.Judged]:
         """One verdict per precision asked: a group may hold precisions the algorithm computes
         alike (Algorithm.computes_as), and each row is judged by its own precision's standard."""
-        xp = _array_module(output)
+        xp = reference.array_module(output)
         expected = self._cached_reference(point, data, xp)
         factor = algo.error_factor if prepared.error_factor is None else prepared.error_factor
         scales = partial(self._cached_scales, point, data, expected, xp)
@@ -345,17 +345,8 @@ def _scaled_rms(point: Point, expected: Any) -> float | None:
     int8 result's rounding is relative to; None for a wide result."""
     if not precision.is_narrow(point.result_precision):
         return None
-    xp = _array_module(expected)
+    xp = reference.array_module(expected)
     return float(xp.sqrt(xp.mean(xp.square(expected)))) * point.result_scale or None
-
-
-def _array_module(array: Any) -> Any:
-    module = type(array).__module__.split(".")[0]
-    if module == "cupy":
-        import cupy
-        return cupy
-    import numpy
-    return numpy
 
 
 def _failed(point: Point, algo: Algorithm, err: BaseException) -> Measurement:

@@ -32,6 +32,14 @@ class ProblemData:
     residual: Any = None
 
 
+def array_module(array: Any) -> Any:
+    """NumPy or CuPy: the module of the array (outputs live on the device that computed them)."""
+    if type(array).__module__.split(".")[0] == "cupy":
+        import cupy
+        return cupy
+    return np
+
+
 def make_data(problem: ConvProblem, precision: str, seed: int = 0,
               op: str = epilogue.CONV) -> ProblemData:
     """Random normal data (never zeros: they hide unwritten outputs), rounded to the precision.

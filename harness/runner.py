@@ -63,10 +63,12 @@ def plan(sweep: Sweep) -> Plan:
 def _beside_their_group(points: list[Point]) -> list[Point]:
     """`points` with each moved up beside the first point of its group (`groups`: the graph
     API's tf32 points beside the fp32 ones it measures with them), every other order kept."""
+    keys = [_measured_as(p) for p in points]
     first: dict[Point, int] = {}
-    for i, point in enumerate(points):
-        first.setdefault(_measured_as(point), i)
-    return sorted(points, key=lambda p: first[_measured_as(p)])
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    order = sorted(range(len(points)), key=lambda i: first[keys[i]])
+    return [points[i] for i in order]
 
 
 def with_samples_floor(timing: TimingOptions, rows: int) -> tuple[TimingOptions, str | None]:

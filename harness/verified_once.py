@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.backends.base import Prepared
 from harness.measurement import Measurement
+from harness.reference import array_module
 
 CHECKSUM = "output_checksum"
 VERIFIED_IN = "verified_in"
@@ -39,7 +40,7 @@ def checksum(output: Any) -> str:
     negating an even number of values left it alone, and values rounded from bf16 end in 40-odd
     zero bits, so swapped blocks of 2^19 of them did too (a review's counterexamples, now
     tests). Mixed, any change moves the sum like a random 64-bit value."""
-    xp = _array_module(output)
+    xp = array_module(output)
     flat = xp.ascontiguousarray(output).reshape(-1)
     x = flat.view(_WORDS[flat.dtype.itemsize]).astype(xp.uint64)
     x ^= xp.arange(x.size, dtype=xp.uint64) * xp.uint64(0x9E3779B97F4A7C15)
@@ -91,23 +92,7 @@ def run_once(prepared: Prepared) -> tuple[float, Any]:
 
 def run_twice(prepared: Prepared) -> tuple[float, Any, bool]:
     """Two poisoned runs: the first call's cost, the output, and whether the bits repeat."""
-    prepared.poison()
-    start = time.perf_counter()
-    prepared.launch()
-    first = prepared.output()
-    first_call_ms = (time.perf_counter() - start) * 1e3
-    xp = _array_module(first)
+    first_call_ms, first = run_once(prepared)
     first = first.copy()
-    prepared.poison()
-    prepared.launch()
-    second = prepared.output()
-    deterministic = bool(xp.array_equal(first, second))
-    return first_call_ms, first, deterministic
-
-
-def _array_module(array: Any) -> Any:
-    if type(array).__module__.split(".")[0] == "cupy":
-        import cupy
-        return cupy
-    import numpy
-    return numpy
+    _, second = run_once(prepared)
+    return first_call_ms, first, bool(array_module(first).array_equal(first, second))
