@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from harness import (backends, cpu_memory, memory, precision, reference, threads, verdict,
-                     verified_once)
+from harness import (backends, cpu_memory, memory, oracles, precision, reference, threads,
+                     verdict, verified_once)
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
@@ -278,21 +278,21 @@ class PointExecutor:
 
     def _cached_data(self, point: Point) -> ProblemData:
         return _cached(self._data, (point.problem, point.precision, point.op), self._cache_size,
-                       lambda: reference.make_data(point.problem, point.precision, self.seed,
-                                                   point.op))
+                       lambda: oracles.of(point.problem).make_data(
+                           point.problem, point.precision, self.seed, point.op))
 
     def _cached_reference(self, point: Point, data: ProblemData, xp: Any) -> Any:
         return _cached(self._references, _reference_key(point, xp), self._cache_size,
-                       lambda: reference.reference(point.problem, point.direction, data, xp,
-                                                   point.op))
+                       lambda: oracles.of(point.problem).reference(
+                           point.problem, point.direction, data, xp, point.op))
 
     def _cached_scales(self, point: Point, data: ProblemData, expected: Any,
                        xp: Any) -> reference.TermScales:
         """The point's term scales, computed once (a second float64 reference) for every
         algorithm whose output needs them (verdict.judge); `expected` is the point's reference."""
         return _cached(self._scales, _reference_key(point, xp), self._cache_size,
-                       lambda: reference.term_scales(point.problem, point.direction, data,
-                                                     expected, xp, point.op))
+                       lambda: oracles.of(point.problem).term_scales(
+                           point.problem, point.direction, data, expected, xp, point.op))
 
 
 def _cached(cache: OrderedDict, key: tuple, size: int, compute: Callable[[], Any]) -> Any:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import epilogue
+from harness import epilogue, families
 from harness.precision import widest_bytes
 from harness.problem import ConvProblem, ProblemError
 from harness.sweep import Point
@@ -35,6 +35,8 @@ class Footprint:
 def footprint(point: Point, device: str) -> Footprint:
     """What `point` allocates when run by a backend on `device` ("cpu" or "cuda")."""
     p = point.problem
+    if p.kind == families.RNN:
+        return _recurrent_footprint(point, device)
     # x, w, dy (reference.make_data), and the residual of an op that adds one
     data = FLOAT64 * (_operand_elements(p) + _residual_elements(point))
     checking = FLOAT64 * (_reference_elements(p) + 3 * _result_elements(p, point.direction))
@@ -43,6 +45,22 @@ def footprint(point: Point, device: str) -> Footprint:
     backend = widest_bytes(point.precision) * (_operand_elements(p) + _padded_elements(p)
                                                + _residual_elements(point))
     if device == "cuda":  # the reference and the comparison run on the GPU (cupy)
+        return Footprint(host=data, device=data + checking + backend)
+    return Footprint(host=data + checking + backend, device=0)
+
+
+def _recurrent_footprint(point: Point, device: str) -> Footprint:
+    """A recurrent point: its tensors (harness/rnn/oracle.RnnData: inputs, states, weights and
+    the outputs' gradients), the oracle's tape (per layer, direction and step the gates and the
+    states it saved: harness/rnn/reference.py) and the flat results; the backend holds its own
+    copy and an autograd tape of the same size."""
+    p = point.problem
+    tensors = sum(p.tensor_elements().values()) + p.tensor_elements()["y"]
+    tape = p.layers * p.directions * p.seq_len * p.batch * (p.gates + 6) * p.hidden_size
+    data = FLOAT64 * tensors
+    checking = FLOAT64 * (tape + 3 * tensors)
+    backend = widest_bytes(point.precision) * (tensors + tape)
+    if device == "cuda":
         return Footprint(host=data, device=data + checking + backend)
     return Footprint(host=data + checking + backend, device=0)
 

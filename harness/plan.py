@@ -19,12 +19,12 @@ from typing import Any
 
 import pandas as pd
 
+from harness import families
 from harness.analysis import POINT_KEYS, best_per_point, ranked, verified
 from harness.analysis.points import own_output
 from harness.backends.base import fits
 from harness.epilogue import CONV
 from harness.problem import DEPTH_FIELDS
-from harness.problem_text import to_benchdnn
 from harness.workspace_limit import limit_to_column
 from harness.sweep import Sweep
 from harness.threads import ALL as ALL_THREADS
@@ -91,7 +91,7 @@ def _fastest_within(rows: pd.DataFrame, limit: int | None) -> pd.DataFrame:
 
 
 def _layer(problem, best: pd.DataFrame) -> dict[str, Any]:
-    text = to_benchdnn(problem)        # what the rows of this layer carry as their descriptor
+    text = families.descriptor(problem)    # what the rows of this layer carry as their descriptor
     mine = best[best["descriptor"].astype(str) == text]
     directions = {}
     for direction in ("fwd", "bwd_data", "bwd_filter"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
 
 
 class ProblemError(ValueError):
@@ -24,6 +25,7 @@ DEPTH_FIELDS = ("in_d", "kernel_d", "stride_d", "pad_front", "pad_back", "dilati
 
 @dataclass(frozen=True)
 class ConvProblem:
+    kind: ClassVar[str] = "conv"       # harness/families.py: which oracle checks its outputs
     batch: int
     in_channels: int
     in_h: int
@@ -222,6 +224,17 @@ class ConvProblem:
     @property
     def label(self) -> str:
         return self.name or self.short_shape
+
+    def shape_id(self) -> str:
+        """The problem's part of a point id (sweep.Point.point_id): every field of the shape."""
+        shape = (f"n{self.batch}c{self.in_channels}h{self.in_h}w{self.in_w}k{self.out_channels}"
+                 f"r{self.kernel_h}s{self.kernel_w}u{self.stride_h}v{self.stride_w}"
+                 f"p{self.pad_top}.{self.pad_left}.{self.pad_bottom}.{self.pad_right}"
+                 f"d{self.dilation_h}.{self.dilation_w}g{self.groups}")
+        if self.is_3d:                             # 2-D ids stay as they always were
+            shape += (f"z{self.in_d}r{self.kernel_d}u{self.stride_d}p{self.pad_front}."
+                      f"{self.pad_back}d{self.dilation_d}")
+        return shape
 
     @property
     def short_shape(self) -> str:

@@ -9,12 +9,11 @@ from typing import Any
 
 import pandas as pd
 
-from harness import epilogue
+from harness import epilogue, families
 from harness.env import ENV_FIELDS
 from harness.measurement import STAGE_COLUMNS, Measurement
 from harness.precision import AUTO_OUTPUT, element_bytes
 from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS
-from harness.problem_text import to_benchdnn
 from harness.stats import relative_noise
 from harness.threads import ALL as ALL_THREADS
 from harness.workspace_limit import limit_to_column
@@ -42,6 +41,9 @@ _CORE_COLUMNS: dict[str, str] = {
     **{name: "int64" for name in DEPTH_FIELDS}, "out_d": "int64",
     "flops": "int64", "flops_no_padding": "int64", "bytes_moved": "int64",
     "arithmetic_intensity": "float64",
+    # the family (harness/families.py): "conv", or "rnn", whose shape is in RNN_COLUMNS and
+    # whose convolution columns hold 0
+    "problem": "string",
     # the point
     "direction": "string", "precision": "string", "layout": "string", "backend": "string",
     "algorithm": "string", "family": "string", "workspace_limit": "int64",
@@ -118,6 +120,9 @@ EXTRA_COLUMNS: dict[str, str] = {
     # where they did not, each process's kernels ("A || B") and median ms ("0.41 0.52"), and
     # the row times process 1's pick alone (harness/process_split.py)
     "torch_kernels": "string",
+    # torch_cpu recurrent rows: "onednn" (oneDNN's RNN primitive) or "native" (PyTorch's ATen
+    # ops), from the op names one profiled call ran (harness/backends/torch/rnn.py)
+    "torch_rnn_path": "string",
     "torch_kernels_ms": "float64",
     "torch_pick_stable": "boolean",
     "torch_picks": "string",
@@ -143,12 +148,21 @@ EXTRA_COLUMNS: dict[str, str] = {
     "host_probe_ms": "float64",
 }
 
+# A recurrent layer's shape (harness/rnn/problem.RnnProblem; NA in convolution rows): layers,
+# sequences, features; `lengths`: each sequence's own length, space-separated (NA: all seq_len).
+RNN_COLUMNS: dict[str, str] = {
+    "cell": "string", "input_size": "Int64", "hidden_size": "Int64", "proj_size": "Int64",
+    "rnn_layers": "Int64", "bidirectional": "boolean", "seq_len": "Int64", "rnn_bias": "boolean",
+    "lengths": "string",
+}
+
 ENV_COLUMNS: dict[str, str] = {f"env_{name}": "string" for name in ENV_FIELDS}
 
-COLUMNS: dict[str, str] = {**_CORE_COLUMNS, **EXTRA_COLUMNS, **ENV_COLUMNS}
+COLUMNS: dict[str, str] = {**_CORE_COLUMNS, **RNN_COLUMNS, **EXTRA_COLUMNS, **ENV_COLUMNS}
 # What a column that older files lack means there (it came later, with the default it names).
 COLUMN_DEFAULTS: dict[str, Any] = {"threads": ALL_THREADS, **DEPTH_DEFAULTS, "out_d": 1,
-                                   "op": epilogue.CONV, "output": AUTO_OUTPUT}
+                                   "op": epilogue.CONV, "output": AUTO_OUTPUT,
+                                   "problem": families.CONV}
 # Extras, env columns and the defaulted ones may be absent (older files).
 REQUIRED_COLUMNS = tuple(c for c in _CORE_COLUMNS if c not in COLUMN_DEFAULTS)
 
@@ -166,15 +180,8 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "suite": suite,
         "point_id": pt.point_id, "planned_point_id": m.planned_point_id or pt.point_id,
         "finished_at": finished_at,
-        "descriptor": to_benchdnn(p), "layer": p.name, "multiplicity": p.multiplicity,
-        "batch": p.batch,
-        "in_channels": p.in_channels, "in_h": p.in_h, "in_w": p.in_w,
-        "out_channels": p.out_channels, "kernel_h": p.kernel_h, "kernel_w": p.kernel_w,
-        "stride_h": p.stride_h, "stride_w": p.stride_w, "pad_top": p.pad_top,
-        "pad_left": p.pad_left, "pad_bottom": p.pad_bottom, "pad_right": p.pad_right,
-        "dilation_h": p.dilation_h, "dilation_w": p.dilation_w, "groups": p.groups,
-        "out_h": p.out_h, "out_w": p.out_w,
-        **{name: getattr(p, name) for name in DEPTH_FIELDS}, "out_d": p.out_d, "flops": p.flops,
+        "layer": p.name, "multiplicity": p.multiplicity, "batch": p.batch,
+        **_shape_columns(p), "problem": p.kind, "flops": p.flops,
         "flops_no_padding": p.flops_no_padding,
         "bytes_moved": p.bytes_moved(bytes_per_element, result_bytes, pt.direction),
         "arithmetic_intensity": p.arithmetic_intensity(bytes_per_element, result_bytes,
@@ -199,6 +206,27 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
     row.update({name: m.extras.get(name) for name in EXTRA_COLUMNS})
     row.update({f"env_{name}": _as_text(env.get(name)) for name in ENV_FIELDS})
     return row
+
+
+def _shape_columns(p: Any) -> dict[str, Any]:
+    """The descriptor and shape columns of a convolution, or of a recurrent layer (whose
+    convolution columns hold 0: COLUMNS says int64, and no convolution has a 0 in them)."""
+    if p.kind == families.RNN:
+        conv = dict.fromkeys(_CONV_SHAPE, 0)
+        lengths = None if p.lengths is None else " ".join(map(str, p.lengths))
+        return {"descriptor": families.descriptor(p), **conv, "cell": p.cell,
+                "input_size": p.input_size, "hidden_size": p.hidden_size,
+                "proj_size": p.proj_size, "rnn_layers": p.layers,
+                "bidirectional": p.bidirectional, "seq_len": p.seq_len, "rnn_bias": p.bias,
+                "lengths": lengths}
+    return {"descriptor": families.descriptor(p),
+            **{name: getattr(p, name) for name in _CONV_SHAPE}}
+
+
+# A convolution's shape columns, each a ConvProblem attribute of the same name.
+_CONV_SHAPE = ("in_channels", "in_h", "in_w", "out_channels", "kernel_h", "kernel_w",
+               "stride_h", "stride_w", "pad_top", "pad_left", "pad_bottom", "pad_right",
+               "dilation_h", "dilation_w", "groups", "out_h", "out_w", *DEPTH_FIELDS, "out_d")
 
 
 def finished_now() -> str:

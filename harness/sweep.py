@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import product
 
-from harness import epilogue
+from harness import epilogue, families
 from harness import precision as precision_table
 from harness.problem import ConvProblem
+from harness.rnn.problem import RnnProblem
 from harness.threads import ALL as ALL_THREADS
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
@@ -63,7 +64,7 @@ class TimingOptions:
 
 @dataclass(frozen=True)
 class Point:
-    problem: ConvProblem
+    problem: ConvProblem | RnnProblem     # harness/families.py
     direction: str
     precision: str
     layout: str
@@ -88,13 +89,7 @@ class Point:
         """Identity of a point within a run, stored as a column; used to resume and to match rows
         across runs. Built from every field that changes what is measured."""
         p = self.problem
-        shape = (f"n{p.batch}c{p.in_channels}h{p.in_h}w{p.in_w}k{p.out_channels}"
-                 f"r{p.kernel_h}s{p.kernel_w}u{p.stride_h}v{p.stride_w}"
-                 f"p{p.pad_top}.{p.pad_left}.{p.pad_bottom}.{p.pad_right}"
-                 f"d{p.dilation_h}.{p.dilation_w}g{p.groups}")
-        if p.is_3d:                                # 2-D ids stay as they always were
-            shape += (f"z{p.in_d}r{p.kernel_d}u{p.stride_d}p{p.pad_front}.{p.pad_back}"
-                      f"d{p.dilation_d}")
+        shape = p.shape_id()
         limit = "inf" if self.workspace_limit is None else str(self.workspace_limit)
         timing = self.timing.mode
         if self.timing.gpu_timer != "graph":      # default ids stay as they always were
@@ -133,7 +128,7 @@ class AlgorithmChoice:
 @dataclass(frozen=True)
 class Sweep:
     name: str
-    problems: tuple[ConvProblem, ...]
+    problems: tuple[ConvProblem | RnnProblem, ...]   # harness/families.py
     directions: tuple[str, ...] = ("fwd",)
     precisions: tuple[str, ...] = ("fp32",)
     layouts: tuple[str, ...] = ("NCHW",)
@@ -157,11 +152,14 @@ class Sweep:
             # limits innermost: points that differ only in their limit are adjacent and
             # measured as one group (runner.groups)
             for problem, direction in product(self.problems, self.directions):
+                recurrent = problem.kind == families.RNN
                 for op, (precision, output), layout, algorithm, threads, limit in product(
-                        self.ops_of(direction), self.precisions_of(direction), self.layouts,
+                        (epilogue.CONV,) if recurrent else self.ops_of(direction),
+                        self.precisions_of(direction),
+                        (families.RNN_LAYOUT,) if recurrent else self.layouts,
                         names, self.threads, self.workspace_limits):
-                    if self.precision_layouts and (precision,
-                                                   layout) not in self.precision_layouts:
+                    if self.precision_layouts and not recurrent and (
+                            precision, layout) not in self.precision_layouts:
                         continue
                     yield Point(problem, direction, precision, layout, choice.backend, algorithm,
                                 limit, self.timing, threads, op, output)

@@ -11,7 +11,7 @@ from harness import backends
 
 # Names stored in results files and suites: renaming any of them orphans earlier runs.
 PRODUCT_BACKENDS = ("cpu", "torch_cpu", "cudnn", "cudnn_graph", "torch_gpu")
-CPU_ALGORITHMS = ("direct", "im2col", "fft", "winograd_f2x2_3x3", "winograd_f4x4_3x3")
+CPU_ALGORITHMS = ("direct", "im2col", "fft", "winograd_f2x2_3x3", "winograd_f4x4_3x3", "rnn_loop")
 BACKENDS_DIR = Path(backends.__file__).parent
 
 

@@ -18,9 +18,10 @@ LAYERS = [
     {"problem", "precision", "student_t", "stats", "locks", "threads", "contention", "cpu_memory",
      "backends.cudnn.lib",
      "epilogue", "workspace_limit"},
-    {"problem_text", "rnn"},  # rnn: the recurrent problem family and its float64 oracle
+    # rnn: the recurrent problem family and its float64 recurrence; families: which kinds exist
+    {"problem_text", "rnn", "families"},
     {"env", "sweep"},
-    {"measurement", "suite.checks", "reference", "verdict"},
+    {"measurement", "suite.checks", "reference", "verdict", "rnn.oracle", "oracles"},
     {"suite"},                # its loader, axes and overrides
 
     {"models"},

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from harness import backends, reference, verdict
 from harness.backends.base import Unsupported
+from harness.backends.torch import cores
 from harness.backends.torch import cpu as torch_cpu
 from harness.problem import ConvProblem
 from harness.sweep import DIRECTIONS, Point
@@ -47,7 +48,9 @@ def test_reason_when_torch_is_missing(monkeypatch) -> None:
 
 def test_one_library_algorithm() -> None:
     algos = backends.get("torch_cpu").algorithms()
-    assert [(a.name, a.family, a.backend) for a in algos] == [("conv2d", "library", "torch_cpu")]
+    assert [(a.name, a.family, a.backend) for a in algos] == [("conv2d", "library", "torch_cpu"),
+                                                              ("nn_rnn", "library", "torch_cpu"),
+                                                              ("plain_loop", "loop", "torch_cpu")]
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
@@ -130,7 +133,7 @@ def test_uses_every_core_and_reports_padding_scratch() -> None:
     algo = backends.get("torch_cpu").algorithm("conv2d")
     data = reference.make_data(ASYMMETRIC, "fp32")
     prepared = algo.prepare(_point(ASYMMETRIC, "fwd"), data)
-    assert torch.get_num_threads() == torch_cpu._cores()
+    assert torch.get_num_threads() == cores.every_core()
     padded = ASYMMETRIC.batch * ASYMMETRIC.in_channels * ASYMMETRIC.padded_h * ASYMMETRIC.padded_w
     assert prepared.workspace_bytes == padded * 4
     symmetric = ConvProblem(1, 2, 6, 6, 2, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from harness import epilogue, precision
+from harness import epilogue, families, precision
 from harness.backends.cudnn.lib import CudnnError
 from harness.reference import ProblemData
 from harness.sweep import DIRECTIONS, Point, TimingOptions
@@ -178,11 +178,16 @@ class Algorithm:
     # time are the same (the graph API builds one graph for fp32 and tf32): the runner measures
     # such points once and judges each row by its own precision (executor.computed_precision).
     computed_as: ClassVar[dict[str, str]] = {}
+    # The problem families (harness/families.py) it computes: a convolution algorithm makes no
+    # row for a recurrent layer, nor a recurrent one for a convolution.
+    problem_kinds: ClassVar[tuple[str, ...]] = (families.CONV,)
 
     def exists_for(self, point: Point) -> bool:
         """Whether a sweep makes a row for this point at all (no row, rather than a refusal,
-        where the algorithm has no meaning: a direction it does not exist for)."""
-        return point.direction in self.directions
+        where the algorithm has no meaning: a direction it does not exist for, a problem
+        family it does not compute)."""
+        return (point.direction in self.directions
+                and point.problem.kind in self.problem_kinds)
 
     def variants(self, point: Point, data: ProblemData) -> list[str]:
         """Names of the concrete variants for this point (expanding algorithms only)."""

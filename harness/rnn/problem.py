@@ -11,7 +11,10 @@ take them); None: every sequence is seq_len long.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 CELLS = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -23,6 +26,8 @@ class RnnProblemError(ValueError):
 
 @dataclass(frozen=True)
 class RnnProblem:
+    kind: ClassVar[str] = "rnn"        # harness/families.py: which oracle checks its outputs
+    is_3d: ClassVar[bool] = False      # what conv-only rules ask of every problem
     cell: str
     input_size: int
     hidden_size: int
@@ -34,11 +39,12 @@ class RnnProblem:
     bias: bool = True
     lengths: tuple[int, ...] | None = None
     name: str = ""
+    multiplicity: int = 1
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
             raise RnnProblemError(f"cell {self.cell!r}: one of {', '.join(CELLS)}")
-        for field in ("input_size", "hidden_size", "seq_len", "batch", "layers"):
+        for field in ("input_size", "hidden_size", "seq_len", "batch", "layers", "multiplicity"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise RnnProblemError(f"{field} {value!r}: a whole number of at least 1")
@@ -97,3 +103,90 @@ class RnnProblem:
             per_step += self.proj_size * self.hidden_size
             total += 2 * valid * per_step * self.directions
         return total
+
+    # ---- what every problem family answers (harness/families.py) ----------------------------
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.seq_len, self.batch, self.input_size)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.seq_len, self.batch, self.directions * self.out_size)
+
+    @property
+    def flops(self) -> int:
+        """The forward GEMMs' count; the backward directions do the same GEMMs transposed (dx
+        and dh; dW and dR), so one count serves all of them, as for convolutions."""
+        return self.forward_flops()
+
+    @property
+    def flops_no_padding(self) -> int:
+        return self.flops              # padded steps are not counted (steps())
+
+    def reduction_length(self, direction: str) -> int:
+        """How many products feed one output's rounding: the longest GEMM inner length of a step
+        (or, for the weight gradients, the steps summed into one weight), times the steps whose
+        errors carry into it through the recurrence, seq_len x layers. A random walk over those
+        steps; benchdnn grows its threshold with the log of the same count, which the sqrt of
+        this exceeds, so no honest result is called wrong, while a bug errs by 1e-1 or more."""
+        inner = max(self.layer_input_size(layer) + self.out_size for layer in range(self.layers))
+        chain = self.seq_len * self.layers
+        if direction in ("fwd", "bwd_data"):
+            return inner * chain
+        if direction == "bwd_filter":
+            return self.batch * chain
+        raise ValueError(f"unknown direction {direction!r}")
+
+    def tensor_elements(self) -> dict[str, int]:
+        """Elements of each tensor a direction reads or writes: the sequence in and out, the
+        states, the weights."""
+        states = self.layers * self.directions * self.batch * self.out_size
+        if self.cell == "lstm":
+            states += self.layers * self.directions * self.batch * self.hidden_size
+        weights = sum(math.prod(shape) for layer in range(self.layers)
+                      for shape in self.weight_shapes(layer).values()) * self.directions
+        return {"x": self.seq_len * self.batch * self.input_size,
+                "y": self.seq_len * self.batch * self.directions * self.out_size,
+                "states": 2 * states, "weights": weights}
+
+    def bytes_moved(self, element_bytes: int, result_bytes: int | None = None,
+                    direction: str = "fwd") -> int:
+        """Compulsory traffic: each tensor the direction touches once (fwd: x, weights, states
+        in, y and states out; bwd_data: dy, weights, states' gradients, dx; bwd_filter: x, y,
+        dweights), at `element_bytes` each."""
+        t = self.tensor_elements()
+        total = {"fwd": t["x"] + t["weights"] + t["states"] + t["y"],
+                 "bwd_data": t["y"] + t["weights"] + t["states"] + t["x"],
+                 "bwd_filter": t["x"] + t["y"] + t["weights"]}[direction]
+        return total * (result_bytes or element_bytes)
+
+    def arithmetic_intensity(self, element_bytes: int, result_bytes: int | None = None,
+                             direction: str = "fwd") -> float:
+        return self.flops / self.bytes_moved(element_bytes, result_bytes, direction)
+
+    def with_batch(self, batch: int) -> RnnProblem:
+        if self.lengths is not None and batch != self.batch:
+            raise RnnProblemError(f"batch {batch}: {self.label} gives each of its {self.batch} "
+                                  f"sequences a length; change those with the batch")
+        return replace(self, batch=batch)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.short_shape
+
+    @property
+    def short_shape(self) -> str:
+        stack = f"{self.layers}x" if self.layers > 1 else ""
+        bi = " bi" if self.bidirectional else ""
+        proj = f" p{self.proj_size}" if self.proj_size else ""
+        return f"{stack}{self.cell} {self.input_size}->{self.hidden_size}{proj} t{self.seq_len}{bi}"
+
+    def shape_id(self) -> str:
+        """The problem's part of a point id: every field that changes what is computed."""
+        text = (f"{self.cell}i{self.input_size}h{self.hidden_size}p{self.proj_size}"
+                f"l{self.layers}{'bi' if self.bidirectional else 'uni'}t{self.seq_len}"
+                f"n{self.batch}{'' if self.bias else 'nobias'}")
+        if self.lengths is not None:
+            digest = hashlib.sha1(",".join(map(str, self.lengths)).encode()).hexdigest()[:10]
+            text += f"len{digest}"
+        return text

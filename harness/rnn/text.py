@@ -96,3 +96,15 @@ def _entries(desc: str) -> tuple[dict[str, int], str]:
                                   f"position {pos}; expected entries such as l1, t50, mb32, "
                                   f"sic512, slc512, dhc512, dic512 or n\"name\"")
     return values, ""
+
+
+def to_benchdnn_rnn(problem: RnnProblem) -> str:
+    """The problem as benchdnn's --rnn knobs and descriptor (parse_benchdnn_rnn reads it back;
+    per-sequence lengths and a missing bias have no benchdnn form and are left out)."""
+    (alg, activation), = [key for key, cell in BENCHDNN_CELLS.items() if cell == problem.cell]
+    knobs = f"--alg={alg}" + (f" --activation={activation}" if activation else "")
+    direction = "concat" if problem.bidirectional else "left2right"
+    p = problem
+    return (f"{knobs} --direction={direction} l{p.layers}t{p.seq_len}mb{p.batch}"
+            f"sic{p.out_size}slc{p.input_size}dhc{p.hidden_size}dic{p.out_size}"
+            + (f"n{p.name}" if p.name else ""))

@@ -5,6 +5,7 @@ the flag, the entry and the bad value.
 Modules, each importing only those listed before it:
     checks     the value checkers, parse_size, SuiteError
     axes       the sweep axes a suite file and a flag both set (choices, workspace limits, threads)
+    rnn_layers recurrent layers in a suite's `layers` list (issue 40)
     loader     finding suite files by name and reading them into a Sweep
     overrides  sweep_with_overrides: the command line's choices (Overrides) applied to a Sweep
 """

@@ -197,3 +197,17 @@ def checked_outputs(sweep: Sweep, where: str) -> Sweep:
                              f"than auto are for fp8 (fwd: bf16, fp32, its own fp8) and int8 "
                              f"(fwd: int8)")
     return sweep
+
+
+def field_table(entry: dict[str, Any], allowed: Sequence[str], required: Sequence[str],
+                where: str, batch: int | None, what: str) -> dict[str, Any]:
+    """A layer table's fields: only `allowed` keys, the [sweep] batch where it gives none, and
+    every `required` key present (Invalid naming the first missing one, and `what` needs)."""
+    check_keys(entry, allowed, where)
+    fields = dict(entry)
+    if batch is not None:
+        fields.setdefault("batch", batch)
+    missing = [key for key in required if key not in fields]
+    if missing:
+        raise Invalid(f"{where}.{missing[0]}", f"missing; {what} needs {', '.join(required)}")
+    return fields

@@ -7,7 +7,8 @@ The format (suites/quick.toml shows every key):
     name = "quick"                       # optional; defaults to the file name; a plain name
                                          # (letters, digits, _ - .), since it names files
     description = "what the suite is for"   # optional
-    layers = [                           # required, at least one; three forms, freely mixed:
+    layers = [                           # required, at least one; three forms, freely mixed
+                                         # (and recurrent layers: harness/suite/rnn_layers.py):
       'mb2ic64ih56oc64oh56kh3ph1n"resnet_50:res2a_branch2b*3"',   # a benchdnn descriptor
       { deepbench = [700, 161, 1, 4, 32, 20, 5, 0, 0, 2, 2], name = "deepbench:train_01" },
       { batch = 2, in_channels = 64, in_h = 56, in_w = 56, out_channels = 64,
@@ -58,12 +59,15 @@ from typing import Any
 from harness import epilogue
 from harness.problem import ConvProblem, ProblemError
 from harness.problem_text import parse_benchdnn, parse_deepbench
+from harness.rnn.problem import RnnProblem, RnnProblemError
+from harness.suite import rnn_layers
 from harness.suite.axes import checked_choices, checked_threads, checked_workspace_limits
 from harness.suite.checks import (Invalid, SuiteError, check_keys, checked_bool, checked_choice,
                                   checked_cpu_rounds, checked_fraction, checked_gpu_processes,
                                   checked_int_at_least, checked_list, checked_outputs,
                                   checked_plain_name, checked_positive_int, checked_positive_number,
                                   checked_table, checked_text, checked_unique_list, did_you_mean,
+                                  field_table,
                                   is_int, kind_of, plain_from_file)
 from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
@@ -203,9 +207,9 @@ def _axes(axes: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- layers -----------------------------------------------------------------------------------
-def _layers(value: Any, batch: int | None) -> tuple[ConvProblem, ...]:
+def _layers(value: Any, batch: int | None) -> tuple[ConvProblem | RnnProblem, ...]:
     entries = checked_list(value, "layers")
-    problems: list[ConvProblem] = []
+    problems: list[ConvProblem | RnnProblem] = []
     for index, entry in enumerate(entries):
         where = f"layers[{index}]"
         problem = _layer(entry, where, batch)
@@ -213,7 +217,10 @@ def _layers(value: Any, batch: int | None) -> tuple[ConvProblem, ...]:
             raise Invalid(f"{where}.name", f"{problem.name!r} holds a control character or "
                                            "an unpaired surrogate; a layer name is printable text")
         if batch is not None and problem.batch != batch:
-            problem = problem.with_batch(batch)
+            try:
+                problem = problem.with_batch(batch)
+            except RnnProblemError as error:
+                raise Invalid(where, str(error)) from None
         if problem in problems:
             first = problems.index(problem)
             raise Invalid(where, f"{problem.label!r} ({problem.short_shape}) repeats "
@@ -222,7 +229,9 @@ def _layers(value: Any, batch: int | None) -> tuple[ConvProblem, ...]:
     return tuple(problems)
 
 
-def _layer(entry: Any, where: str, batch: int | None) -> ConvProblem:
+def _layer(entry: Any, where: str, batch: int | None) -> ConvProblem | RnnProblem:
+    if rnn_layers.is_recurrent(entry):
+        return rnn_layers.layer(entry, where, batch)
     try:
         if isinstance(entry, str):
             return parse_benchdnn(entry)
@@ -249,14 +258,8 @@ def _deepbench_layer(entry: dict[str, Any], where: str) -> ConvProblem:
 
 
 def _field_layer(entry: dict[str, Any], where: str, batch: int | None) -> ConvProblem:
-    check_keys(entry, _PROBLEM_FIELDS, where)
-    fields = dict(entry)
-    if batch is not None:
-        fields.setdefault("batch", batch)
-    missing = [key for key in _REQUIRED_FIELDS if key not in fields]
-    if missing:
-        raise Invalid(f"{where}.{missing[0]}", f"missing; a layer table needs "
-                                               f"{', '.join(_REQUIRED_FIELDS)}")
+    fields = field_table(entry, _PROBLEM_FIELDS, _REQUIRED_FIELDS, where, batch,
+                         "a layer table")
     for key, value in fields.items():
         if key == "name":
             checked_text(value, f"{where}.name", allow_empty=True)

@@ -9,9 +9,11 @@ from harness.backends.base import Algorithm, Backend
 from harness.backends.cpu.direct import Direct
 from harness.backends.cpu.fft.algorithm import Fft
 from harness.backends.cpu.im2col.algorithm import Im2col
+from harness.backends.cpu.rnn import NumpyRnn
 from harness.backends.cpu.winograd.algorithm import WinogradF2, WinogradF4
 
-ALGORITHMS: tuple[type[Algorithm], ...] = (Direct, Im2col, Fft, WinogradF2, WinogradF4)
+ALGORITHMS: tuple[type[Algorithm], ...] = (Direct, Im2col, Fft, WinogradF2, WinogradF4,
+                                           NumpyRnn)
 
 
 class CpuBackend(Backend):

@@ -17,7 +17,6 @@ result (torchvision's ResNet blocks: `out += identity; out = relu(out)`, ReLU(in
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,9 @@ import numpy as np
 
 from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported
+from harness.backends.torch.cores import use_every_core
+from harness.backends.torch.rnn import TorchRnn
+from harness.backends.torch.rnn_loop import TorchRnnLoop
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
@@ -46,10 +48,6 @@ _PRECISION_REASONS = {
 def _torch() -> Any:
     import torch  # lazy: heavy, optional
     return torch
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class TorchPrepared(Prepared):
@@ -100,7 +98,7 @@ class Conv2d(Algorithm):
         if reason:
             raise Unsupported(reason)
         torch = _torch()
-        torch.set_num_threads(_cores())  # every core, as a user's default process would
+        use_every_core(torch)
         dtype = getattr(torch, _DTYPES[point.precision])
         fmt = memory_format(torch, point)
         tensors = operands(data, lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dtype))
@@ -206,10 +204,11 @@ def _backward_filter(torch: Any, p: ConvProblem, x: Any, w: Any, dy: Any, fmt: A
 class TorchCpuBackend(Backend):
     name = "torch_cpu"
     device = "cpu"
-    description = "PyTorch CPU convolution (oneDNN), the library a user would otherwise call"
+    description = ("PyTorch on the CPU, the library a user would otherwise call: convolutions "
+                   "(oneDNN) and recurrent layers")
 
     def unavailable_reason(self) -> str | None:
         return None if importlib.util.find_spec("torch") is not None else _MISSING
 
     def algorithms(self) -> list[Algorithm]:
-        return [Conv2d()]
+        return [Conv2d(), TorchRnn(), TorchRnnLoop()]

@@ -1,0 +1,188 @@
+"""Recurrent layers as points of a sweep (issue 40): suites name them, the runner plans and
+verifies them against the float64 oracle (harness/rnn/oracle.py), the CPU algorithms (NumPy's
+rnn_loop, PyTorch's nn_rnn) run them, and their rows are stored beside convolution rows."""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from harness import backends, families, store
+from harness.backends.cpu import rnn as numpy_rnn
+from harness.problem import ConvProblem
+from harness.rnn import oracle
+from harness.rnn.problem import RnnProblem
+from harness.runner import plan, run_points
+from harness.suite import SuiteError, parse_suite
+from harness.sweep import AlgorithmChoice, Point, Sweep, TimingOptions
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=5, cpu_rounds=1)
+CASES = [
+    RnnProblem("lstm", 5, 8, 6, 3, name="lstm"),
+    RnnProblem("lstm", 5, 8, 6, 3, layers=2, bidirectional=True, proj_size=4, name="lstmp2bi"),
+    RnnProblem("gru", 4, 6, 5, 3, layers=2, bidirectional=True, name="gru2bi"),
+    RnnProblem("rnn_tanh", 4, 6, 5, 2, bias=False, name="tanh"),
+    RnnProblem("rnn_relu", 4, 6, 5, 2, layers=2, name="relu2"),
+    RnnProblem("lstm", 4, 6, 7, 3, bidirectional=True, lengths=(7, 3, 5), name="lstm_var"),
+    RnnProblem("gru", 4, 6, 7, 3, lengths=(2, 7, 4), name="gru_var"),
+]
+
+
+def _measure(problems, directions, backend_names, precisions=("fp32", "fp64")):
+    sweep = Sweep("t", tuple(problems), directions=directions, precisions=precisions,
+                  backends=tuple(AlgorithmChoice(b) for b in backend_names), timing=FAST)
+    rows = []
+    run_points(plan(sweep).points, rows.append)
+    return rows
+
+
+def test_numpy_rnn_loop_forward_is_verified_ok_on_every_kind_of_layer() -> None:
+    rows = _measure(CASES, ("fwd", "bwd_data"), ["cpu"])
+    # rnn_loop exists for the forward pass only, and no convolution algorithm makes a row
+    assert {(m.point.algorithm, m.point.direction) for m in rows} == {("rnn_loop", "fwd")}
+    assert len(rows) == 2 * len(CASES)
+    bad = [(m.point.problem.name, m.point.precision, m.status, m.reason) for m in rows if not m.ok]
+    assert bad == []
+    assert all(m.effective_precision == m.point.precision for m in rows)
+    assert all(m.point.layout == families.RNN_LAYOUT for m in rows)
+
+
+def test_a_wrong_gate_order_in_the_numpy_loop_is_caught(monkeypatch) -> None:
+    real = numpy_rnn._step
+
+    def swapped(cell, gi, gh, h, c):       # i and f exchanged: a classic gate-order bug
+        if cell == "lstm":
+            i, f, g, o = np.split(gi, 4, axis=1)
+            gi = np.concatenate([f, i, g, o], axis=1)
+            i, f, g, o = np.split(gh, 4, axis=1)
+            gh = np.concatenate([f, i, g, o], axis=1)
+        return real(cell, gi, gh, h, c)
+    monkeypatch.setattr(numpy_rnn, "_step", swapped)
+    rows = _measure(CASES[:1], ("fwd",), ["cpu"])
+    assert [m.status for m in rows] == ["wrong", "wrong"]
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_pytorch_layers_and_a_plain_loop_are_verified_ok_in_every_direction() -> None:
+    rows = _measure(CASES, ("fwd", "bwd_data", "bwd_filter"), ["torch_cpu"])
+    assert {m.point.algorithm for m in rows} == {"nn_rnn", "plain_loop"}
+    assert len(rows) == 2 * 3 * 2 * len(CASES)
+    bad = [(m.point.problem.name, m.point.direction, m.point.precision, m.reason)
+           for m in rows if not m.ok]
+    assert bad == []
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_weight_gradients_in_the_wrong_order_are_caught(monkeypatch) -> None:
+    import torch
+    real = torch.autograd.grad
+    monkeypatch.setattr(torch.autograd, "grad", lambda *a, **k: real(*a, **k)[::-1])
+    rows = _measure(CASES[1:2], ("bwd_filter",), ["torch_cpu"], precisions=("fp64",))
+    assert [m.status for m in rows] == ["wrong", "wrong"]
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_each_pytorch_row_says_which_cpu_implementation_ran() -> None:
+    lstm, gru = CASES[0], CASES[2]
+    rows = _measure([lstm, gru], ("fwd",), ["torch_cpu"], precisions=("fp32",))
+    paths = {(m.point.problem.cell, m.point.algorithm): m.extras.get("torch_rnn_path")
+             for m in rows}
+    # oneDNN runs PyTorch's fp32 LSTM on the CPU; its GRU is ATen ops; the plain loop says none
+    assert paths == {("lstm", "nn_rnn"): "onednn", ("gru", "nn_rnn"): "native",
+                     ("lstm", "plain_loop"): None, ("gru", "plain_loop"): None}
+
+
+def test_oracle_results_are_the_flat_outputs_in_order() -> None:
+    p = CASES[0]
+    data = oracle.make_data(p, "fp64")
+    fwd = oracle.reference(p, "fwd", data)
+    assert fwd.shape == (p.seq_len * p.batch * p.hidden_size + 2 * p.batch * p.hidden_size,)
+    grads = oracle.reference(p, "bwd_filter", data)
+    assert grads.size == sum(int(np.prod(s)) for s in p.weight_shapes(0).values())
+
+
+def test_recurrent_and_convolution_rows_share_one_results_file(tmp_path) -> None:
+    conv = ConvProblem(1, 2, 5, 5, 2, 3, 3, name="conv")
+    rows = _measure([CASES[5], conv], ("fwd",), ["cpu"], precisions=("fp32",))
+    assert {m.point.problem.kind for m in rows} == {"rnn", "conv"}
+    path = tmp_path / "r.parquet"
+    store.write(store.frame([store.to_row(m, "run", "t", {}, store.finished_now())
+                             for m in rows]), path)
+    df = store.load(path)
+    rnn = df[df["problem"] == "rnn"].iloc[0]
+    assert (rnn["cell"], rnn["hidden_size"], rnn["seq_len"], rnn["lengths"]) == \
+        ("lstm", 6, 7, "7 3 5")
+    assert rnn["in_channels"] == 0 and rnn["bidirectional"]
+    assert rnn["descriptor"].startswith("--alg=VANILLA_LSTM --direction=concat l1t7mb3")
+    first_conv = df[df["problem"] == "conv"].iloc[0]
+    assert pd_isna(first_conv["cell"]) and first_conv["in_channels"] == 2
+
+
+def pd_isna(value) -> bool:
+    import pandas as pd
+    return bool(pd.isna(value))
+
+
+def test_point_ids_tell_every_field_apart() -> None:
+    base = CASES[0]
+    variants = [base, replace(base, hidden_size=9), replace(base, bias=False),
+                replace(base, bidirectional=True), replace(base, lengths=(6, 2, 3)),
+                replace(base, lengths=(6, 3, 2)), replace(base, cell="gru")]
+    ids = {Point(p, "fwd", "fp32", "TNC", "cpu", "rnn_loop").point_id for p in variants}
+    assert len(ids) == len(variants)
+
+
+SUITE = '''
+layers = [
+  { cell = "lstm", input_size = 28, hidden_size = 128, seq_len = 28, name = "mnist:row_lstm" },
+  { deepbench_rnn = "512, 16, 25, lstm", multiplicity = 2 },
+  { benchdnn_rnn = "l2t25mb16_sic512_slc1024_dhc1024_dic512", direction = "concat", \
+alg = "VANILLA_LSTM" },
+  'mb2ic64ih56oc64oh56kh3ph1n"conv"',
+]
+[sweep]
+batch = 16
+'''
+
+
+def test_suites_name_recurrent_layers_in_three_forms_beside_convolutions() -> None:
+    sweep = parse_suite(SUITE)
+    kinds = [p.kind for p in sweep.problems]
+    assert kinds == ["rnn", "rnn", "rnn", "conv"]
+    mnist, deepbench, benchdnn, _ = sweep.problems
+    assert (mnist.batch, mnist.input_size, mnist.seq_len) == (16, 28, 28)
+    assert (deepbench.hidden_size, deepbench.multiplicity) == (512, 2)
+    assert (benchdnn.layers, benchdnn.bidirectional, benchdnn.proj_size) == (2, True, 512)
+
+
+@pytest.mark.parametrize("entry, words", [
+    ('{ cell = "lstm", input_size = 4, hidden_size = 0, seq_len = 3, batch = 2 }',
+     "hidden_size 0"),
+    ('{ cell = "lstm", input_size = 4, hidden_size = 8, seq_len = 3, batch = 2, proj_size = 8 }',
+     "proj_size 8"),
+    ('{ cell = "gru", input_size = 4, hidden_size = 8, seq_len = 3, batch = 2, '
+     'lengths = [3, 5] }', "length 5"),
+    ('{ cell = "lstm", input_size = 4, hidden_size = 8, seq_len = 3 }', "batch"),
+    ('{ cell = "lstn", input_size = 4, hidden_size = 8, seq_len = 3, batch = 2 }', "'lstn'"),
+    ('{ deepbench_rnn = "512, 16, lstm" }', "512, 16, lstm"),
+    ('{ cell = "lstm", input_size = 4, hidden_size = 8, seq_len = 3, batch = 2, '
+     'lengths = [3, 2] }', "batch 4"),
+])
+def test_impossible_recurrent_layers_are_one_line_naming_the_value(entry, words) -> None:
+    # the last case's lengths fit its own batch, not the [sweep] batch that replaces it
+    text = f"layers = [ {entry} ]\n" + ("[sweep]\nbatch = 4\n" if words == "batch 4" else "")
+    with pytest.raises(SuiteError) as error:
+        parse_suite(text, source="s.toml")
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("s.toml: layers[0]")
+    assert words in message
+
+
+def test_a_convolution_only_backend_makes_no_recurrent_rows() -> None:
+    algos = backends.get("cpu").algorithms()
+    point = Point(CASES[0], "fwd", "fp32", "TNC", "cpu", "direct")
+    assert [a.name for a in algos if a.exists_for(replace(point, algorithm=a.name))] == \
+        ["rnn_loop"]
