@@ -186,3 +186,14 @@ def test_a_convolution_only_backend_makes_no_recurrent_rows() -> None:
     point = Point(CASES[0], "fwd", "fp32", "TNC", "cpu", "direct")
     assert [a.name for a in algos if a.exists_for(replace(point, algorithm=a.name))] == \
         ["rnn_loop"]
+
+
+def test_pytorch_policy_is_nn_rnn_never_the_hand_written_loop() -> None:
+    import pandas as pd
+
+    from harness.analysis import policies
+    rows = pd.DataFrame({"backend": ["torch_cpu", "torch_cpu", "cpu"],
+                         "algorithm": ["nn_rnn", "plain_loop", "rnn_loop"],
+                         "family": ["library", "loop", "loop"], "median_ms": [2.0, 1.0, 0.5]})
+    picked = policies.POLICIES["pytorch"].choose(rows)
+    assert list(picked["algorithm"]) == ["nn_rnn"]

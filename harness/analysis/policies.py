@@ -27,6 +27,7 @@ ORACLE = "oracle"
 DETERMINISTIC = "deterministic"
 BEST_PREFIX = "best_"
 TORCH_PREFIX = "torch"     # backends torch_gpu, torch_cpu: what PyTorch itself would run
+HAND_WRITTEN = "loop"      # ... but in this family: a user's own loop of PyTorch's tensor ops
 Chooser = Callable[[pd.DataFrame], pd.DataFrame]
 
 
@@ -58,7 +59,11 @@ def _graph_heuristic(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pytorch(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["backend"].astype(str).str.startswith(TORCH_PREFIX)].assign(_order=_median_ms)
+    # the library's own calls, not code a user writes with its tensor ops (torch_cpu's
+    # plain_loop: the hand-written recurrent layer PyTorch's is compared with)
+    mine = (df["backend"].astype(str).str.startswith(TORCH_PREFIX)
+            & df["family"].astype(str).ne(HAND_WRITTEN))
+    return df[mine].assign(_order=_median_ms)
 
 
 POLICIES: dict[str, Policy] = {
