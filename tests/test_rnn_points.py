@@ -197,3 +197,47 @@ def test_pytorch_policy_is_nn_rnn_never_the_hand_written_loop() -> None:
                          "family": ["library", "loop", "loop"], "median_ms": [2.0, 1.0, 0.5]})
     picked = policies.POLICIES["pytorch"].choose(rows)
     assert list(picked["algorithm"]) == ["nn_rnn"]
+
+
+def _answer_rows():
+    from report_fixtures import frame, row
+    rnn = dict(problem="rnn", layer="lstm", descriptor="d", family="library")
+    return frame(
+        row(backend="torch_cpu", algorithm="nn_rnn", ms=1.0, direction="fwd", rel_error=1e-7,
+            **rnn),
+        row(backend="torch_cpu", algorithm="nn_rnn", ms=2.0, direction="bwd_data",
+            rel_error=2e-7, **rnn),
+        row(backend="torch_cpu", algorithm="nn_rnn", ms=3.0, direction="bwd_filter",
+            rel_error=3e-7, **rnn),
+        row(backend="torch_cpu", algorithm="plain_loop", ms=7.0, direction="fwd",
+            rel_error=1e-7, **{**rnn, "family": "loop"}),
+        row(backend="torch_cpu", algorithm="plain_loop", ms=8.0, direction="bwd_data",
+            rel_error=1e-7, **{**rnn, "family": "loop"}),
+        row(backend="torch_cpu", algorithm="plain_loop", ms=9.0, direction="bwd_filter",
+            rel_error=1e-7, **{**rnn, "family": "loop"}),
+        row(backend="cpu", algorithm="rnn_loop", ms=0.5, direction="fwd", rel_error=4e-7,
+            **{**rnn, "family": "loop"}),
+        row(layer="conv", backend="cpu", algorithm="direct", ms=0.1, descriptor="c"))
+
+
+def test_recurrent_answer_sums_each_candidates_passes_and_never_a_partial_one() -> None:
+    from harness.analysis import recurrent
+    table = recurrent.answers(_answer_rows()).set_index("passes")
+    assert list(table["layer"]) == ["lstm", "lstm"]              # the convolution is left out
+    inference, step = table.loc["inference"], table.loc["training step"]
+    assert (inference["best_algorithm"], inference["best_ms"]) == ("cpu:rnn_loop", 0.5)
+    assert (inference["pytorch_ms"], inference["plain_ms"]) == (1.0, 7.0)
+    assert inference["best_over_plain"] == 14.0 and inference["pytorch_over_plain"] == 7.0
+    # rnn_loop has no backward rows: the step's best is the fastest per direction, summed
+    assert step["best_ms"] == 0.5 + 2.0 + 3.0
+    assert step["best_algorithm"] == "cpu:rnn_loop + torch_cpu:nn_rnn"
+    assert (step["pytorch_ms"], step["pytorch_error"]) == (6.0, 3e-7)
+    assert step["plain_ms"] == 24.0
+
+
+def test_recurrent_table_and_report_section_show_the_answer(tmp_path) -> None:
+    from harness.report import recurrent as section
+    from harness.report import text
+    rendered = text.render(section.recurrent_blocks(_answer_rows()))
+    assert "training step" in rendered and "24" in rendered and "14.00×" in rendered
+    assert section.has_recurrent(_answer_rows())

@@ -41,6 +41,9 @@ def cmd_table(args: argparse.Namespace) -> int:
         elif args.quantized:
             from harness.report import quantized
             say(text.render(quantized.quantized_blocks(part)))
+        elif args.recurrent:
+            from harness.report import recurrent
+            say(text.render(recurrent.recurrent_blocks(part)))
         else:
             print_best(part)
     return EXIT_OK

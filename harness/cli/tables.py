@@ -30,7 +30,15 @@ def print_best(df) -> None:
                                         "runner_candidate": "runner_up"}).to_string(index=False))
     _print_step_totals(df)
     _print_versus_pytorch(df)
+    _print_recurrent(df)
     _print_sharing(df)
+
+
+def _print_recurrent(df) -> None:
+    """Recurrent layers: the best against PyTorch's layer and a plain loop (table --recurrent)."""
+    from harness.report import recurrent, text
+    if recurrent.has_recurrent(df):
+        say("\n" + text.render(recurrent.recurrent_blocks(df)[1:]))
 
 
 def _print_versus_pytorch(df) -> None:

@@ -3,7 +3,6 @@ int8 buy over fp16 per point and summed up, at what error, and how many quantize
 plan (numbers from harness/analysis/quantized.py)."""
 from __future__ import annotations
 
-from typing import Any
 
 import pandas as pd
 
@@ -13,8 +12,8 @@ from harness.analysis.points import own_output
 from harness.precision import QUANTIZED, TABLE
 from harness.report.answers import HEADERS, SHOWN_WHEN_VARYING, shown_keys
 from harness.report.document import Block, Fold, Table, Text
-from harness.report.tables import (DASH, fmt_candidate, fmt_key, fmt_ms, fmt_ratio, is_missing,
-                                   maybe_fold)
+from harness.report.tables import (DASH, fmt_candidate, fmt_error, fmt_key, fmt_ms, fmt_ratio,
+                                   is_missing, maybe_fold)
 
 _ALWAYS = ["effective_precision", "direction", "layout"]
 _OPTIONAL = [SOURCE, "suite", *SHOWN_WHEN_VARYING]     # a network's name where several are read
@@ -61,10 +60,6 @@ def intro() -> str:
         "the same point written in the precision's own type, ms / this point's ms.")
 
 
-def _error(value: Any) -> str:
-    return DASH if is_missing(value) else f"{float(value):.2g}"
-
-
 def _rows(r: pd.Series) -> str:
     return " / ".join(str(int(r[f"{s}_rows"])) for s in _STATUSES)
 
@@ -82,7 +77,7 @@ def quantized_blocks(df: pd.DataFrame) -> list[Block]:
                   DASH if is_missing(r["speedup_min"]) else
                   f"{fmt_ratio(r['speedup_min'])} – {fmt_ratio(r['speedup_max'])}",
                   *([fmt_ratio(r["vs_own_geomean"])] if own else []),
-                  _error(r["max_rel_error_fastest"]), _error(r["max_rel_error"]), _rows(r))
+                  fmt_error(r["max_rel_error_fastest"]), fmt_error(r["max_rel_error"]), _rows(r))
                  for _, r in totals.iterrows())
     headers = (*[HEADERS[k] for k in keys], "Points compared", quantized.NO_PLAN.capitalize(),
                f"Speed-up over {quantized.BASELINE} (geomean)", "Speed-up min – max",
@@ -115,7 +110,7 @@ def _point_table(shown: pd.DataFrame) -> Block:
     own = _asked_outputs(shown)
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["multiplicity"]),
                   fmt_candidate(r["quantized_candidate"]), fmt_ms(r["quantized_ms"]),
-                  _error(r["quantized_rel_error"]), fmt_candidate(r["fp16_candidate"]),
+                  fmt_error(r["quantized_rel_error"]), fmt_candidate(r["fp16_candidate"]),
                   fmt_ms(r["fp16_ms"]), fmt_ratio(r["speedup"]),
                   *([fmt_ratio(r["speedup_vs_own"])] if own else []))
                  for _, r in shown.iterrows())

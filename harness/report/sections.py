@@ -9,7 +9,8 @@ import pandas as pd
 
 from harness.analysis import policies
 from harness.analysis.policies import meaning
-from harness.report import answers, computed, depth, figures, fusion, quantized, tables
+from harness.report import (answers, computed, depth, figures, fusion, quantized, recurrent,
+                            tables)
 from harness.report import sharing as shared_cpu
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 
@@ -37,6 +38,8 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
         *([Section("Quantized precisions", "quantized",
                    tuple(quantized.quantized_blocks(df)))]
           if quantized.has_quantized(df) else []),
+        *([Section("Recurrent layers", "recurrent", tuple(recurrent.recurrent_blocks(df)))]
+          if recurrent.has_recurrent(df) else []),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel, renderer),
         workspace_section(df, totals, fig_dir, rel, renderer),

@@ -39,6 +39,11 @@ def fmt_ratio(value: Any) -> str:
     return DASH if is_missing(value) else f"{float(value):.2f}×"
 
 
+def fmt_error(value: Any) -> str:
+    """A relative error to two significant digits."""
+    return DASH if is_missing(value) else f"{float(value):.2g}"
+
+
 def fmt_bytes(value: Any) -> str:
     if is_missing(value):
         return DASH

@@ -1,0 +1,68 @@
+"""The recurrent layers' answer (issue 40): per layer and precision, for inference (fwd) and one
+training step (fwd + bwd_data + bwd_filter), the fastest verified algorithm against what
+PyTorch runs (its nn.LSTM / GRU / RNN: the pytorch policy) and against a plain per-step loop
+written by hand (torch's plain_loop): each one's time, largest relative error against the
+float64 oracle and the precision it delivered, and the speed-ups. The classic comparison (a
+cuDNN LSTM trained MNIST 7.5x faster than a plain LSTM at the same accuracy) is one row of it.
+
+A candidate's time over a pass is the sum of its directions' medians; where a candidate lacks a
+verified row for a direction of the pass, its total is missing (never a partial sum).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.analysis.points import ASKED_KEYS, ranked, verified
+from harness.analysis.policies import POLICIES
+from harness.families import RNN
+
+PASSES = {"inference": ("fwd",), "training step": ("fwd", "bwd_data", "bwd_filter")}
+PLAIN = "plain_loop"
+# What a row is keyed by besides its direction: the layer as the user states it.
+KEYS = [k for k in ASKED_KEYS if k not in ("direction", "op")]
+
+
+def answers(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per recurrent layer, asked precision (and the other point keys) and pass."""
+    rows = ranked(df)
+    if "problem" not in rows.columns:
+        return pd.DataFrame()
+    rows = verified(rows[rows["problem"].astype(str) == RNN])
+    if rows.empty:
+        return pd.DataFrame()
+    candidates = {"best": rows,
+                  "pytorch": POLICIES["pytorch"].choose(rows),
+                  "plain": rows[rows["algorithm"].astype(str) == PLAIN]}
+    out = []
+    for key, layer in rows.groupby(KEYS, sort=False, dropna=False):
+        for name, directions in PASSES.items():
+            if not set(directions) <= set(layer["direction"]):
+                continue
+            line = dict(zip(KEYS, key), passes=name)
+            for who, chosen in candidates.items():
+                line.update(_total(chosen.loc[chosen.index.intersection(layer.index)],
+                                   directions, who))
+            out.append(line)
+    return _with_speedups(pd.DataFrame(out))
+
+
+def _total(rows: pd.DataFrame, directions: tuple[str, ...], who: str) -> dict:
+    """The candidate's fastest verified row per direction, summed over the pass."""
+    fastest = rows.sort_values("median_ms", kind="stable").drop_duplicates("direction")
+    fastest = fastest[fastest["direction"].isin(directions)]
+    if len(fastest) < len(directions):
+        return {f"{who}_ms": None, f"{who}_error": None, f"{who}_delivered": None,
+                f"{who}_algorithm": None}
+    names = sorted({f"{b}:{a}" for b, a in zip(fastest["backend"], fastest["algorithm"])})
+    return {f"{who}_ms": float(fastest["median_ms"].sum()),
+            f"{who}_error": float(fastest["rel_error"].max()),
+            f"{who}_delivered": " ".join(sorted(set(fastest["effective_precision"].astype(str)))),
+            f"{who}_algorithm": " + ".join(names)}
+
+
+def _with_speedups(out: pd.DataFrame) -> pd.DataFrame:
+    if out.empty:
+        return out
+    for who in ("best", "pytorch"):
+        out[f"{who}_over_plain"] = pd.to_numeric(out["plain_ms"]) / pd.to_numeric(out[f"{who}_ms"])
+    return out
