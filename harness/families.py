@@ -13,6 +13,7 @@ from typing import Any
 
 CONV = "conv"
 RNN = "rnn"
+WORDS = {CONV: "convolution", RNN: "recurrent"}       # how messages name them
 # The one layout a recurrent point is measured in: (seq_len, batch, features), PyTorch's
 # batch_first=False and cuDNN's CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED.
 RNN_LAYOUT = "TNC"

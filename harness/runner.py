@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import groupby
 
-from harness import backends, cpu_memory, threads, verified_once
+from harness import backends, cpu_memory, families, threads, verified_once
 from harness.executor import PointExecutor, computed_precision
 from harness.measurement import HungKey, Measurement
 from harness.stats import samples_floor
@@ -52,12 +52,33 @@ def plan(sweep: Sweep) -> Plan:
     trimmed = replace(sweep, backends=tuple(kept))
     points = list(dict.fromkeys(_threads_for_device(p) for p in trimmed.points(_algorithm_names)
                                 if _exists(p)))
+    if not points and kept:
+        _refuse_other_families(sweep, kept)
+    if set(sweep.layouts) - {"NCHW"} and any(p.kind == families.RNN for p in sweep.problems):
+        notes.append(f"recurrent layers run in layout {families.RNN_LAYOUT} (sequence, batch, "
+                     f"features) whatever the layouts asked: those apply to convolutions")
     if any(p.threads != ALL_THREADS for p in points) and threads.missing_library():
         raise PlanError(threads.missing_library())
     timing, raised = with_samples_floor(sweep.timing, len(points))
     points = [replace(p, timing=timing) for p in points]
     notes += [raised] if raised else []
     return Plan(tuple(_beside_their_group(sorted(points, key=_locality(sweep)))), tuple(notes))
+
+
+def _refuse_other_families(sweep: Sweep, kept: list) -> None:
+    """PlanError where no algorithm asked computes any of the suite's problem families (a
+    convolution algorithm named for recurrent layers, say): nothing could ever be measured."""
+    kinds = {p.kind for p in sweep.problems}
+    algorithms = [a for choice in kept for a in backends.get(choice.backend).algorithms()
+                  if not choice.algorithms or a.name in choice.algorithms]
+    computed = {k for a in algorithms for k in a.problem_kinds}
+    if not kinds & computed:
+        def words(found: set[str]) -> str:
+            return " and ".join(families.WORDS[k] for k in sorted(found))
+        names = ", ".join(f"{a.backend}:{a.name}" for a in algorithms)
+        verb = "computes" if len(algorithms) == 1 else "compute"
+        raise PlanError(f"nothing to measure: suite {sweep.name!r} holds {words(kinds)} layers "
+                        f"and {names} {verb} {words(computed)} layers only (docs/recurrent.md)")
 
 
 def _beside_their_group(points: list[Point]) -> list[Point]:

@@ -241,3 +241,23 @@ def test_recurrent_table_and_report_section_show_the_answer(tmp_path) -> None:
     rendered = text.render(section.recurrent_blocks(_answer_rows()))
     assert "training step" in rendered and "24" in rendered and "14.00×" in rendered
     assert section.has_recurrent(_answer_rows())
+
+
+def test_algorithms_of_another_family_only_are_one_line_exit_2(tmp_path) -> None:
+    import subprocess
+    import sys
+    out = tmp_path / "x.parquet"
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", "rnn_quick", "--backend",
+                           "cpu", "--algorithm", "direct", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip().splitlines() == [
+        "convbench: error: nothing to measure: suite 'rnn_quick' holds recurrent layers and "
+        "cpu:direct computes convolution layers only (docs/recurrent.md)"]
+
+
+def test_a_layout_asked_of_recurrent_layers_says_it_does_not_apply() -> None:
+    sweep = Sweep("t", (CASES[0],), layouts=("NHWC",), backends=(AlgorithmChoice("cpu"),))
+    planned = plan(sweep)
+    assert [p.layout for p in planned.points] == [families.RNN_LAYOUT]
+    assert any("whatever the layouts asked" in note for note in planned.notes)
