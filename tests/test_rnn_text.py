@@ -54,9 +54,17 @@ def test_a_benchdnn_projection_and_both_directions():
     (lambda: parse_benchdnn_rnn("t3sic8x1"), "'x1'"),
     (lambda: parse_benchdnn_rnn("t3sic8dic8dhc4", alg="VANILLA_GRU"), "VANILLA_GRU"),
     (lambda: parse_benchdnn_rnn("t3sic4dic4dhc8", alg="LBR_GRU"), "proj_size 4"),
+    (lambda: parse_benchdnn_rnn("t3sic8dlc8", direction="concat"), "dlc8 must be"),
 ])
 def test_what_cannot_be_run_is_one_line_naming_it(call, named):
     with pytest.raises(RnnProblemError) as error:
         call()
     message = str(error.value)
     assert named in message and "\n" not in message, message
+
+
+def test_a_benchdnn_layer_output_size_is_read_and_checked():
+    # GNMT's encoder rows state dlc (oneDNN's tests/benchdnn/inputs/rnn/rnn_gnmt_encoder)
+    uni = parse_benchdnn_rnn("l1t101sic512slc512dhc512dlc512", alg="VANILLA_LSTM")
+    bi = parse_benchdnn_rnn("l1t10sic256dlc512", alg="VANILLA_LSTM", direction="concat")
+    assert (uni.hidden_size, uni.bidirectional, bi.bidirectional) == (512, False, True)

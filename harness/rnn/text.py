@@ -8,9 +8,9 @@ hidden size; "vanilla" is cuDNN's RNN_RELU.
 benchdnn: `lXtXmbX_sicX_slcX_dhcX_dicX_nNAME` (`_` ignored) with the knobs that say the cell and
 the direction. Defaults as benchdnn's: l 1, t 1, mb 2, slc = dhc = sic, dic = dhc. slc is the
 input size, dhc the hidden size, dic < dhc an LSTM projection; sic, the state fed back, must be
-dic. Only what cuDNN and PyTorch compute too is taken: VANILLA_LSTM, LBR_GRU (PyTorch's and
-cuDNN's GRU applies the reset gate after the recurrent GEMM, which benchdnn calls "linear before
-reset"; its VANILLA_GRU does not) and VANILLA_RNN with RELU or TANH; left2right or concat
+dic; dlc, the layer's output, directions x dic. Only what cuDNN and PyTorch compute too is
+taken: VANILLA_LSTM, LBR_GRU (PyTorch's and cuDNN's GRU applies the reset gate after the
+recurrent GEMM, which benchdnn calls "linear before reset"; its VANILLA_GRU does not) and VANILLA_RNN with RELU or TANH; left2right or concat
 (bidirectional). Anything else is refused with one line naming it.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ _DEEPBENCH = re.compile(r"""^\(?\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*["']?(\w+
 BENCHDNN_CELLS = {("VANILLA_LSTM", None): "lstm", ("LBR_GRU", None): "gru",
                   ("VANILLA_RNN", "RELU"): "rnn_relu", ("VANILLA_RNN", "TANH"): "rnn_tanh"}
 BENCHDNN_DIRECTIONS = {"left2right": False, "concat": True}
-_KEYS = ("mb", "sic", "slc", "dhc", "dic", "l", "t")      # longest first: "l" after "slc"
+_KEYS = ("mb", "sic", "slc", "dhc", "dic", "dlc", "l", "t")   # longest first: "l" after "slc"
 _ENTRY = re.compile(r"(" + "|".join(_KEYS) + r")(\d+)")
 
 
@@ -66,6 +66,10 @@ def parse_benchdnn_rnn(text: str, alg: str = "VANILLA_RNN", direction: str = "le
     if values["sic"] != state:
         raise RnnProblemError(f"descriptor {desc!r}: sic{values['sic']} must equal the state "
                               f"fed back, dic{state}")
+    directions = 2 if BENCHDNN_DIRECTIONS[direction] else 1
+    if values.get("dlc", directions * state) != directions * state:
+        raise RnnProblemError(f"descriptor {desc!r}: dlc{values['dlc']} must be the layer's "
+                              f"output, {directions} x dic{state} = {directions * state}")
     try:
         return RnnProblem(cell, values.get("slc", values["sic"]), hidden, values.get("t", 1),
                           values.get("mb", 2), layers=values.get("l", 1),
