@@ -18,6 +18,11 @@ from harness.rnn.problem import RnnProblem
 from harness.threads import ALL as ALL_THREADS
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
+# A recurrent layer's forward pass as training runs it (autograd state kept; cuDNN's
+# ForwardTraining, which writes the reserve space backward reads): recurrent layers only.
+TRAINING_FORWARD = "fwd_train"
+RNN_DIRECTIONS = ("fwd", TRAINING_FORWARD, "bwd_data", "bwd_filter")
+ALL_DIRECTIONS = RNN_DIRECTIONS     # every direction a suite may ask, in display order
 PRECISIONS = precision_table.NAMES
 # A result precision, or "auto": each precision's own (precision.output_precision).
 OUTPUTS = (precision_table.AUTO_OUTPUT, *PRECISIONS)
@@ -153,6 +158,8 @@ class Sweep:
             # measured as one group (runner.groups)
             for problem, direction in product(self.problems, self.directions):
                 recurrent = problem.kind == families.RNN
+                if direction == TRAINING_FORWARD and not recurrent:
+                    continue      # a convolution's training forward pass is its fwd
                 for op, (precision, output), layout, algorithm, threads, limit in product(
                         (epilogue.CONV,) if recurrent else self.ops_of(direction),
                         self.precisions_of(direction),

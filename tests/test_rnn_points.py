@@ -261,3 +261,60 @@ def test_a_layout_asked_of_recurrent_layers_says_it_does_not_apply() -> None:
     planned = plan(sweep)
     assert [p.layout for p in planned.points] == [families.RNN_LAYOUT]
     assert any("whatever the layouts asked" in note for note in planned.notes)
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_the_training_forward_pass_is_verified_and_counted_once_in_a_step() -> None:
+    from harness.analysis import recurrent
+    rows = _measure(CASES[:1], ("fwd", "fwd_train", "bwd_data", "bwd_filter"), ["cpu", "torch_cpu"],
+                    precisions=("fp32",))
+    trained = [m for m in rows if m.point.direction == "fwd_train"]
+    # PyTorch's layer and the plain loop run it; NumPy's rnn_loop (inference only) does not
+    assert sorted(m.point.algorithm for m in trained) == ["nn_rnn", "plain_loop"]
+    assert all(m.ok for m in rows), [(m.point.direction, m.reason) for m in rows if not m.ok]
+    df = store.frame([store.to_row(m, "run", "t", {}, store.finished_now()) for m in rows])
+    step = recurrent.answers(df).set_index("passes").loc["training step"]
+    by = {(m.point.algorithm, m.point.direction): m.median_ms for m in rows}
+    assert step["pytorch_ms"] == pytest.approx(sum(by[("nn_rnn", d)] for d in
+                                                   ("fwd_train", "bwd_data", "bwd_filter")))
+
+
+def test_a_convolution_has_no_training_forward_point() -> None:
+    conv = ConvProblem(1, 2, 5, 5, 2, 3, 3, name="conv")
+    sweep = Sweep("t", (conv, CASES[0]), directions=("fwd_train",),
+                  backends=(AlgorithmChoice("cpu"), AlgorithmChoice("torch_cpu")))
+    assert {(p.problem.kind, p.algorithm) for p in plan(sweep).points} <= {("rnn", "nn_rnn"),
+                                                                            ("rnn", "plain_loop")}
+
+
+def test_network_totals_count_one_forward_pass_of_a_layer_measured_in_both() -> None:
+    from report_fixtures import frame, row
+
+    from harness.analysis import policies
+    rnn = dict(problem="rnn", layer="lstm", descriptor="d", family="library",
+               backend="torch_cpu", algorithm="nn_rnn")
+    df = frame(row(ms=1.0, direction="fwd", **rnn), row(ms=1.5, direction="fwd_train", **rnn),
+               row(ms=2.0, direction="bwd_data", **rnn), row(ms=3.0, direction="bwd_filter", **rnn))
+    totals = policies.network_totals(df, [policies.ORACLE])
+    assert list(totals["total_oracle"]) == [6.5] and list(totals["points"]) == [3]
+
+
+def test_per_algorithm_totals_and_the_time_versus_error_figure(tmp_path) -> None:
+    from harness.analysis import networks, recurrent
+    from harness.report.figures import recurrent_figure
+    df = _answer_rows()
+    points = recurrent.per_algorithm(df).set_index(["candidate", "passes"])
+    assert points.loc[("torch_cpu:nn_rnn", "training step"), "ms"] == 6.0
+    assert points.loc[("cpu:rnn_loop", "inference"), "ms"] == 0.5
+    assert ("cpu:rnn_loop", "training step") not in points.index    # no partial sums
+    path, left_out = recurrent_figure(df, tmp_path)
+    assert path.exists() and path.stat().st_size > 1000 and left_out == 0
+    # the network table's forward column counts the training forward pass of a layer with one
+    from report_fixtures import frame, row
+    rnn = dict(problem="rnn", layer="lstm", descriptor="d", family="library",
+               backend="torch_cpu", algorithm="nn_rnn")
+    table = networks.network_table(frame(
+        row(ms=1.0, direction="fwd", **rnn), row(ms=1.5, direction="fwd_train", **rnn),
+        row(ms=2.0, direction="bwd_data", **rnn), row(ms=3.0, direction="bwd_filter", **rnn)))
+    oracle = table[table["policy"] == "oracle"].iloc[0]
+    assert (oracle["fwd_ms"], oracle["bwd_ms"], oracle["total_ms"]) == (1.5, 5.0, 6.5)

@@ -269,7 +269,7 @@ MALFORMED = [
      ["unknown precision 'int4' (did you mean 'int8'?); expected one of fp32, tf32, fp16, "
       "bf16, fp64, fp8_e4m3, fp8_e5m2, int8"]),
     (GOOD_LAYER + "[sweep]\ndirections = ['fwd', 'bwd']\n", "sweep.directions[1]",
-     ["unknown direction 'bwd'", "fwd, bwd_data, bwd_filter"]),
+     ["unknown direction 'bwd'", "fwd, fwd_train, bwd_data, bwd_filter"]),
     (GOOD_LAYER + "[sweep]\ndirections = ['fwd', 'fwd']\n", "sweep.directions[1]",
      ["'fwd' is listed twice"]),
     (GOOD_LAYER + "[sweep]\ndirections = []\n", "sweep.directions", ["is empty"]),

@@ -13,12 +13,13 @@ from collections.abc import Iterable
 import pandas as pd
 
 from harness.analysis import policies
-from harness.analysis.points import GPU, NETWORK_KEYS, STEP_KEYS, own_output
-from harness.sweep import LAYOUTS, PRECISIONS
+from harness.analysis.points import GPU, NETWORK_KEYS, STEP_KEYS, one_forward_per_layer, own_output
+from harness.sweep import LAYOUTS, PRECISIONS, TRAINING_FORWARD
 
 SOURCE = "source"                       # which results file a row came from, where told
 MACHINE = "machine"
 BACKWARD = ("bwd_data", "bwd_filter")   # one training step's backward pass: both gradients
+FORWARD = ("fwd", TRAINING_FORWARD)     # ... and its forward pass (a recurrent layer's own)
 PARTS = ("fwd", "bwd", "total")
 
 
@@ -76,10 +77,11 @@ def _reading_order(column: pd.Series) -> pd.Series:
 
 
 def _one_network(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
-    per_direction = policies.network_totals(df, names, NETWORK_KEYS)
+    # one forward pass of each layer, as the step total counts (a recurrent layer's fwd_train)
+    per_direction = policies.network_totals(one_forward_per_layer(df), names, NETWORK_KEYS)
     per_direction = per_direction[own_output(per_direction)]    # as the step total counts
     step = policies.network_totals(df, names, STEP_KEYS).set_index(STEP_KEYS)
-    part = per_direction["direction"].map(lambda d: "fwd" if d == "fwd" else
+    part = per_direction["direction"].map(lambda d: "fwd" if d in FORWARD else
                                           "bwd" if d in BACKWARD else "other")
     rows = []
     for policy in names:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.measurement import Status
 from harness.precision import AUTO_OUTPUT
+from harness.sweep import TRAINING_FORWARD
 
 # Which layer a row measured: its name and its exact shape. The name alone is not enough: an
 # unnamed problem (`--problem` text) has none, and a model may reuse a name for two shapes.
@@ -85,6 +86,17 @@ def ranked(df: pd.DataFrame) -> pd.DataFrame:
     and a row without an `output` (a frame built without schema.frame) asked for none."""
     out = df.assign(effective_precision=df["effective_precision"].fillna(df["precision"]))
     return out if "output" in out.columns else out.assign(output=AUTO_OUTPUT)
+
+
+def one_forward_per_layer(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one training step: a recurrent layer measured in both forward passes counts
+    the one training runs (`fwd_train`, sweep.TRAINING_FORWARD), not inference's `fwd` too."""
+    trained = df["direction"].astype(str) == TRAINING_FORWARD
+    if not trained.any():
+        return df
+    keys = df[LAYER_KEYS].astype(str).agg("|".join, axis=1)
+    inference = (df["direction"].astype(str) == "fwd") & keys.isin(set(keys[trained]))
+    return df[~inference]
 
 
 def with_candidate(df: pd.DataFrame) -> pd.DataFrame:

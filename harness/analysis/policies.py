@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest, own_output, ranked,
+from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest,
+                                     one_forward_per_layer, own_output, ranked,
                                      verified, with_candidate)
 from harness.measurement import Status
 from harness.precision import AUTO_OUTPUT
@@ -217,6 +218,8 @@ def network_totals(df: pd.DataFrame, names: Iterable[str],
     policy's total pick time x multiplicity: `total_<policy>`, and `missing_<policy>` points where
     it had no comparable pick (that total is then a lower bound); `points` in the group."""
     df = ranked(df)
+    if "direction" not in keys:       # a step counts one forward pass of each layer
+        df = one_forward_per_layer(df)
     every = df
     if "output" not in keys:
         # A total over result types counts each layer-direction once, at its precision's own

@@ -1,6 +1,7 @@
 """The recurrent layers' answer (issue 40): per layer and precision, for inference (fwd) and one
-training step (fwd + bwd_data + bwd_filter), the fastest verified algorithm against what
-PyTorch runs (its nn.LSTM / GRU / RNN: the pytorch policy) and against a plain per-step loop
+training step (fwd_train + bwd_data + bwd_filter; fwd where fwd_train was not measured), the
+fastest verified algorithm against what PyTorch runs (its nn.LSTM / GRU / RNN: the pytorch
+policy) and against a plain per-step loop
 written by hand (torch's plain_loop): each one's time, largest relative error against the
 float64 oracle and the precision it delivered, and the speed-ups. The classic comparison (a
 cuDNN LSTM trained MNIST 7.5x faster than a plain LSTM at the same accuracy) is one row of it.
@@ -15,8 +16,11 @@ import pandas as pd
 from harness.analysis.points import ASKED_KEYS, ranked, verified
 from harness.analysis.policies import POLICIES
 from harness.families import RNN
+from harness.sweep import TRAINING_FORWARD
 
-PASSES = {"inference": ("fwd",), "training step": ("fwd", "bwd_data", "bwd_filter")}
+BACKWARD = ("bwd_data", "bwd_filter")
+# A training step's forward pass is `fwd_train` where it was measured, else inference's `fwd`.
+PASSES = {"inference": ("fwd",), "training step": (TRAINING_FORWARD, *BACKWARD)}
 PLAIN = "plain_loop"
 # What a row is keyed by besides its direction: the layer as the user states it.
 KEYS = [k for k in ASKED_KEYS if k not in ("direction", "op")]
@@ -35,15 +39,43 @@ def answers(df: pd.DataFrame) -> pd.DataFrame:
                   "plain": rows[rows["algorithm"].astype(str) == PLAIN]}
     out = []
     for key, layer in rows.groupby(KEYS, sort=False, dropna=False):
-        for name, directions in PASSES.items():
-            if not set(directions) <= set(layer["direction"]):
-                continue
+        for name, directions in _passes(set(layer["direction"])):
             line = dict(zip(KEYS, key), passes=name)
             for who, chosen in candidates.items():
                 line.update(_total(chosen.loc[chosen.index.intersection(layer.index)],
                                    directions, who))
             out.append(line)
     return _with_speedups(pd.DataFrame(out))
+
+
+def per_algorithm(df: pd.DataFrame) -> pd.DataFrame:
+    """Every verified recurrent algorithm's total per layer, precision and pass (the time-versus-
+    error figure's points): KEYS, passes, candidate (backend:algorithm), ms, error."""
+    rows = ranked(df)
+    if "problem" not in rows.columns:
+        return pd.DataFrame()
+    rows = verified(rows[rows["problem"].astype(str) == RNN])
+    out = []
+    for key, layer in rows.groupby(KEYS, sort=False, dropna=False):
+        measured = set(layer["direction"])
+        for name, directions in _passes(measured):
+            for (backend, algorithm), mine in layer.groupby(["backend", "algorithm"]):
+                total = _total(mine, directions, "c")
+                if total["c_ms"] is not None:
+                    out.append(dict(zip(KEYS, key), passes=name, candidate=f"{backend}:{algorithm}",
+                                    ms=total["c_ms"], error=total["c_error"]))
+    return pd.DataFrame(out)
+
+
+def _passes(measured: set[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The passes a layer's measured directions make, with the directions each sums."""
+    out = []
+    for name, directions in PASSES.items():
+        if TRAINING_FORWARD not in measured:
+            directions = tuple("fwd" if d == TRAINING_FORWARD else d for d in directions)
+        if set(directions) <= measured:
+            out.append((name, directions))
+    return out
 
 
 def _total(rows: pd.DataFrame, directions: tuple[str, ...], who: str) -> dict:

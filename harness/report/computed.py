@@ -20,13 +20,13 @@ from harness.analysis import best_per_point as _best
 from harness.analysis.sharing import contended_rows, sharing
 from harness.measurement import RANKABLE
 from harness.workspace_limit import UNLIMITED_BYTES, limit_from_column
-from harness.sweep import DIRECTIONS, LAYOUTS, PRECISIONS
+from harness.sweep import ALL_DIRECTIONS, LAYOUTS, PRECISIONS
 from harness.threads import ALL as ALL_THREADS
 
 # The point key with each layer told by its readable label (one label per LAYER_KEYS value).
 LABELLED_KEYS = ["layer_label", *[k for k in POINT_KEYS if k not in LAYER_KEYS]]
 
-_ORDER = {"direction": DIRECTIONS, "op": epilogue.OPS, "effective_precision": PRECISIONS,
+_ORDER = {"direction": ALL_DIRECTIONS, "op": epilogue.OPS, "effective_precision": PRECISIONS,
           "layout": LAYOUTS,
           "timing_mode": ("warm", "cold")}
 

@@ -13,6 +13,7 @@ from harness.report import (answers, computed, depth, figures, fusion, quantized
                             tables)
 from harness.report import sharing as shared_cpu
 from harness.report.document import Block, Document, Fold, Image, Section, Text
+from harness.report.figures.recurrent import MOST_PANELS
 
 SHOWN_FIGURES = 2      # figures of one kind shown open; the rest are folded
 
@@ -38,8 +39,7 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
         *([Section("Quantized precisions", "quantized",
                    tuple(quantized.quantized_blocks(df)))]
           if quantized.has_quantized(df) else []),
-        *([Section("Recurrent layers", "recurrent", tuple(recurrent.recurrent_blocks(df)))]
-          if recurrent.has_recurrent(df) else []),
+        *([recurrent_section(df, fig_dir, rel, renderer)] if recurrent.has_recurrent(df) else []),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel, renderer),
         workspace_section(df, totals, fig_dir, rel, renderer),
@@ -161,6 +161,22 @@ def accuracy_section(df: pd.DataFrame, fig_dir: Path, rel: str,
             f"Exact results (error 0) are drawn at {figures.ZERO_ERROR:g}.")
     return Section("Accuracy vs speed", "accuracy",
                    (Text(text), Image(f"{rel}/{path.name}", "Relative error against time")))
+
+
+def recurrent_section(df: pd.DataFrame, fig_dir: Path, rel: str,
+                      renderer: figures.Renderer) -> Section:
+    """The recurrent answer's table, then every algorithm's time against its error per layer."""
+    blocks: list[Block] = recurrent.recurrent_blocks(df)
+    drawn = figures.recurrent_figure(df, fig_dir, renderer)
+    if drawn is not None:
+        path, left_out = drawn
+        more = (f" The first {MOST_PANELS} layers are drawn; {left_out} more are in the table."
+                if left_out else "")
+        blocks += [Text("Time of each pass against its largest error, every verified algorithm "
+                        "(circles: inference; squares: a training step). An algorithm to the "
+                        f"left at the same height is faster at no cost in accuracy.{more}"),
+                   Image(f"{rel}/{path.name}", "Recurrent layers: time against error")]
+    return Section("Recurrent layers", "recurrent", tuple(blocks))
 
 
 def roofline_section(df: pd.DataFrame, peaks: dict[str, float] | None, fig_dir: Path,

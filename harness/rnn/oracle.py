@@ -4,7 +4,7 @@ harness/reference.py has for convolutions.
 
 A direction's result is one flat float64 vector of everything it writes, in a fixed order, so
 the one normwise check (harness/verdict.py) judges it like a convolution's tensor:
-  fwd:        y, the final hidden states h_n, and (LSTM) the final cell states c_n
+  fwd, fwd_train: y, the final hidden states h_n, and (LSTM) the final cell states c_n
   bwd_data:   dx, dh0, and (LSTM) dc0: the gradients of a loss whose gradients at the outputs
               are dy, dh_n, dc_n (RnnData)
   bwd_filter: every weight's gradient, layer by layer, direction by direction, in
@@ -89,7 +89,7 @@ def reference(problem: RnnProblem, direction: str, data: RnnData, xp: Any = np,
         return None if a is None else xp.asarray(a, dtype=xp.float64)
     weights = [[{k: as_xp(v) for k, v in w.items()} for w in layer] for layer in data.weights]
     fwd = recurrence.forward(problem, as_xp(data.x), as_xp(data.h0), as_xp(data.c0), weights, xp)
-    if direction == "fwd":
+    if direction in ("fwd", "fwd_train"):        # training's forward writes the same outputs
         return flat(fwd.y, fwd.h, fwd.c, xp=xp)
     dx, dh0, dc0, grads = recurrence.backward(problem, fwd, weights, as_xp(data.dy),
                                               as_xp(data.dh_n), as_xp(data.dc_n), xp)
@@ -105,6 +105,6 @@ def term_scales(problem: RnnProblem, direction: str, data: RnnData, expected: An
     """A recurrence's outputs are no sums of products whose spread one more reference could
     give: the result's own norm stands for the spread (condition 1: the plain tolerance, never
     widened), and the operands' norms bound what an output of zero may err by."""
-    first = {"fwd": data.x, "bwd_data": data.dy, "bwd_filter": data.x}[direction]
+    first = data.dy if direction == "bwd_data" else data.x
     weights = flat(*(w for layer in data.weights for d in layer for w in d.values()))
     return TermScales(l2_norm(expected, xp), l2_norm(first) * l2_norm(weights))

@@ -131,7 +131,7 @@ class RnnProblem:
         this exceeds, so no honest result is called wrong, while a bug errs by 1e-1 or more."""
         inner = max(self.layer_input_size(layer) + self.out_size for layer in range(self.layers))
         chain = self.seq_len * self.layers
-        if direction in ("fwd", "bwd_data"):
+        if direction in ("fwd", "fwd_train", "bwd_data"):
             return inner * chain
         if direction == "bwd_filter":
             return self.batch * chain
@@ -151,11 +151,13 @@ class RnnProblem:
 
     def bytes_moved(self, element_bytes: int, result_bytes: int | None = None,
                     direction: str = "fwd") -> int:
-        """Compulsory traffic: each tensor the direction touches once (fwd: x, weights, states
-        in, y and states out; bwd_data: dy, weights, states' gradients, dx; bwd_filter: x, y,
-        dweights), at `element_bytes` each."""
+        """Compulsory traffic: each tensor the direction touches once (fwd and fwd_train: x,
+        weights, states in, y and states out, what training keeps for backward not counted;
+        bwd_data: dy, weights, states' gradients, dx; bwd_filter: x, y, dweights), at
+        `element_bytes` each."""
         t = self.tensor_elements()
-        total = {"fwd": t["x"] + t["weights"] + t["states"] + t["y"],
+        forward = t["x"] + t["weights"] + t["states"] + t["y"]
+        total = {"fwd": forward, "fwd_train": forward,
                  "bwd_data": t["y"] + t["weights"] + t["states"] + t["x"],
                  "bwd_filter": t["x"] + t["y"] + t["weights"]}[direction]
         return total * (result_bytes or element_bytes)

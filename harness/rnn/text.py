@@ -10,8 +10,9 @@ the direction. Defaults as benchdnn's: l 1, t 1, mb 2, slc = dhc = sic, dic = dh
 input size, dhc the hidden size, dic < dhc an LSTM projection; sic, the state fed back, must be
 dic; dlc, the layer's output, directions x dic. Only what cuDNN and PyTorch compute too is
 taken: VANILLA_LSTM, LBR_GRU (PyTorch's and cuDNN's GRU applies the reset gate after the
-recurrent GEMM, which benchdnn calls "linear before reset"; its VANILLA_GRU does not) and VANILLA_RNN with RELU or TANH; left2right or concat
-(bidirectional). Anything else is refused with one line naming it.
+recurrent GEMM, which benchdnn calls "linear before reset"; its VANILLA_GRU does not) and
+VANILLA_RNN with RELU or TANH; left2right or concat (bidirectional). Anything else is refused
+with one line naming it.
 """
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ from harness.suite.checks import (Invalid, SuiteError, check_keys, checked_bool,
                                   checked_table, checked_text, checked_unique_list, did_you_mean,
                                   field_table,
                                   is_int, kind_of, plain_from_file)
-from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
+from harness.sweep import (ALL_DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
 
 SUITE_SUFFIX = ".toml"
@@ -189,7 +189,7 @@ def _sweep_from_table(data: dict[str, Any], default_name: str) -> Sweep:
 def _axes(axes: dict[str, Any]) -> dict[str, Any]:
     """The Sweep fields [sweep] sets; absent keys keep Sweep's defaults."""
     fields: dict[str, Any] = {}
-    for key, allowed, what in (("directions", DIRECTIONS, "direction"),
+    for key, allowed, what in (("directions", ALL_DIRECTIONS, "direction"),
                                ("precisions", PRECISIONS, "precision"),
                                ("layouts", LAYOUTS, "layout"),
                                ("ops", epilogue.OPS, "op"),

@@ -13,7 +13,7 @@ from harness.suite.checks import (Invalid, SuiteError, checked_bool, checked_cho
                                   checked_cpu_rounds,
                                   checked_gpu_processes, checked_outputs, checked_positive_int,
                                   checked_positive_number, checked_text, checked_unique_list)
-from harness.sweep import (DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
+from harness.sweep import (ALL_DIRECTIONS, GPU_TIMERS, LAYOUTS, OUTPUTS, PRECISIONS, TIMING_MODES,
                            AlgorithmChoice, Sweep, TimingOptions)
 
 # The command-line flag behind each `sweep_with_overrides` argument (each Overrides field), for
@@ -82,7 +82,7 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
 def _apply_overrides(sweep: Sweep, given: Overrides) -> Sweep:
     flag = OVERRIDE_FLAGS
     changes: dict[str, Any] = {}
-    for key, allowed, what in (("directions", DIRECTIONS, "direction"),
+    for key, allowed, what in (("directions", ALL_DIRECTIONS, "direction"),
                                ("precisions", PRECISIONS, "precision"),
                                ("layouts", LAYOUTS, "layout"),
                                ("ops", epilogue.OPS, "op"),

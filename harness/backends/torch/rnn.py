@@ -10,6 +10,9 @@ each sequence's end, as the oracle writes them.
 
 Directions, each one timed call:
   fwd:        the module's forward pass under no_grad (inference)
+  fwd_train:  the same with autograd recording, as training runs it (the weights require
+              grad; oneDNN and cuDNN then run their training kernels and keep what backward
+              reads); the graph is dropped after each call
   bwd_data:   torch.autograd.grad of (y, h_n, c_n) with gradients (dy, dh_n, dc_n) w.r.t. the
               input and initial states, on a forward graph built once in prepare and kept
   bwd_filter: the same w.r.t. the weights
@@ -26,7 +29,7 @@ from harness.backends.base import Algorithm, Prepared, Unsupported
 from harness.backends.torch.cores import use_every_core
 from harness.rnn.oracle import RnnData, flat
 from harness.rnn.problem import RnnProblem
-from harness.sweep import Point
+from harness.sweep import RNN_DIRECTIONS, TRAINING_FORWARD, Point
 
 DTYPES = {"fp32": "float32", "fp64": "float64"}
 # RnnProblem.weight_shapes names -> PyTorch's parameter names (suffixed _l{layer}[_reverse]).
@@ -115,6 +118,10 @@ def timed_call(torch: Any, point: Point, data: RnnData, as_tensor: Callable[[Any
             with torch.no_grad():
                 return forward(x, h0, c0)
         return infer
+    if point.direction == TRAINING_FORWARD:      # weights require grad: the graph is recorded
+        def train() -> tuple:
+            return tuple(t.detach() if t is not None else None for t in forward(x, h0, c0))
+        return train
     inputs = [t.requires_grad_() for t in (x, h0, c0) if t is not None]
     outputs = [t for t in forward(x, h0, c0) if t is not None]
     grads = [t for t in (as_tensor(data.dy), as_tensor(data.dh_n), as_tensor(data.dc_n))
@@ -151,6 +158,7 @@ class TorchRnn(Algorithm):
     family = "library"
     description = "torch.nn.LSTM / GRU / RNN and their autograd (oneDNN's or native CPU kernels)"
     problem_kinds = (families.RNN,)
+    directions = RNN_DIRECTIONS
     device = "cpu"
 
     def supports(self, point: Point) -> str | None:

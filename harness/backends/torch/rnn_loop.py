@@ -17,7 +17,7 @@ from harness.backends.torch.cores import use_every_core
 from harness.backends.torch.rnn import RnnPrepared, TorchRnn, tensors, timed_call, weight_keys
 from harness.rnn.oracle import RnnData
 from harness.rnn.problem import RnnProblem
-from harness.sweep import Point
+from harness.sweep import TRAINING_FORWARD, Point
 
 
 def _cell(torch: Any, cell: str, x_t: Any, h: Any, c: Any, w: dict) -> tuple:
@@ -88,7 +88,8 @@ class TorchRnnLoop(TorchRnn):
         import torch  # lazy: heavy, optional
         use_every_core(torch)
         as_tensor = tensors(torch, point, self.device)
-        weights = [[{k: as_tensor(v).requires_grad_(point.direction == "bwd_filter")
+        trains = point.direction in ("bwd_filter", TRAINING_FORWARD)
+        weights = [[{k: as_tensor(v).requires_grad_(trains)
                      for k, v in w.items()} for w in layer] for layer in data.weights]
         flat = [weights[layer][d][key] for layer, d, key in weight_keys(point.problem)]
         forward = _loop_forward(torch, point.problem, weights, self.device)

@@ -11,6 +11,7 @@ from harness.report.figures.common import (CONTENDED, DPI, FIGURE_KEYS, RATIO_CA
 from harness.report.figures.heatmap import (GAP, HEATMAP_COLUMNS, MAX_COLUMNS, display_names,
                                             heatmaps)
 from harness.report.figures.network import network_figure
+from harness.report.figures.recurrent import recurrent_figure
 from harness.report.figures.roofline import roofline_figure
 from harness.report.figures.workspace import PARETO_KEYS, pareto_figures, workspace_totals_figure
 
@@ -19,5 +20,5 @@ __all__ = [
     "Renderer",
     "family_colours", "short_names", "slug", "heatmaps", "display_names", "HEATMAP_COLUMNS", "GAP",
     "MAX_COLUMNS", "pareto_figures", "workspace_totals_figure", "PARETO_KEYS", "accuracy_figure",
-    "roofline_figure", "network_figure", "FIGURE_KEYS", "figure_parts"
+    "roofline_figure", "network_figure", "FIGURE_KEYS", "figure_parts", "recurrent_figure"
 ]
