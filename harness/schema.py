@@ -123,6 +123,9 @@ EXTRA_COLUMNS: dict[str, str] = {
     # torch_cpu recurrent rows: "onednn" (oneDNN's RNN primitive) or "native" (PyTorch's ATen
     # ops), from the op names one profiled call ran (harness/backends/torch/rnn.py)
     "torch_rnn_path": "string",
+    # cpu:direct: which kernel ran ("numba 0.68.0", the compiled one: harness/backends/cpu/
+    # direct_compiled.py) or "numpy: <why>" (few channels without numba, or many channels)
+    "cpu_kernel": "string",
     "torch_kernels_ms": "float64",
     "torch_pick_stable": "boolean",
     "torch_picks": "string",

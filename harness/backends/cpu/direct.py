@@ -17,6 +17,7 @@ from itertools import product
 
 import numpy as np
 
+from harness.backends.cpu import compiled
 from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior,
                                          padded_shape, split, tap_major_weights, workspace_of)
 from harness.problem import Axis, ConvProblem
@@ -88,10 +89,22 @@ def _window(axes: tuple[Axis, ...], xpad: np.ndarray, block: Block,
 class Direct(CpuAlgorithm):
     name = "direct"
     family = "direct"
-    description = "one GEMM per kernel tap over a strided window, no expanded copy of the input"
+    description = ("one GEMM per kernel tap over a strided window; fwd with few input channels "
+                   "compiled by numba where installed")
     runs_3d = True  # the loops run over `problem.spatial`, so depth is one more axis
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        kernel_note = _compiled_reason(point.problem)
+        if kernel_note is None:
+            prepared = _compiled_fwd(point, data, dtype)
+            if isinstance(prepared, CpuPrepared):
+                return prepared
+            kernel_note = prepared
+        prepared = self._numpy_fwd(point, data, dtype)
+        prepared.extras["cpu_kernel"] = f"numpy: {kernel_note}"
+        return prepared
+
+    def _numpy_fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
         g, cg, kg = p.groups, p.channels_per_group, p.filters_per_group
         item = np.dtype(dtype).itemsize
@@ -202,3 +215,50 @@ class Direct(CpuAlgorithm):
             np.copyto(tap_major_weights(p, dw), dwt)
 
         return CpuPrepared(dw, kernel, workspace_of(buf))
+
+
+# ---- the compiled forward pass (harness/backends/cpu/direct_compiled.py) ------------------------
+# Input channels per group below which the compiled kernel runs the forward pass: there it beat
+# the per-tap GEMMs, which have too little to multiply (1-3 channels, on one thread against the
+# GEMMs' two: 41 against 103 ms, 54 against 209, 48 against 53 on the 2-core VM); at 32 and 64
+# channels BLAS does the work better (a two-thread kernel took 3.7-4.6x oneDNN's time, the
+# GEMMs 1.7-3.8x). evidence/studies/numba_direct has the figures.
+FEW_CHANNELS = 16
+
+
+def _compiled_reason(p: ConvProblem) -> str | None:
+    """Why the NumPy forward pass runs for `p` (None: the compiled one does)."""
+    if p.channels_per_group >= FEW_CHANNELS:
+        return (f"{p.channels_per_group} input channels per group: per-tap BLAS GEMMs "
+                f"(the compiled kernel runs below {FEW_CHANNELS})")
+    return compiled.unavailable_reason()
+
+
+def _compiled_fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared | str:
+    """The compiled forward pass, compiled here (its cost is the point's setup); the reason the
+    NumPy one runs instead where numba fails to load or compile."""
+    kernels = compiled.kernels()
+    if kernels is None:
+        return str(compiled.unavailable_reason())
+    p = point.problem
+    spatial = len(p.spatial)
+    axes = (p.axis_d, p.axis_h, p.axis_w)       # a 2-D problem's depth axis: size 1, kernel 1
+    stride, dilation, pad = (np.array([getattr(a, f) for a in axes], np.int64)
+                             for f in ("stride", "dilation", "pad_begin"))
+    x = kernels.as_5d(data.x.astype(dtype), spatial)
+    w = kernels.as_5d(data.w.astype(dtype), spatial)
+    y = np.empty(p.output_shape, dtype)
+    y5 = kernels.as_5d(y, spatial)
+    n, c, d, h, width = x.shape
+    buf = allocate(point, dtype, {"phases": (n, c, d, h, p.stride_w, -(-width // p.stride_w))})
+
+    def kernel() -> None:
+        kernels.phases(x, p.stride_w, buf["phases"])
+        kernels.forward(buf["phases"], w, y5, stride, dilation, pad, p.groups, width)
+    try:
+        kernel()                    # compiles (or loads the cache) for this dtype
+    except Exception as error:      # numba's typing and lowering errors have no common base
+        return compiled.failed(error)
+    prepared = CpuPrepared(y, kernel, workspace_of(buf))
+    prepared.extras["cpu_kernel"] = compiled.label()
+    return prepared

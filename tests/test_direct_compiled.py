@@ -1,0 +1,86 @@
+"""cpu:direct's compiled forward pass (issue 42, harness/backends/cpu/direct_compiled.py): the
+layers it runs (few input channels per group), its agreement with the float64 reference on
+every geometry the forward pass takes, and the NumPy path where numba is missing."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from harness import backends, reference, verdict
+from harness.backends.cpu import compiled, direct
+from harness.problem import ConvProblem
+from harness.sweep import Point
+
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (the [compiled] "
+                                                       "extra, which the test extras include)")
+DIRECT = backends.get("cpu").algorithm("direct")
+GEOMETRIES = [
+    ConvProblem(2, 1, 23, 41, 8, 5, 7, stride_h=2, stride_w=2, name="deepspeech-like"),
+    ConvProblem(2, 3, 17, 19, 6, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
+    ConvProblem(2, 4, 11, 13, 6, 3, 3, stride_w=3, pad_top=2, pad_left=0, pad_bottom=0,
+                pad_right=2, name="asymmetric"),
+    ConvProblem(1, 6, 12, 12, 9, 3, 3, dilation_h=2, dilation_w=3, pad_top=2, pad_left=3,
+                pad_bottom=2, pad_right=3, groups=3, name="grouped-dilated"),
+    ConvProblem(1, 8, 9, 9, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                groups=8, name="depthwise"),
+    ConvProblem(1, 2, 6, 7, 5, 3, 2, stride_h=2, pad_top=1, pad_left=1, pad_bottom=1,
+                pad_right=0, in_d=5, kernel_d=3, stride_d=2, pad_front=1, pad_back=1,
+                name="3-D"),
+    ConvProblem(1, 2, 4, 4, 3, 5, 5, pad_top=3, pad_left=3, pad_bottom=3, pad_right=3,
+                name="taps-past-the-edge"),
+]
+
+
+def _forward(problem: ConvProblem, precision: str):
+    point = Point(problem, "fwd", precision, "NCHW", "cpu", "direct")
+    data = reference.make_data(problem, precision, seed=3)
+    prepared = DIRECT.prepare(point, data)
+    prepared.poison()
+    prepared.launch()
+    judged = verdict.check(problem, "fwd", data, prepared.output(), precision)
+    return prepared, judged
+
+
+@needs_numba
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+@pytest.mark.parametrize("problem", GEOMETRIES, ids=lambda p: p.name or p.short_shape)
+def test_the_compiled_forward_pass_matches_the_reference(problem, precision) -> None:
+    prepared, judged = _forward(problem, precision)
+    kernel = prepared.extras["cpu_kernel"]
+    assert kernel.startswith("numba ") and kernel.endswith(", one thread")
+    assert judged.delivered == precision, (judged.rel_error, judged.tolerance)
+    if precision == "fp64":
+        assert judged.rel_error < 1e-13
+
+
+@needs_numba
+def test_a_misplaced_tap_in_the_compiled_kernel_is_wrong(monkeypatch) -> None:
+    kernels = compiled.kernels()
+    real = kernels.forward
+
+    def shifted(xp, w, y, stride, dilation, pad, groups, width):   # reads one column over
+        real(xp, w, y, stride, dilation, pad - np.array([0, 0, 1]), groups, width)
+    monkeypatch.setattr(kernels, "forward", shifted)
+    _, judged = _forward(GEOMETRIES[1], "fp32")
+    assert judged.delivered is None and judged.rel_error > 0.1
+
+
+def test_channel_rich_layers_keep_the_per_tap_gemms() -> None:
+    problem = ConvProblem(1, direct.FEW_CHANNELS, 6, 6, 4, 3, 3)
+    prepared, judged = _forward(problem, "fp32")
+    assert prepared.extras["cpu_kernel"].startswith(f"numpy: {direct.FEW_CHANNELS} input "
+                                                    "channels per group")
+    assert judged.delivered == "fp32"
+
+
+def test_without_numba_the_numpy_forward_runs_and_the_row_says_why(monkeypatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "numba" else real(name, *a))
+    monkeypatch.setattr(compiled, "_state", {})
+    prepared, judged = _forward(GEOMETRIES[0], "fp32")
+    assert prepared.extras["cpu_kernel"] == f"numpy: {compiled.MISSING}"
+    assert judged.delivered == "fp32"
