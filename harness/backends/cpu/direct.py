@@ -220,9 +220,10 @@ class Direct(CpuAlgorithm):
 # ---- the compiled forward pass (harness/backends/cpu/direct_compiled.py) ------------------------
 # Input channels per group below which the compiled kernel runs the forward pass: there it beat
 # the per-tap GEMMs, which have too little to multiply (1-3 channels, on one thread against the
-# GEMMs' two: 41 against 103 ms, 54 against 209, 48 against 53 on the 2-core VM); at 32 and 64
-# channels BLAS does the work better (a two-thread kernel took 3.7-4.6x oneDNN's time, the
-# GEMMs 1.7-3.8x). evidence/studies/numba_direct has the figures.
+# GEMMs' two, in cpu_compare sweeps on the 2-core VM: 40 against 104-108 ms, 26 against 99-102,
+# 47 against 50-52); at 32 and 64 channels the GEMMs matched or beat even a two-thread compiled
+# kernel (DeepBench train_06 69.7 against 67.9 ms, ResNet-50 res2a 14.4 against 29.6).
+# evidence/studies/numba_direct has the figures.
 FEW_CHANNELS = 16
 
 

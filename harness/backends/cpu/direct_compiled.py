@@ -16,10 +16,12 @@ One thread: the kernels are serial. numba's thread pools did not fit a benchmark
 `workqueue` layer the dispatching thread competes with the workers (every sample of a 3 ms
 point waited 24% of its time for a core, so each row was flagged as sharing the CPU), and with
 its OpenMP layer OpenBLAS points timed right after ran up to 1.7x slower
-(evidence/studies/numba_direct). Even so, on the 2-core AMD EPYC VM (fp32, batch 8, interleaved
-rounds) the one-thread kernel ran DeepBench train_02 (1 channel, 20x5, stride 2) in 41 ms where
-the NumPy direct took 103 on two threads, train_55 in 54 against 209 (oneDNN 63) and VGG-16
-conv1_1 in 48 against 53 (oneDNN 58); oneDNN ran train_02 in 4.3. With 32-64 input channels the
+(evidence/studies/numba_direct). In `convbench run cpu_compare --direction fwd` on the 2-core
+AMD EPYC VM (fp32, batch 8; two runs with numba and two with it blocked, alternating) the
+one-thread kernel ran DeepBench train_02 (1 channel, 20x5, stride 2) in 40-41 ms where the
+NumPy direct took 104-108 on two threads, train_55 in 26 against 99-102 and VGG-16 conv1_1 in
+47 against 50-52. It is not a peer of oneDNN: PyTorch's conv2d ran those layers in 4.0, 4.5
+and 8.5 ms, NumPy's im2col in 9.9, 6.7 and 11.1. With 16 or more input channels per group the
 NumPy direct's per-tap BLAS GEMMs run instead (harness/backends/cpu/direct.py).
 """
 from __future__ import annotations
