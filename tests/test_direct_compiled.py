@@ -84,3 +84,13 @@ def test_without_numba_the_numpy_forward_runs_and_the_row_says_why(monkeypatch) 
     prepared, judged = _forward(GEOMETRIES[0], "fp32")
     assert prepared.extras["cpu_kernel"] == f"numpy: {compiled.MISSING}"
     assert judged.delivered == "fp32"
+
+
+def test_loading_the_cpu_backend_does_not_import_numba() -> None:
+    import subprocess
+    import sys
+    code = ("import sys, harness.backends.cpu as c; c.CpuBackend().algorithms(); "
+            "print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "False"
