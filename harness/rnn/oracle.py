@@ -74,12 +74,6 @@ def flat(*parts: Any, xp: Any = np) -> Any:
                            for p in parts if p is not None])
 
 
-def weight_grads_in_order(problem: RnnProblem, grads: list) -> list:
-    """The weight gradients `grads[layer][direction][name]` in the bwd_filter order."""
-    return [grads[layer][d][name] for layer in range(problem.layers)
-            for d in range(problem.directions) for name in problem.weight_shapes(layer)]
-
-
 def reference(problem: RnnProblem, direction: str, data: RnnData, xp: Any = np,
               op: str = epilogue.CONV) -> Any:
     """The exact (float64) result of `direction` on `data`, flat (module docstring)."""
@@ -96,7 +90,8 @@ def reference(problem: RnnProblem, direction: str, data: RnnData, xp: Any = np,
     if direction == "bwd_data":
         return flat(dx, dh0, dc0, xp=xp)
     if direction == "bwd_filter":
-        return flat(*weight_grads_in_order(problem, grads), xp=xp)
+        return flat(*(grads[layer][d][name] for layer, d, name in problem.weight_keys()),
+                    xp=xp)
     raise ValueError(f"unknown direction {direction!r}")
 
 

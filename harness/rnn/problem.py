@@ -87,6 +87,12 @@ class RnnProblem:
             shapes["P"] = (self.proj_size, self.hidden_size)
         return shapes
 
+    def weight_keys(self) -> list[tuple[int, int, str]]:
+        """(layer, direction, name) of every weight, in the order a bwd_filter result lists
+        their gradients (harness/rnn/oracle.py) and backends hand theirs over."""
+        return [(layer, d, name) for layer in range(self.layers)
+                for d in range(self.directions) for name in self.weight_shapes(layer)]
+
     def steps(self) -> int:
         """Cell steps actually run: every valid (sequence, time) pair, per layer and direction."""
         valid = sum(self.lengths) if self.lengths is not None else self.batch * self.seq_len

@@ -51,21 +51,15 @@ def module_for(torch: Any, problem: RnnProblem, weights: list, dtype: Any) -> An
                               nonlinearity=problem.cell.removeprefix("rnn_"), **kwargs)
     module = module.to(dtype)
     with torch.no_grad():
-        for (layer, d, key), parameter in zip(weight_keys(problem), parameters(module, problem)):
+        for (layer, d, key), parameter in zip(problem.weight_keys(), parameters(module, problem)):
             parameter.copy_(torch.from_numpy(np.asarray(weights[layer][d][key])))
     return module
 
 
-def weight_keys(problem: RnnProblem) -> list[tuple[int, int, str]]:
-    """(layer, direction, name) of every weight, in the bwd_filter result's order."""
-    return [(layer, d, key) for layer in range(problem.layers)
-            for d in range(problem.directions) for key in problem.weight_shapes(layer)]
-
-
 def parameters(module: Any, problem: RnnProblem) -> list[Any]:
-    """The module's parameters in weight_keys order."""
+    """The module's parameters in RnnProblem.weight_keys order."""
     return [getattr(module, f"{PARAMETERS[key]}_l{layer}{'_reverse' if d else ''}")
-            for layer, d, key in weight_keys(problem)]
+            for layer, d, key in problem.weight_keys()]
 
 
 class RnnPrepared(Prepared):
@@ -111,7 +105,7 @@ Forward = Callable[[Any, Any, Any], tuple]      # (x, h0, c0) -> (y, h_n, c_n or
 def timed_call(torch: Any, point: Point, data: RnnData, as_tensor: Callable[[Any], Any],
                forward: Forward, weights: list[Any]) -> Callable[[], tuple]:
     """The timed call of `point`'s direction (module docstring) for an implementation given
-    as its forward pass and its weight tensors in weight_keys order."""
+    as its forward pass and its weight tensors in RnnProblem.weight_keys order."""
     x, h0, c0 = as_tensor(data.x), as_tensor(data.h0), as_tensor(data.c0)
     if point.direction == "fwd":
         def infer() -> tuple:

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.backends.base import Unsupported
 from harness.backends.torch.cores import use_every_core
-from harness.backends.torch.rnn import RnnPrepared, TorchRnn, tensors, timed_call, weight_keys
+from harness.backends.torch.rnn import RnnPrepared, TorchRnn, tensors, timed_call
 from harness.rnn.oracle import RnnData
 from harness.rnn.problem import RnnProblem
 from harness.sweep import TRAINING_FORWARD, Point
@@ -91,6 +91,6 @@ class TorchRnnLoop(TorchRnn):
         trains = point.direction in ("bwd_filter", TRAINING_FORWARD)
         weights = [[{k: as_tensor(v).requires_grad_(trains)
                      for k, v in w.items()} for w in layer] for layer in data.weights]
-        flat = [weights[layer][d][key] for layer, d, key in weight_keys(point.problem)]
+        flat = [weights[layer][d][key] for layer, d, key in point.problem.weight_keys()]
         forward = _loop_forward(torch, point.problem, weights, self.device)
         return RnnPrepared(timed_call(torch, point, data, as_tensor, forward, flat), self.device)
