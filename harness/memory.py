@@ -55,7 +55,8 @@ def _recurrent_footprint(point: Point, device: str) -> Footprint:
     states it saved: harness/rnn/reference.py) and the flat results; the backend holds its own
     copy and an autograd tape of the same size."""
     p = point.problem
-    tensors = sum(p.tensor_elements().values()) + p.tensor_elements()["y"]
+    elements = p.tensor_elements()
+    tensors = sum(elements.values()) + elements["y"]
     tape = p.layers * p.directions * p.seq_len * p.batch * (p.gates + 6) * p.hidden_size
     data = FLOAT64 * tensors
     checking = FLOAT64 * (tape + 3 * tensors)

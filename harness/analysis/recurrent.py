@@ -28,10 +28,7 @@ KEYS = [k for k in ASKED_KEYS if k not in ("direction", "op")]
 
 def answers(df: pd.DataFrame) -> pd.DataFrame:
     """One row per recurrent layer, asked precision (and the other point keys) and pass."""
-    rows = ranked(df)
-    if "problem" not in rows.columns:
-        return pd.DataFrame()
-    rows = verified(rows[rows["problem"].astype(str) == RNN])
+    rows = _recurrent_rows(df)
     if rows.empty:
         return pd.DataFrame()
     candidates = {"best": rows,
@@ -42,8 +39,8 @@ def answers(df: pd.DataFrame) -> pd.DataFrame:
         for name, directions in _passes(set(layer["direction"])):
             line = dict(zip(KEYS, key), passes=name)
             for who, chosen in candidates.items():
-                line.update(_total(chosen.loc[chosen.index.intersection(layer.index)],
-                                   directions, who))
+                total = _total(chosen.loc[chosen.index.intersection(layer.index)], directions)
+                line.update({f"{who}_{field}": total.get(field) for field in _FIELDS})
             out.append(line)
     return _with_speedups(pd.DataFrame(out))
 
@@ -51,20 +48,24 @@ def answers(df: pd.DataFrame) -> pd.DataFrame:
 def per_algorithm(df: pd.DataFrame) -> pd.DataFrame:
     """Every verified recurrent algorithm's total per layer, precision and pass (the time-versus-
     error figure's points): KEYS, passes, candidate (backend:algorithm), ms, error."""
-    rows = ranked(df)
-    if "problem" not in rows.columns:
-        return pd.DataFrame()
-    rows = verified(rows[rows["problem"].astype(str) == RNN])
+    rows = _recurrent_rows(df)
     out = []
     for key, layer in rows.groupby(KEYS, sort=False, dropna=False):
-        measured = set(layer["direction"])
-        for name, directions in _passes(measured):
+        for name, directions in _passes(set(layer["direction"])):
             for (backend, algorithm), mine in layer.groupby(["backend", "algorithm"]):
-                total = _total(mine, directions, "c")
-                if total["c_ms"] is not None:
+                total = _total(mine, directions)
+                if total:
                     out.append(dict(zip(KEYS, key), passes=name, candidate=f"{backend}:{algorithm}",
-                                    ms=total["c_ms"], error=total["c_error"]))
+                                    ms=total["ms"], error=total["error"]))
     return pd.DataFrame(out)
+
+
+def _recurrent_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The verified recurrent rows, each placed at its point (an empty frame where none)."""
+    rows = ranked(df)
+    if "problem" not in rows.columns:
+        return rows.iloc[0:0]
+    return verified(rows[rows["problem"].astype(str) == RNN])
 
 
 def _passes(measured: set[str]) -> list[tuple[str, tuple[str, ...]]]:
@@ -78,18 +79,21 @@ def _passes(measured: set[str]) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def _total(rows: pd.DataFrame, directions: tuple[str, ...], who: str) -> dict:
-    """The candidate's fastest verified row per direction, summed over the pass."""
+_FIELDS = ("ms", "error", "delivered", "algorithm")
+
+
+def _total(rows: pd.DataFrame, directions: tuple[str, ...]) -> dict:
+    """The candidate's fastest verified row per direction, summed over the pass (_FIELDS); {}
+    where it lacks a direction (never a partial sum)."""
     fastest = rows.sort_values("median_ms", kind="stable").drop_duplicates("direction")
     fastest = fastest[fastest["direction"].isin(directions)]
     if len(fastest) < len(directions):
-        return {f"{who}_ms": None, f"{who}_error": None, f"{who}_delivered": None,
-                f"{who}_algorithm": None}
+        return {}
     names = sorted({f"{b}:{a}" for b, a in zip(fastest["backend"], fastest["algorithm"])})
-    return {f"{who}_ms": float(fastest["median_ms"].sum()),
-            f"{who}_error": float(fastest["rel_error"].max()),
-            f"{who}_delivered": " ".join(sorted(set(fastest["effective_precision"].astype(str)))),
-            f"{who}_algorithm": " + ".join(names)}
+    return {"ms": float(fastest["median_ms"].sum()),
+            "error": float(fastest["rel_error"].max()),
+            "delivered": " ".join(sorted(set(fastest["effective_precision"].astype(str)))),
+            "algorithm": " + ".join(names)}
 
 
 def _with_speedups(out: pd.DataFrame) -> pd.DataFrame:
