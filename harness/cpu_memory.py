@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 # mallopt parameters (glibc's malloc.h)
@@ -58,6 +59,7 @@ def trim() -> None:
         _libc().malloc_trim(0)
 
 
+@functools.cache   # find_library runs `ldconfig -p`: 2.6 ms a call, after every group
 def _libc():
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

@@ -67,6 +67,11 @@ def computed_precision(point: Point) -> str:
     return algorithm_for(point).computes_as(point.precision)
 
 
+# Points whose GPU races are remembered (a point's groups come one after another; a few more
+# cover the precisions one group computes alike).
+RACES_KEPT = 8
+
+
 class PointExecutor:
     """Measures points in this process, caching test data and references between neighbours."""
 
@@ -79,6 +84,7 @@ class PointExecutor:
         self._cache_size = cache_size
         self._flushers: dict[str, Callable[[], None]] = {}
         self._verified: dict[str, verified_once.Verified] = {}   # the group's, from process 1
+        self._races: OrderedDict[str, Race] = OrderedDict()     # by point, all but algorithm
 
     def measure_one(self, point: Point) -> Measurement:
         """One point on its own, including a concrete variant of an expanding algorithm (a
@@ -110,7 +116,8 @@ class PointExecutor:
         if reason:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, reason, algo.family) for p in group)
         elif not algo.expands:
-            yield Unit(None, lambda: self._measure_supported(group, point, algo))
+            yield Unit(None, lambda: self._measure_supported(group, point, algo,
+                                                             self._race_for(point, algo)))
         else:
             yield from self._variant_units(group, point, algo, skip)
 
@@ -128,8 +135,7 @@ class PointExecutor:
         if not variants:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, "the backend offered no variant",
                                        algo.family) for p in group)
-        # the variants race (harness/stopping.py): one bar for the group, held across its units
-        race = Race(_tightest(group)) if point.timing.race else None
+        race = self._race_for(point, algo)     # held across the group's units
         for variant in variants:
             if variant not in skip:
                 yield Unit(variant, partial(self._measure_variant, group, point, algo, variant,
@@ -204,14 +210,17 @@ class PointExecutor:
                  for p in group if common[p.precision]["effective_precision"] is None}
         if delivered is None:
             return list(wrong.values())
-        options = point.timing if race is None else race.timing(point.timing, delivered)
+        tightest = _tightest(group)
+        options = point.timing if race is None else race.timing(point.timing, delivered,
+                                                                 tightest)
         timing_started = time.perf_counter()
         try:
             timing = self._time(prepared, options)
         except Exception as err:  # backend failure while timing: a failed row
             return [wrong.get(p.point_id) or _failed(p, algo, err) for p in group]
         stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3
-        raced, race_note = ({}, "") if race is None else race.row_notes(delivered, timing)
+        raced, race_note = (({}, "") if race is None
+                            else race.row_notes(delivered, timing, tightest))
         if race is not None:
             race.finished(point.algorithm, delivered, timing, prepared.workspace_bytes)
         return [wrong.get(p.point_id) or self._row(
@@ -255,6 +264,18 @@ class PointExecutor:
         return Measurement(p, Status.OK, reason, samples_ms=timing.samples_ms,
                            stop_reason=timing.stop_reason, host_ms=timing.host_ms,
                            extras=extras, **common)
+
+    def _race_for(self, point: Point, algo: Algorithm) -> Race | None:
+        """The race the point's candidate joins (harness/race.py; None with --no-race): the
+        plans of an expanding algorithm race each other; on a GPU a backend's algorithms of one
+        point race across their groups too, which come one after another (CPU rows are measured
+        in rounds that would race one another, and keep their full floor)."""
+        if not point.timing.race:
+            return None
+        if backends.get(point.backend).device != "cuda":
+            return Race() if algo.expands else None
+        key = replace(point, algorithm="*", workspace_limit=None).point_id
+        return _cached(self._races, key, RACES_KEPT, Race)
 
     def _time(self, prepared: Prepared, options: TimingOptions) -> Timing:
         own = prepared.own_timing(options)

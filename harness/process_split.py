@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from harness.measurement import STAGE_COLUMNS, STATUSES, Measurement, Status
+from harness.stopping import RACED_OUT
 from harness.sweep import Point, TimingOptions
 
 # Worst first: a row is as bad as the worst any process saw (a wrong output in one process is a
@@ -33,14 +34,15 @@ _SEVERITY = (Status.CRASHED, Status.NOT_TRIED, Status.WRONG, Status.FAILED,
 assert set(_SEVERITY) == set(STATUSES)
 
 
-def share(timing: TimingOptions, k: int) -> TimingOptions:
-    """The timing one of `k` replicates (GPU worker processes, CPU rounds) applies: its part of
-    the samples and of the budget, so the merged row has at least the samples asked for."""
+def share(timing: TimingOptions, k: int, replicate: int = 0) -> TimingOptions:
+    """The timing replicate `replicate` of `k` (GPU worker processes, CPU rounds) applies: its
+    part of the samples and of the budget, so the merged row has at least the samples asked
+    for."""
     if k <= 1:
         return timing
     return replace(timing, min_samples=math.ceil(timing.min_samples / k),
                    max_samples=math.ceil(timing.max_samples / k),
-                   budget_ms=timing.budget_ms / k)
+                   budget_ms=timing.budget_ms / k, replicate=replicate)
 
 
 def replicates(point: Point, device: str) -> int:
@@ -48,9 +50,9 @@ def replicates(point: Point, device: str) -> int:
     return point.timing.gpu_processes if device == "cuda" else point.timing.cpu_rounds
 
 
-def shared_group(group: Sequence[Point], k: int) -> list[Point]:
-    """`group` as each of `k` replicates measures it."""
-    return [replace(p, timing=share(p.timing, k)) for p in group]
+def shared_group(group: Sequence[Point], k: int, replicate: int = 0) -> list[Point]:
+    """`group` as replicate `replicate` of `k` measures it."""
+    return [replace(p, timing=share(p.timing, k, replicate)) for p in group]
 
 
 def merge(group: Sequence[Point], per_process: Sequence[Sequence[Measurement]]
@@ -79,11 +81,17 @@ def _merge_one(measurements: list[Measurement], processes: int) -> Measurement:
             return worst
         seen = ", ".join(m.status for m in measurements)
         return replace(worst, reason=f"{worst.reason} (its replicates saw: {seen})")
-    if len(measurements) < processes:
+    if len(measurements) < processes and not _raced_out(measurements):
         return replace(worst, status=Status.FAILED, samples_ms=(),
                        reason=f"measured in {len(measurements)} of {processes} worker processes "
                               "only: the others offered no such variant")
     return _merge_ok(measurements)
+
+
+def _raced_out(measurements: list[Measurement]) -> bool:
+    """Raced out where it was measured: later processes leave such a row alone (it cannot be
+    its point's best; harness/race.py), so fewer processes measured it than the others."""
+    return all(m.stop_reason == RACED_OUT for m in measurements)
 
 
 def _merge_ok(measurements: list[Measurement]) -> Measurement:

@@ -1,6 +1,10 @@
-"""The race among one point's execution plans (harness/stopping.py says why and when a plan is
-raced out): the bar each plan's heat must beat to be timed in full, and what a raced-out row
-says. The executor keeps one Race per group of points it measures plan by plan."""
+"""The race among one point's candidates (harness/stopping.py says why and when one is raced
+out): the bar each candidate's heat must beat to be timed in full, and what a raced-out row says.
+
+The candidates are the execution plans of an expanding algorithm (one group) and, on a GPU, the
+plain algorithms of one backend at one point (the legacy cuDNN algorithms: one group each, the
+executor keeps their Race across groups). A candidate raced out in the first timing process is
+not timed again by a later one (runner.Measurer, process_split.merge)."""
 from __future__ import annotations
 
 import statistics
@@ -14,43 +18,47 @@ from harness.timer import Timing
 
 
 @dataclass(frozen=True)
-class _Best:
+class _Timed:
     median_ms: float
     plan: str
+    workspace_bytes: int
 
 
 class Race:
-    """The fastest plan timed in full so far, per precision delivered: rows are ranked on what
+    """The candidates timed in full so far, per precision delivered: rows are ranked on what
     they delivered (harness/analysis/points.py), so a plan that computes in fp32 never races one
-    that computes at tf32. Only a plan within the group's tightest workspace limit sets the bar
-    (the group's points differ in their limit alone): a faster plan over that limit is no rival
-    at it."""
+    that computes at tf32. A candidate sets the bar for a group only if its workspace fits that
+    group's tightest limit (the group's points differ in their limit alone): a faster plan over
+    that limit is no rival at it."""
 
-    def __init__(self, tightest_limit: int | None):
-        self._tightest = tightest_limit
-        self._best: dict[str | None, _Best] = {}
+    def __init__(self) -> None:
+        self._timed: dict[str | None, list[_Timed]] = {}
 
-    def timing(self, options: TimingOptions, delivered: str | None) -> TimingOptions:
-        """`options` with the bar a plan that delivered `delivered` must beat."""
-        best = self._best.get(delivered)
+    def _best(self, delivered: str | None, tightest_limit: int | None) -> _Timed | None:
+        rivals = [t for t in self._timed.get(delivered, ())
+                  if fits(t.workspace_bytes, tightest_limit)]
+        return min(rivals, key=lambda t: t.median_ms) if rivals else None
+
+    def timing(self, options: TimingOptions, delivered: str | None,
+               tightest_limit: int | None) -> TimingOptions:
+        """`options` with the bar a candidate that delivered `delivered` must beat."""
+        best = self._best(delivered, tightest_limit)
         if best is None:
             return options
         return replace(options, race_bar_ms=best.median_ms * (1 + RACE_MARGIN))
 
     def finished(self, plan: str, delivered: str | None, timing: Timing,
                  workspace_bytes: int) -> None:
-        if (timing.stop_reason == RACED_OUT or not timing.samples_ms
-                or not fits(workspace_bytes, self._tightest)):
+        if timing.stop_reason == RACED_OUT or not timing.samples_ms:
             return
-        median = statistics.median(timing.samples_ms)
-        best = self._best.get(delivered)
-        if best is None or median < best.median_ms:
-            self._best[delivered] = _Best(median, plan)
+        self._timed.setdefault(delivered, []).append(
+            _Timed(statistics.median(timing.samples_ms), plan, workspace_bytes))
 
-    def row_notes(self, delivered: str | None, timing: Timing) -> tuple[dict[str, Any], str]:
-        """A raced-out row's columns (how many times the fastest plan so far it took, and which
-        plan that was) and the sentence its reason carries; nothing for any other row."""
-        best = self._best.get(delivered)
+    def row_notes(self, delivered: str | None, timing: Timing,
+                  tightest_limit: int | None) -> tuple[dict[str, Any], str]:
+        """A raced-out row's columns (how many times the fastest candidate so far it took, and
+        which that was) and the sentence its reason carries; nothing for any other row."""
+        best = self._best(delivered, tightest_limit)
         if timing.stop_reason != RACED_OUT or best is None:
             return {}, ""
         median = statistics.median(timing.samples_ms)

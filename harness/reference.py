@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import epilogue
+from harness import draws, epilogue
 from harness import precision as precision_table
 from harness.problem import ConvProblem
 
@@ -46,11 +46,12 @@ def make_data(problem: ConvProblem, precision: str, seed: int = 0,
     The epilogue's operands are drawn after x, w, dy, so those are the same for every op; they
     are added to the result, so they take its precision (fp16 for an fp8 forward pass) and the
     scale of a product of two operands."""
-    rng = np.random.default_rng(seed)
+    streams = np.random.SeedSequence(seed)     # one child a tensor, in the order drawn
     scale = precision_table.TABLE[precision].data_scale
 
     def draw(shape: tuple[int, ...], to: str = precision, times: float = scale) -> Any:
-        return precision_table.round_to(rng.standard_normal(shape) * times, to)
+        return draws.normal(streams.spawn(1)[0], shape,
+                            lambda block: precision_table.round_to(block * times, to))
     x, w, dy = draw(problem.input_shape), draw(problem.weight_shape), draw(problem.output_shape)
     result = precision_table.output_precision(precision, "fwd")
     bias = (draw((problem.out_channels,), result, scale**2) if epilogue.needs_bias(op)

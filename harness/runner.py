@@ -14,6 +14,7 @@ from harness import backends, cpu_memory, families, threads, verified_once
 from harness.executor import PointExecutor, computed_precision
 from harness.measurement import HungKey, Measurement
 from harness.stats import samples_floor
+from harness.stopping import RACED_OUT
 from harness.sweep import UNLIMITED, Point, Sweep, TimingOptions
 from harness.threads import ALL as ALL_THREADS
 
@@ -218,9 +219,9 @@ class Measurer:
         from harness import process_split
         k = process_split.replicates(batch[0][0], "cpu")
         rounds: list[list[list[Measurement]]] = [[] for _ in batch]
-        for _ in range(k):
+        for replicate in range(k):
             for measured, group, skip in zip(rounds, batch, skips):
-                shared = process_split.shared_group(group, k)
+                shared = process_split.shared_group(group, k, replicate)
                 measured.append([row for unit in self._local.units(shared, skip)
                                  for row in unit.measure()])
                 cpu_memory.trim()
@@ -232,20 +233,21 @@ class Measurer:
                  emit: Callable[[Measurement], None]) -> None:
         from harness import process_split
         k = process_split.replicates(group[0], "cuda")
-        shared = process_split.shared_group(group, k)
         pools = self._pools(k)
         if len(pools) == 1:     # nothing to merge with: each plan's rows are final as they come
-            pools[0].measure(shared, skip, on_rows=lambda rows: _emit_all(
+            pools[0].measure(group, skip, on_rows=lambda rows: _emit_all(
                 process_split.merge(group, [rows]), emit))
             return
         measured: list[list[Measurement]] = []
         # One process after another, never at once: they share the GPU being timed.
-        for pool in pools:
+        for replicate, pool in enumerate(pools):
             verified = verified_once.from_rows(measured[0]) if measured else {}
-            measured.append(pool.measure(shared, skip=skip | _settled_variants(measured),
+            measured.append(pool.measure(process_split.shared_group(group, k, replicate),
+                                         skip=skip | _settled_variants(measured),
                                          verified=verified))
-            if not any(m.ok for m in measured[-1]):
-                break   # nothing a later process measures can make these rows ok (below)
+            if not any(m.ok and m.stop_reason != RACED_OUT for m in measured[-1]):
+                break   # nothing a later process measures can make these rows ok, or the best
+                        # (below)
         _emit_all(process_split.merge(group, measured), emit)
 
     def _pools(self, count: int) -> list:
@@ -281,9 +283,11 @@ def _emit_all(rows: Iterable[Measurement], emit: Callable[[Measurement], None]) 
 def _settled_variants(measured: list[list[Measurement]]) -> frozenset[str]:
     """Plans an earlier process gave no ok row: a merged row is as bad as the worst any process
     saw (process_split.merge), so measuring them again cannot change it. It would cost their
-    setup and checks again, and a plan that hung or crashed would wait out the same cap."""
+    setup and checks again, and a plan that hung or crashed would wait out the same cap. And
+    plans an earlier process raced out (harness/race.py): they cannot be the point's best."""
     variants = {m.point.algorithm for rows in measured for m in rows if m.of_variant}
-    ok = {m.point.algorithm for rows in measured for m in rows if m.of_variant and m.ok}
+    ok = {m.point.algorithm for rows in measured for m in rows
+          if m.of_variant and m.ok and m.stop_reason != RACED_OUT}
     return frozenset(variants - ok)
 
 

@@ -60,11 +60,17 @@ class TimingOptions:
     # inside one run, from which `convbench compare` takes the run-to-run noise floor that a
     # regression in the run being judged cannot raise (harness/compare/__init__.py).
     cpu_rounds: int = 2
-    # Race the plans of an expanding algorithm (the graph API's): a plan whose first samples are
-    # all over the fastest plan so far by harness/stopping.RACE_MARGIN is not timed in full.
+    # Race a point's candidates (the graph API's plans; on a GPU also a backend's algorithms):
+    # one whose first samples are all over the fastest so far by harness/stopping.RACE_MARGIN is
+    # not timed in full (harness/race.py).
     race: bool = True
     # Set per plan by harness/race.py, never by a user: the bar (ms per launch) of that race.
     race_bar_ms: float | None = None
+    # Set by harness/process_split.py, never by a user: which of a point's replicates (GPU timing
+    # processes, CPU rounds) this is. The first also asks a library for its own picks (cuDNN's
+    # heuristic and Find: the policy columns, which the merged row takes from the first); a
+    # later one only verifies (or takes the first's verdict) and times.
+    replicate: int = 0
 
 
 @dataclass(frozen=True)

@@ -211,6 +211,34 @@ class ProcessGpuBackend(FakeBackend):
         return [ProcessTimed()]
 
 
+class _Speed(FakeExact):
+    """A plain algorithm of a 'cuda' backend at a given speed (simulated, no GPU anywhere):
+    each is a group of its own, as the legacy cuDNN algorithms are."""
+    backend = "racing_gpu"
+
+
+class _Fast(_Speed):
+    name, gflops = "fast", 300.0
+
+
+class _Slow(_Speed):
+    name, gflops = "slow", 30.0
+
+
+class _Hungry(_Speed):
+    """Fastest of all, and needs 64 MiB of workspace."""
+    name, gflops, workspace = "hungry", 600.0, 64 << 20
+
+
+class RacingGpuBackend(FakeBackend):
+    """Plain algorithms routed like a GPU backend's: their groups race (harness/race.py)."""
+    name = "racing_gpu"
+    device = "cuda"
+
+    def algorithms(self):
+        return [_Hungry(), _Fast(), _Slow()]
+
+
 class _FailsAtLaunch(_Forwarding):
     """A fake point whose every launch raises what `error()` makes."""
 

@@ -18,8 +18,9 @@ LAYERS = [
     {"problem", "precision", "student_t", "stats", "locks", "threads", "contention", "cpu_memory",
      "backends.cudnn.lib",
      "epilogue", "workspace_limit"},
-    # rnn: the recurrent problem family and its float64 recurrence; families: which kinds exist
-    {"problem_text", "rnn", "families"},
+    # rnn: the recurrent problem family and its float64 recurrence; families: which kinds exist;
+    # draws: random test data on the process's cores
+    {"problem_text", "rnn", "families", "draws"},
     {"env", "sweep"},
     {"measurement", "suite.checks", "reference", "verdict", "rnn.oracle", "oracles"},
     {"suite"},                # its loader, axes and overrides

@@ -39,6 +39,14 @@ def test_each_process_takes_its_share_and_the_row_keeps_at_least_what_was_asked(
     assert process_split.share(TIMING, 1) == TIMING
 
 
+def test_each_replicate_knows_which_it_is_and_only_the_first_asks_for_policies():
+    group = [_point(), _point("other")]
+    assert [p.timing.replicate for p in process_split.shared_group(group, 2, 1)] == [1, 1]
+    assert [p.timing.replicate for p in process_split.shared_group(group, 2)] == [0, 0]
+    from harness.backends.cudnn import legacy
+    assert legacy.NO_CHOICES.heuristic == [] and legacy.NO_CHOICES.found == []
+
+
 def test_a_cpu_point_has_rounds_a_gpu_point_processes():
     point = replace(_point(), timing=replace(TIMING, gpu_processes=3, cpu_rounds=2))
     assert process_split.replicates(point, "cuda") == 3

@@ -135,3 +135,69 @@ def test_a_plan_raced_out_in_one_process_says_by_how_much_it_lost_in_the_worst()
     for order in ([full, raced], [raced, full]):
         (row,) = process_split.merge([point], [[m] for m in order])
         assert row.extras["raced_out_by"] == 1.6 and stopping.RACED_OUT in row.stop_reason
+
+
+# ---- a GPU backend's plain algorithms race across their groups ---------------------------------
+@pytest.fixture
+def racing_gpu():
+    backends.register("racing_gpu", "planted_backends:RacingGpuBackend")
+
+
+def _racing_points(order, timing=TIMING, limits=(None,)):
+    return [Point(PROBLEM, "fwd", "fp32", "NCHW", "racing_gpu", name, limit, timing)
+            for name in order for limit in limits]
+
+
+def _in_one_executor(points):
+    executor = PointExecutor()
+    from harness.runner import groups
+    return {(m.point.algorithm, m.point.workspace_limit): m
+            for group in groups(points) for m in executor.measure(group)}
+
+
+def test_a_gpu_algorithm_far_slower_than_one_before_it_is_raced_out(racing_gpu):
+    rows = _in_one_executor(_racing_points(["fast", "slow"]))
+    fast, slow = rows["fast", None], rows["slow", None]
+    assert len(fast.samples_ms) >= 12 and fast.stop_reason != stopping.RACED_OUT
+    assert slow.ok and slow.stop_reason == stopping.RACED_OUT
+    assert len(slow.samples_ms) == stopping.RACE_SAMPLES
+    assert slow.extras["raced_against"] == "fast" and "raced out after 4" in slow.reason
+    # met first, the slow algorithm is timed in full; and without the race nothing is raced
+    first = _in_one_executor(_racing_points(["slow", "fast"]))
+    assert all(len(m.samples_ms) >= 12 for m in first.values())
+    off = _in_one_executor(_racing_points(["fast", "slow"], replace(TIMING, race=False)))
+    assert all(m.stop_reason != stopping.RACED_OUT for m in off.values())
+
+
+def test_a_gpu_algorithm_over_a_limit_races_no_algorithm_at_that_limit(racing_gpu):
+    # hungry needs 64 MiB: at limit 0 fast is the best and must be timed in full; at the
+    # unlimited limit slow is raced out by fast (hungry's group has a limit it does not fit).
+    rows = _in_one_executor(_racing_points(["hungry", "fast", "slow"], limits=(0, None)))
+    assert rows["hungry", 0].status == "workspace_exceeded"
+    assert len(rows["fast", 0].samples_ms) >= 12
+    assert rows["slow", None].stop_reason == stopping.RACED_OUT
+    assert rows["slow", None].extras["raced_against"] == "fast"
+
+
+def test_cpu_algorithms_never_race_across_groups(plans):
+    # The CPU's plain algorithms are measured in rounds that would race one another.
+    from harness.backends.fake import FakeExact, FakeExactSlow
+    assert FakeExact.gflops > FakeExactSlow.gflops
+    points = [Point(PROBLEM, "fwd", "fp32", "NCHW", "fake", name, None, TIMING)
+              for name in ("exact", "exact_slow")]
+    rows = _in_one_executor(points)
+    assert all(len(m.samples_ms) >= 12 for m in rows.values())
+
+
+def test_a_second_process_times_only_what_the_first_did_not_race_out(racing_gpu):
+    from harness import process_split, runner
+    rows = []
+    timing = replace(TIMING, gpu_processes=2)
+    runner.run_points(_racing_points(["fast", "slow"], timing), rows.append)
+    by_name = {m.point.algorithm: m for m in rows}
+    fast, slow = by_name["fast"], by_name["slow"]
+    assert fast.ok and len(fast.extras["process_samples"].split()) == 2     # both processes
+    assert slow.ok and slow.stop_reason == stopping.RACED_OUT      # not "measured in 1 of 2"
+    assert slow.extras["process_samples"] == str(stopping.RACE_SAMPLES)
+    assert process_split.process_groups(slow.samples_ms, slow.extras["process_samples"]) == [
+        list(slow.samples_ms)]

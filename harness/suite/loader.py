@@ -82,8 +82,9 @@ _TOP_KEYS = ("name", "description", "layers", "sweep", "timing", "compare")
 _SWEEP_KEYS = ("directions", "precisions", "layouts", "workspace_limits", "batch", "threads",
                "ops", "outputs", "backends")
 _BACKEND_KEYS = ("name", "algorithms", "optional")
-# every TimingOptions field but the race's bar, which the executor sets per plan
-_TIMING_KEYS = tuple(f.name for f in dataclasses.fields(TimingOptions) if f.name != "race_bar_ms")
+# every TimingOptions field but those the harness sets per measurement
+_TIMING_KEYS = tuple(f.name for f in dataclasses.fields(TimingOptions)
+                     if f.name not in ("race_bar_ms", "replicate"))
 _COMPARE_KEYS = ("threshold",)
 _PROBLEM_FIELDS = tuple(f.name for f in dataclasses.fields(ConvProblem))
 _REQUIRED_FIELDS = tuple(f.name for f in dataclasses.fields(ConvProblem)

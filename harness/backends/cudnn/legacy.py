@@ -183,6 +183,10 @@ class CudnnBackend(Backend):
         return self._session.prepare(algo, point, data)
 
 
+# A later timing process's stand-in for cuDNN's picks (_Session._cached_choices).
+NO_CHOICES = CudnnChoices(heuristic=[], found=[])
+
+
 class _Session:
     """One stream, one handle, and device copies of the current problem's tensors, reused by
     every algorithm of that problem (uploading per algorithm would dominate a sweep)."""
@@ -233,6 +237,11 @@ class _Session:
 
     def _cached_choices(self, point: Point, descs: _Descriptors, tensors,
                         needed: int) -> CudnnChoices:
+        """cuDNN's own picks, asked once a problem by the first timing process only: a merged
+        row takes its policy columns from the first (process_split.merge), and a later
+        process's Find (28 ms a problem on an H100, twice) would only delay its timing."""
+        if point.timing.replicate > 0:
+            return NO_CHOICES
         key = (point.problem, point.direction, point.precision, point.output, point.layout)
         if key not in self._choices:
             self._choices[key] = self._ask_cudnn(point, descs, tensors, needed)
