@@ -152,7 +152,9 @@ def test_warm_rows_are_timed_by_graph_replay_cold_and_stream_rows_by_the_held_st
     stream = run_fast(fp16, gpu_timer="stream")
     for m in warm:
         if m.ok and m.stop_reason == "raced_out":    # the first process raced it out, alone
-            assert m.extras["process_samples"] == "4" and m.extras["raced_out_by"] > 1.2, m
+            shares = m.extras["process_samples"].split()
+            assert len(shares) == 1 and int(shares[0]) < m.point.timing.min_samples, m
+            assert m.extras["raced_out_by"] > 1.2, m
         elif m.ok:   # each of the two processes took its share of the floor-raised samples
             shares = [int(n) for n in m.extras["process_samples"].split()]
             assert len(shares) == 2 and min(shares) >= 1, m.extras["process_samples"]
