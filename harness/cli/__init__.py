@@ -79,9 +79,10 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                         "point's time can depend on the process it runs in, and a row that "
                         "shows that spread is not mistaken for a regression by compare")
     p.add_argument("--no-race", action="store_true",
-                   help="time every graph-API plan to the full sample floor; by default a plan "
-                        "whose first four samples are all over 1.2x the fastest plan of its "
-                        "point so far stops there (stop_reason raced_out): it cannot be the best")
+                   help="time every candidate to the full sample floor; by default a graph-API "
+                        "plan or a GPU backend's algorithm whose first four samples are all over "
+                        "1.2x the fastest of its point so far stops there (stop_reason "
+                        "raced_out): it cannot be the best")
     p.add_argument("--cpu-rounds", type=int,
                    help="rounds that share each CPU point's samples (default 2), each with "
                         "fresh buffers and apart by the points that share its test data: the "

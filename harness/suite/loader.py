@@ -40,7 +40,7 @@ The format (suites/quick.toml shows every key):
     max_samples = 100
     noise_target = 0.01                  # relative standard error of the median to stop at
     warmup = 1                           # untimed runs before timing
-    race = true                          # false: time every graph-API plan to the full floor
+    race = true                          # false: time every candidate to the full floor
 
     [compare]
     threshold = 0.05                     # fractional slowdown that counts as a regression
