@@ -191,8 +191,7 @@ def test_backend_and_algorithm_names_are_case_insensitive():
 
 @pytest.mark.parametrize("backend, algorithm, message", [
     ("cudnn", "implicit_precomp_gem",
-     "*algorithm='implicit_precomp_gem' is not one of backend 'cudnn'*: "
-     "implicit_precomp_gemm, algo_1, implicit_gemm, *"),
+     "*algorithm='implicit_precomp_gem' is not one of backend 'cudnn'*: implicit_gemm, *"),
     ("cudann", "gemm", "*backend='cudann' is unknown; known: cpu, torch_cpu, cudnn*"),
 ])
 def test_unknown_names_fail_even_where_the_backend_is_unavailable(pytester, backend, algorithm,

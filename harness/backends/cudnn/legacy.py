@@ -34,16 +34,10 @@ from harness.sweep import Point
 # Unlimited workspace for Find is capped so one huge FFT cannot take the whole card.
 FIND_WORKSPACE_CAP = 4 << 30
 
-# In the order a point measures them: the algorithms that were most often a point's fastest
-# first, so that the race (harness/race.py) has its bar before the slow ones come. In the legacy
-# ResNet-50 sweep on an H100 implicit_precomp_gemm was the fastest at 180 of 200 forward points
-# and algo_1 at 147 of 180 bwd_data and 133 of 180 bwd_filter points; replaying that run's samples,
-# this order races out 847 of 1,587 measurements where the enum order raced 373
-# (evidence/runs/resnet50-legacy-before-c2f7762-nvidia-h100-2026-11-27.parquet).
-FAMILIES = {"implicit_precomp_gemm": "implicit_gemm", "algo_1": "implicit_gemm",
-            "implicit_gemm": "implicit_gemm", "algo_0": "implicit_gemm",
-            "algo_3": "implicit_gemm", "winograd_nonfused": "winograd", "fft_tiling": "fft",
-            "gemm": "gemm", "direct": "direct", "fft": "fft", "winograd": "winograd"}
+FAMILIES = {"implicit_gemm": "implicit_gemm", "implicit_precomp_gemm": "implicit_gemm",
+            "gemm": "gemm", "direct": "direct", "fft": "fft", "fft_tiling": "fft",
+            "winograd": "winograd", "winograd_nonfused": "winograd", "algo_0": "implicit_gemm",
+            "algo_1": "implicit_gemm", "algo_3": "implicit_gemm"}
 # What each name is, with its cudnnConvolution*Algo_t enum per direction (lib.ALGOS).
 DESCRIPTIONS = {
     "implicit_gemm": "fwd IMPLICIT_GEMM (0): GEMM without building the im2col matrix, "
