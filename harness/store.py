@@ -101,7 +101,7 @@ class ResultWriter:
         stored, journal = self._parts()
         done = _finished(stored, journal)
         return ResumeState(done, _part_measured(journal.rows, done),
-                           _hung_engines(stored) | _hung_engines(journal.rows),
+                           hung_engines(stored) | hung_engines(journal.rows),
                            _last_run_id(journal.rows) or _last_run_id(stored))
 
     def mark_done(self, point_ids: list[str]) -> None:
@@ -194,7 +194,7 @@ def _last_run_id(rows: pd.DataFrame) -> str | None:
     return str(ids.iloc[-1]) if len(ids) else None
 
 
-def _hung_engines(rows: pd.DataFrame) -> set[HungKey]:
+def hung_engines(rows: pd.DataFrame) -> set[HungKey]:
     if "hung_engine" not in rows:
         return set()
     hung = rows[rows["hung_engine"].notna()]

@@ -206,7 +206,7 @@ class WorkerPool:
             caps.append((self.plan_timeout_s, " (another plan of this point returned)"))
         if engine is not None and _hung_key(group, engine) in self.hung_engines:
             caps.append((self.hung_engine_timeout_s,
-                         f" (engine {engine} hung before in this run)"))
+                         f" (engine {engine} hung before on this GPU)"))
         return min(caps, key=lambda cap: cap[0])
 
     def _kill(self) -> None:

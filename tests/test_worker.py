@@ -177,8 +177,8 @@ def test_after_a_plan_of_an_engine_hung_its_siblings_are_not_tried_and_it_gets_t
         later = pool.measure([_point("hanging_engine", 0)])
         assert [(m.point.algorithm, m.status) for m in later][1:3] == [
             ("eng2_k1=0", Status.CRASHED), ("eng2_k1=1", Status.NOT_TRIED)]
-        assert later[1].reason == ("eng2_k1=0: no result within 1 s (engine eng2 hung before in "
-                                   "this run): worker killed")
+        assert later[1].reason == ("eng2_k1=0: no result within 1 s (engine eng2 hung before on "
+                                   "this GPU): worker killed")
         assert pool.hung_engines == {("faulty_gpu", "fwd", "fp32", "auto", "eng2")}
     finally:
         pool.close()
@@ -207,7 +207,7 @@ def test_a_resumed_run_remembers_which_engines_hung_and_that_its_point_returned(
     rows: list = []
     runner.run_points([second], rows.append, hung_engines=hung)
     assert [m.reason for m in rows if m.status == Status.CRASHED] == [
-        "eng2_k1=0: no result within 1 s (engine eng2 hung before in this run): worker killed"]
+        "eng2_k1=0: no result within 1 s (engine eng2 hung before on this GPU): worker killed"]
     assert rows[1].extras["hung_engine"] == "eng2"
     pool = worker.WorkerPool()
     try:    # eng1_k1=0 measured before: eng2_k1=0 waits the 2 s plan cap, not the unit cap

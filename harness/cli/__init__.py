@@ -97,6 +97,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"convbench: error: {message} (see {self.prog} --help)\n")
 
 
+def _add_cache_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the engines that hung in earlier runs on this "
+                        "GPU and these libraries (by default their plans get a 10 s cap from "
+                        "the start; ~/.cache/convbench, or $CONVBENCH_CACHE_DIR)")
+
+
 def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", metavar="local|tcp://HOST:PORT|slurm",
                    help="spread the sweep over Dask workers (pip install 'convbench[cluster]'): "
@@ -158,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "algorithms.")
     run.add_argument("suite", nargs="?", help="suite name or TOML path (default: quick)")
     _add_sweep_flags(run)
+    _add_cache_flag(run)
     run.add_argument("--out", help="results file (.parquet or .csv); default: a new file "
                                    "results/<suite>-<machine>-<run id>.parquet")
     run.add_argument("--resume", action="store_true",
@@ -260,6 +268,7 @@ exit codes:
     check.add_argument("--seed", type=count(0), default=0)
     _add_cluster_flags(check)
     _add_sweep_flags(check)
+    _add_cache_flag(check)
     _add_compare_flags(check)
     check.set_defaults(func=cmd_check)
     _add_ab_parser(sub, exit_codes)

@@ -201,7 +201,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_rounds(args, sweep, points, output: RunOutput, base, options, cluster) -> int:
     from harness import compare
     _wait_for_quiet_host(base)
-    new, interrupted = measure(sweep, points, output, args.seed, cluster)
+    new, interrupted = measure(sweep, points, output, args.seed, cluster,
+                               use_cache=not args.no_cache)
     if interrupted:
         return EXIT_INTERRUPTED
     base = _planned_part(base, {p.point_id for p in points})
@@ -216,7 +217,7 @@ def _check_rounds(args, sweep, points, output: RunOutput, base, options, cluster
         path = output.path.with_name(f"{output.path.stem}-confirm{round_number}"
                                      f"{output.path.suffix}")
         rerun, interrupted = measure(sweep, again, replace(output, path=path), args.seed,
-                                      cluster)
+                                      cluster, use_cache=not args.no_cache)
         if interrupted:
             return EXIT_INTERRUPTED
         comparison = compare.confirm(comparison, base, rerun, options)

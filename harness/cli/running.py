@@ -51,13 +51,18 @@ def _layer_names(problem) -> set[str]:
     return {problem.name, problem.name.rsplit(":", 1)[-1]}
 
 
-def measure(sweep, points, output: RunOutput, seed: int, cluster=None) -> tuple[Any, bool]:
+def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
+            use_cache: bool = True) -> tuple[Any, bool]:
     """Run `points` here or on `cluster` (harness.cluster.Cluster), appending rows to the output
-    as they finish; (this run's rows, interrupted)."""
+    as they finish; (this run's rows, interrupted). `use_cache`: start from the engines that
+    hung in earlier runs on this GPU and libraries, and remember this run's (harness/hang_cache.py;
+    not on a cluster, whose workers keep no memory of hangs)."""
     from harness import cpu_memory, runner, store
     from harness import env as envmod
     cpu_memory.keep_freed_memory()     # before the environment that the rows record
     env = envmod.fingerprint()
+    use_cache = use_cache and cluster is None
+    remembered = _remembered_hangs(env) if use_cache else set()
     with writing(output.path):
         writer = store.ResultWriter(output.path, output.mode)
     # A full disk (or a folder made read-only) mid-run: one line, and the rows so far are kept.
@@ -95,7 +100,8 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None) -> tuple[
             try:
                 if cluster is None:
                     runner.run_points(todo, on_result, seed, mark_done,
-                                      earlier.measured_variants, earlier.hung_engines)
+                                      earlier.measured_variants,
+                                      earlier.hung_engines | remembered)
                 else:       # a part-measured point is measured whole again (its rows deduped)
                     _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done,
                                         mark_done)
@@ -108,7 +114,35 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None) -> tuple[
         df = writer.finish(_with_roofline)
     total = f" ({len(df)} rows in the file)" if len(df) != writer.rows_written else ""
     say(f"wrote {writer.rows_written} rows to {output.path}{total}")
+    if use_cache:
+        _remember_hangs(env, remembered, store.hung_engines(df) if len(df) else set())
     return (df[df["run_id"] == run_id] if len(df) else df), interrupted
+
+
+def _remembered_hangs(env: dict[str, Any]) -> set:
+    from harness import hang_cache, worker
+    remembered, note = hang_cache.load(env)
+    if note:
+        warn(f"note: hang cache {note}")
+    if remembered:
+        say(f"{len(remembered)} engine(s) hung in earlier runs on this GPU and these libraries "
+            f"({hang_cache.path(env)}): their plans get a {worker.HUNG_ENGINE_TIMEOUT_S:.0f} s "
+            f"cap from the start, not {worker.UNIT_TIMEOUT_S:.0f} s (--no-cache forgets them)")
+    return remembered
+
+
+def _remember_hangs(env: dict[str, Any], remembered: set, seen: set) -> None:
+    from harness import hang_cache
+    if seen <= remembered:
+        return
+    try:
+        where = hang_cache.save(env, remembered | seen)
+    except OSError as err:
+        warn(f"note: could not remember the engines that hung ({err}); the next run waits "
+             "out their caps again")
+        return
+    say(f"remembered {len(seen - remembered)} engine(s) that hung, for the next run on this "
+        f"GPU and these libraries: {where}")
 
 
 def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int,
@@ -277,7 +311,8 @@ def _run(args: argparse.Namespace, sweep, output: RunOutput) -> int:
     points = planned_points(sweep)
     started = time.perf_counter()
     with connect_cluster(args, points) as cluster:
-        df, interrupted = measure(sweep, points, output, args.seed, cluster)
+        df, interrupted = measure(sweep, points, output, args.seed, cluster,
+                                  use_cache=not args.no_cache)
     print_best(df)
     print_stages(df, time.perf_counter() - started)
     if getattr(args, "profile", False):
