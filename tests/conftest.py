@@ -21,6 +21,14 @@ backends.register("fake", "harness.backends.fake:FakeBackend")
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=5, gpu_processes=1)
 
 
+@pytest.fixture(autouse=True)
+def own_hang_cache(tmp_path_factory, monkeypatch):
+    """Each test's runs remember hung engines in a folder of their own (harness/hang_cache.py),
+    never in the user's ~/.cache, where one test's planted hang would change the next test's
+    caps."""
+    monkeypatch.setenv("CONVBENCH_CACHE_DIR", str(tmp_path_factory.mktemp("hang_cache")))
+
+
 def gpu_unavailable_reason() -> str | None:
     return backends.get("cudnn").unavailable_reason()
 
