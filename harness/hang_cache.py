@@ -12,8 +12,7 @@ One file per scope: the GPU, its driver, and the CUDA, cuDNN and cudnn-frontend 
 chose and ran the kernels (env.fingerprint's fields). A run with any other value reads and writes
 another file, so a stale entry is never read. A file that cannot be used (corrupt, another
 format, another scope in its body) is named in a note, ignored, and written afresh after the
-run. `--no-cache` neither reads nor writes it. Where: $CONVBENCH_CACHE_DIR, else
-$XDG_CACHE_HOME/convbench, else ~/.cache/convbench.
+run. `--no-cache` neither reads nor writes it. Where: harness/cache_dir.py.
 """
 from __future__ import annotations
 
@@ -24,18 +23,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import cache_dir
 from harness.measurement import HungKey
 
 FORMAT = 1
 SCOPE_FIELDS = ("gpu_name", "gpu_driver", "cuda_runtime", "cudnn", "cudnn_frontend")
-
-
-def folder() -> Path:
-    explicit = os.environ.get("CONVBENCH_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "convbench"
 
 
 def scope(env: Mapping[str, Any]) -> dict[str, Any]:
@@ -44,7 +36,7 @@ def scope(env: Mapping[str, Any]) -> dict[str, Any]:
 
 def path(env: Mapping[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(scope(env), sort_keys=True).encode()).hexdigest()[:16]
-    return folder() / f"hung-engines-{digest}.json"
+    return cache_dir.folder() / f"hung-engines-{digest}.json"
 
 
 def load(env: Mapping[str, Any]) -> tuple[set[HungKey], str | None]:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from harness import cache_dir
+
 # cudaDataType_t and cublasComputeType_t values (CUDA 12/13 headers).
 _CUDA_R = {"fp32": 0, "tf32": 0, "fp64": 1, "fp16": 2, "bf16": 14}
 _COMPUTE = {"fp32": 68, "tf32": 77, "fp16": 68, "bf16": 68, "fp64": 70}  # 32F, 32F_FAST_TF32, 64F
@@ -27,7 +29,7 @@ CACHE_KEY = ("gpu_name", "gpu_driver", "cuda_runtime", "cupy")
 def cache_path(env: dict[str, Any]) -> Path:
     key = "|".join(str(env.get(k)) for k in CACHE_KEY)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return Path.home() / ".cache" / "convbench" / f"peaks-{digest}.json"
+    return cache_dir.folder() / f"peaks-{digest}.json"
 
 
 def load_cached(env: dict[str, Any]) -> dict[str, float] | None:

@@ -518,9 +518,9 @@ def test_a_check_waits_out_a_slow_spell_of_the_host_before_it_measures(tmp_path,
     measured_after = []
     real_measure = results.measure
 
-    def measure(*args):
+    def measure(*args, **kwargs):
         measured_after.append(len(probed))
-        return real_measure(*args)
+        return real_measure(*args, **kwargs)
     monkeypatch.setattr(contention, "host_probe_ms", probe)
     monkeypatch.setattr(contention, "POLL_S", 0.0)
     monkeypatch.setattr(results, "measure", measure)

@@ -109,3 +109,17 @@ def test_a_corrupt_cache_is_named_ignored_and_written_afresh(tmp_path, hanging_s
     assert hang_cache.load(envmod.fingerprint())[0] == {
         ("faulty_gpu", "fwd", "fp32", "auto", "eng2")}                 # written afresh
     assert sorted(p.name for p in cache_dir.iterdir()) == sorted(["a", "b", where.name])
+
+
+def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from harness import cache_dir, peaks
+    monkeypatch.setenv("CONVBENCH_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_dir.folder() == tmp_path / "mine"
+    assert peaks.cache_path(ENV).parent == hang_cache.path(ENV).parent == tmp_path / "mine"
+    monkeypatch.delenv("CONVBENCH_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir.folder() == tmp_path / "xdg" / "convbench"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir.folder() == Path.home() / ".cache" / "convbench"
