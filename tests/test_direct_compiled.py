@@ -50,7 +50,7 @@ def _forward(problem: ConvProblem, precision: str):
 def test_the_compiled_forward_pass_matches_the_reference(problem, precision) -> None:
     prepared, judged = _forward(problem, precision)
     kernel = prepared.extras["cpu_kernel"]
-    assert kernel.startswith("numba ") and kernel.endswith(", one thread")
+    assert kernel.startswith("numba ") and kernel.endswith(", on the CPU threads")
     assert judged.delivered == precision, (judged.rel_error, judged.tolerance)
     if precision == "fp64":
         assert judged.rel_error < 1e-13
@@ -61,8 +61,8 @@ def test_a_misplaced_tap_in_the_compiled_kernel_is_wrong(monkeypatch) -> None:
     kernels = compiled.kernels()
     real = kernels.forward
 
-    def shifted(xp, w, y, stride, dilation, pad, groups, width):   # reads one column over
-        real(xp, w, y, stride, dilation, pad - np.array([0, 0, 1]), groups, width)
+    def shifted(xp, w, y, stride, dilation, pad, groups, width, first, last):   # one column over
+        real(xp, w, y, stride, dilation, pad - np.array([0, 0, 1]), groups, width, first, last)
     monkeypatch.setattr(kernels, "forward", shifted)
     _, judged = _forward(GEOMETRIES[1], "fp32")
     assert judged.delivered is None and judged.rel_error > 0.1

@@ -2,10 +2,10 @@
 'convbench[compiled]'`; the test extras include it). Without numba, or where it fails to load
 or compile, the NumPy paths run and the row says why (`cpu_kernel`).
 
-The kernels run on one thread (harness/backends/cpu/direct_compiled.py says why), so numba's
-threading layers are never started. Kernels are compiled with cache=True: the first process on
-a machine compiles (seconds, counted as the point's setup, never as a sample), later ones load
-the cache.
+The kernels run on convbench's own CPU threads, never numba's threading layers
+(harness/backends/cpu/direct_compiled.py says why). Kernels are compiled with cache=True: the
+first process on a machine compiles (seconds, counted as the point's setup, never as a
+sample), later ones load the cache.
 """
 from __future__ import annotations
 
@@ -47,4 +47,4 @@ def failed(error: BaseException) -> str:
 def label() -> str:
     """What a compiled row says it ran."""
     import numba
-    return f"numba {numba.__version__}, one thread"
+    return f"numba {numba.__version__}, on the CPU threads"

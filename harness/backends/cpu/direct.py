@@ -17,12 +17,13 @@ from itertools import product
 
 import numpy as np
 
-from harness.backends.cpu import compiled
+from harness.backends.cpu import compiled, workers
 from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior,
                                          padded_shape, split, tap_major_weights, workspace_of)
 from harness.problem import Axis, ConvProblem
 from harness.reference import ProblemData
 from harness.sweep import Point
+from harness.threads import available_cores
 
 # Window + product + accumulator of one block: about half the 2 MiB per-core L2.
 BLOCK_BYTES = 1 << 20
@@ -218,6 +219,10 @@ class Direct(CpuAlgorithm):
 
 
 # ---- the compiled forward pass (harness/backends/cpu/direct_compiled.py) ------------------------
+# On the CPU threads (2-core AMD EPYC VM, `cpu_compare --algorithm direct --direction fwd
+# --threads 1,all`, three runs, evidence/runs/cpu_compare-direct-fwd-threads-run*): train_02
+# 39.6-41.4 ms on one thread, 20.8-21.6 on two; train_55 24.4-24.7 and 12.3-12.6; VGG-16 conv1_1
+# 43.0-45.5 and 22.8-24.0.
 # Input channels per group below which the compiled kernel runs the forward pass: there it beat
 # the per-tap GEMMs, which have too little to multiply (1-3 channels, on one thread against the
 # GEMMs' two, in cpu_compare sweeps on the 2-core VM: 40 against 104-108 ms, 26 against 99-102,
@@ -225,6 +230,13 @@ class Direct(CpuAlgorithm):
 # kernel (DeepBench train_06 69.7 against 67.9 ms, ResNet-50 res2a 14.4 against 29.6).
 # evidence/studies/numba_direct has the figures.
 FEW_CHANNELS = 16
+
+
+def _spans(jobs: int) -> list[tuple[int, int]]:
+    """`jobs` as one contiguous range a core (workers.run_chunks deals them to its threads)."""
+    pieces = min(jobs, available_cores())
+    edges = [jobs * i // pieces for i in range(pieces + 1)]
+    return list(zip(edges[:-1], edges[1:]))
 
 
 def _compiled_reason(p: ConvProblem) -> str | None:
@@ -253,9 +265,15 @@ def _compiled_fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared |
     n, c, d, h, width = x.shape
     buf = allocate(point, dtype, {"phases": (n, c, d, h, p.stride_w, -(-width // p.stride_w))})
 
-    def kernel() -> None:
-        kernels.phases(x, p.stride_w, buf["phases"])
-        kernels.forward(buf["phases"], w, y5, stride, dilation, pad, p.groups, width)
+    phase_spans = _spans(kernels.phase_jobs(x))
+    forward_spans = _spans(kernels.forward_jobs(w, y5, p.groups))
+
+    def kernel() -> None:       # phases first, then the output rows, each on the CPU threads
+        workers.run_chunks(phase_spans, lambda _, span: kernels.phases(
+            x, p.stride_w, buf["phases"], *span), available_cores())
+        workers.run_chunks(forward_spans, lambda _, span: kernels.forward(
+            buf["phases"], w, y5, stride, dilation, pad, p.groups, width, *span),
+            available_cores())
     try:
         kernel()                    # compiles (or loads the cache) for this dtype
     except Exception as error:      # numba's typing and lowering errors have no common base

@@ -12,15 +12,17 @@ unsigned indices, which numba then vectorizes (a signed index costs a wraparound
 element, and the loop stays scalar: evidence/studies/numba_direct). fastmath is limited to
 `contract` (fused multiply-adds: one rounding where two would be) and `reassoc`.
 
-One thread: the kernels are serial. numba's thread pools did not fit a benchmark here: with its
-`workqueue` layer the dispatching thread competes with the workers (every sample of a 3 ms
-point waited 24% of its time for a core, so each row was flagged as sharing the CPU), and with
-its OpenMP layer OpenBLAS points timed right after ran up to 1.7x slower
-(evidence/studies/numba_direct). In `convbench run cpu_compare --direction fwd` on the 2-core
-AMD EPYC VM (fp32, batch 8; two runs with numba and two with it blocked, alternating) the
-one-thread kernel ran DeepBench train_02 (1 channel, 20x5, stride 2) in 40-41 ms where the
-NumPy direct took 104-108 on two threads, train_55 in 26 against 99-102 and VGG-16 conv1_1 in
-47 against 50-52. It is not a peer of oneDNN: PyTorch's conv2d ran those layers in 4.0, 4.5
+Threads: the kernels release the GIL (nogil) and take a range of independent jobs, and the
+caller runs ranges on convbench's own CPU threads (harness/backends/cpu/workers.py: as many as
+the point's --threads lets BLAS use). numba's own thread pools did not fit a benchmark here:
+with its `workqueue` layer the dispatching thread competes with the workers (every sample of a
+3 ms point waited 24% of its time for a core, so each row was flagged as sharing the CPU), and
+with its OpenMP layer OpenBLAS points timed right after ran up to 1.7x slower
+(evidence/studies/numba_direct). On one thread, in `convbench run cpu_compare --direction
+fwd` on the 2-core AMD EPYC VM (fp32, batch 8; two runs with numba and two with it blocked,
+alternating) the kernel ran DeepBench train_02 (1 channel, 20x5, stride 2) in 40-41 ms where
+the NumPy direct took 104-108 on two threads, train_55 in 26 against 99-102 and VGG-16 conv1_1
+in 47 against 50-52. It is not a peer of oneDNN: PyTorch's conv2d ran those layers in 4.0, 4.5
 and 8.5 ms, NumPy's im2col in 9.9, 6.7 and 11.1. With 16 or more input channels per group the
 NumPy direct's per-tap BLAS GEMMs run instead (harness/backends/cpu/direct.py).
 """
@@ -33,12 +35,26 @@ FLAGS = {"contract", "reassoc"}
 BLOCK_K = 4        # output channels sharing each input load
 
 
-@numba.njit(cache=True)
-def phases(x, stride_w, out):
-    """out[n, c, d, h, p, j] = x[n, c, d, h, j * stride_w + p], 0 past the row's end."""
+def phase_jobs(x: np.ndarray) -> int:
+    """The independent jobs of `phases` (one per image, channel and depth slice)."""
+    n_images, channels, depth = x.shape[:3]
+    return n_images * channels * depth
+
+
+def forward_jobs(w: np.ndarray, y: np.ndarray, groups: int) -> int:
+    """The independent jobs of `forward` (one per image, group, block of BLOCK_K output
+    channels, output depth slice and output row)."""
+    blocks = (w.shape[0] // groups + BLOCK_K - 1) // BLOCK_K
+    return y.shape[0] * groups * blocks * y.shape[2] * y.shape[3]
+
+
+@numba.njit(cache=True, nogil=True)
+def phases(x, stride_w, out, first, last):
+    """out[n, c, d, h, p, j] = x[n, c, d, h, j * stride_w + p], 0 past the row's end, for jobs
+    first .. last - 1 (phase_jobs)."""
     n_images, channels, depth, height, width = x.shape
     per = out.shape[5]
-    for job in range(n_images * channels * depth):
+    for job in range(first, last):
         n = job // (channels * depth)
         c = (job // depth) % channels
         d = job % depth
@@ -49,9 +65,10 @@ def phases(x, stride_w, out):
                     out[n, c, d, h, p, j] = x[n, c, d, h, i] if i < width else 0.0
 
 
-@numba.njit(cache=True, fastmath=FLAGS)
-def forward(xp, w, y, stride, dilation, pad, groups, width):
-    """y = conv(x, w) from x's phases `xp` (module docstring); `width` is x's row length."""
+@numba.njit(cache=True, fastmath=FLAGS, nogil=True)
+def forward(xp, w, y, stride, dilation, pad, groups, width, first, last):
+    """y = conv(x, w) from x's phases `xp` (module docstring); `width` is x's row length; jobs
+    first .. last - 1 (forward_jobs), each writing its own output rows."""
     n_images, channels, depth, height, s_w, per = xp.shape
     filters, cg, kd_n, kh_n, kw_n = w.shape
     _, _, out_d, out_h, out_w = y.shape
@@ -60,7 +77,12 @@ def forward(xp, w, y, stride, dilation, pad, groups, width):
     blocks = (kg + BLOCK_K - 1) // BLOCK_K
     taps = kd_n * kh_n * kw_n
     plane = out_d * out_h * out_w
-    for job in range(n_images * groups * blocks * out_d * out_h):
+    # Accumulators allocated once a call, not once a job: a numba allocation takes the malloc
+    # lock, and with one arena (harness/cpu_memory.py) two threads allocating per output row
+    # ran DeepBench train_55 at 33 ms in some rounds against 15 ms in others (27 on one thread).
+    a0, a1 = np.empty(out_w, y.dtype), np.empty(out_w, y.dtype)
+    a2, a3 = np.empty(out_w, y.dtype), np.empty(out_w, y.dtype)
+    for job in range(first, last):
         oh = job % out_h
         rest = job // out_h
         od = rest % out_d
@@ -71,8 +93,10 @@ def forward(xp, w, y, stride, dilation, pad, groups, width):
         n = rest // groups
         k0 = g * kg + block * BLOCK_K
         count = min(BLOCK_K, g * kg + kg - k0)
-        a0, a1 = np.zeros(out_w, y.dtype), np.zeros(out_w, y.dtype)
-        a2, a3 = np.zeros(out_w, y.dtype), np.zeros(out_w, y.dtype)
+        a0[:] = 0.0
+        a1[:] = 0.0
+        a2[:] = 0.0
+        a3[:] = 0.0
         for kd in range(kd_n):
             i_d = od * stride[0] + kd * dilation[0] - pad[0]
             if i_d < 0 or i_d >= depth:
