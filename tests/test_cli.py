@@ -151,6 +151,15 @@ def test_layer_names_work_without_the_network_prefix(tmp_path, capsys):
     assert set(store.load(out)["layer"]) == {"resnet_50:res5a_branch2c"}
 
 
+def test_layer_flags_add_up(tmp_path, capsys):
+    out = tmp_path / "two.csv"
+    code = main(["run", "resnet50", "--layer", "res5a_branch2c", "--layer", "res4a_branch1",
+                 "--batch", "1", "--backend", "cpu", "--algorithm", "im2col", "--direction",
+                 "fwd", "--budget-ms", "1", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert set(store.load(out)["layer"]) == {"resnet_50:res5a_branch2c", "resnet_50:res4a_branch1"}
+
+
 # ---- issue 12: list, memory, reports, check arguments -------------------------------------------
 def test_list_shows_real_algorithms_with_descriptions_and_not_the_test_backend():
     import subprocess

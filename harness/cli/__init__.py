@@ -58,7 +58,8 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                    help="comma list of fp32, tf32, fp16, bf16, fp64, fp8_e4m3, fp8_e5m2, int8")
     p.add_argument("--layout", help="comma list of NCHW, NHWC")
     p.add_argument("--batch", type=int, help="override every layer's batch size")
-    p.add_argument("--layer", help="comma list of layer names to run (default: all)")
+    p.add_argument("--layer", action="append",
+                   help="comma list of layer names to run (default: all); may be repeated")
     p.add_argument("--workspace-limit", help="comma list of limits, e.g. 0,64MiB,unlimited")
     p.add_argument("--budget-ms", type=float, help="time budget per point in milliseconds")
     p.add_argument("--threads", help="comma list of thread counts for CPU points, e.g. 1,2,all "

@@ -32,7 +32,7 @@ def load_sweep(args: argparse.Namespace):
         ops=csv_list(args.op, "--op"), outputs=csv_list(args.output_type, "--output-type"),
         race=False if args.no_race else None)
     if args.layer is not None:
-        wanted = set(csv_list(args.layer, "--layer"))
+        wanted = {name for flag in args.layer for name in csv_list(flag, "--layer")}
         kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)
         missing = wanted - {n for p in kept for n in _layer_names(p)}
         if missing:
