@@ -14,7 +14,9 @@ The merged row keeps the samples in process order and says how many came from ea
 (`process_samples`, e.g. "10 10"); every process verifies the output against the float64
 reference, and the row takes the worst status any process saw. One exception: where PyTorch's
 autotuner picked different kernels in different processes, the row keeps process 1's samples
-alone (one pick's time, never a mixture) and says so (`torch_pick_stable`).
+alone (one pick's time, never a mixture) and says so (`torch_pick_stable`). And a candidate the
+first process raced out (harness/race.py) is not timed by the later ones: its row keeps that
+process's few samples, with one share in `process_samples`.
 """
 from __future__ import annotations
 
