@@ -123,3 +123,15 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     assert cache_dir.folder() == tmp_path / "xdg" / "convbench"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert cache_dir.folder() == Path.home() / ".cache" / "convbench"
+
+
+def test_only_this_runs_hangs_are_remembered_not_an_appended_files_others(
+        tmp_path, hanging_suite, cache_dir, capsys):
+    # The file's earlier run (its engines hung on whatever machine made it) stays its own.
+    _run(tmp_path, "shared", "--no-cache")
+    assert main(["run", str(tmp_path / "hang.toml"), "--backend", "faulty_gpu", "--algorithm",
+                 "quotes_a_fault", "--gpu-processes", "1", "--append", "--out",
+                 str(tmp_path / "shared.parquet")]) == 0
+    rows = store.load(tmp_path / "shared.parquet")
+    assert rows["hung_engine"].notna().any() and rows["run_id"].nunique() == 2
+    assert "remembered" not in capsys.readouterr().out and not cache_dir.exists()

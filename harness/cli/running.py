@@ -114,9 +114,10 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
         df = writer.finish(_with_roofline)
     total = f" ({len(df)} rows in the file)" if len(df) != writer.rows_written else ""
     say(f"wrote {writer.rows_written} rows to {output.path}{total}")
+    mine = df[df["run_id"] == run_id] if len(df) else df    # not an appended file's others
     if use_cache:
-        _remember_hangs(env, remembered, store.hung_engines(df) if len(df) else set())
-    return (df[df["run_id"] == run_id] if len(df) else df), interrupted
+        _remember_hangs(env, remembered, store.hung_engines(mine) if len(mine) else set())
+    return mine, interrupted
 
 
 def _remembered_hangs(env: dict[str, Any]) -> set:
@@ -127,7 +128,7 @@ def _remembered_hangs(env: dict[str, Any]) -> set:
     if remembered:
         say(f"{len(remembered)} engine(s) hung in earlier runs on this GPU and these libraries "
             f"({hang_cache.path(env)}): their plans get a {worker.HUNG_ENGINE_TIMEOUT_S:.0f} s "
-            f"cap from the start, not {worker.UNIT_TIMEOUT_S:.0f} s (--no-cache forgets them)")
+            "cap from the start (--no-cache forgets them)")
     return remembered
 
 
