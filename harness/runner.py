@@ -245,7 +245,7 @@ class Measurer:
             measured.append(pool.measure(process_split.shared_group(group, k, replicate),
                                          skip=skip | _settled_variants(measured),
                                          verified=verified))
-            if not any(m.ok and m.stop_reason != RACED_OUT for m in measured[-1]):
+            if not any(_could_be_best(m) for m in measured[-1]):
                 break   # nothing a later process measures can make these rows ok, or the best
                         # (below)
         _emit_all(process_split.merge(group, measured), emit)
@@ -280,6 +280,11 @@ def _emit_all(rows: Iterable[Measurement], emit: Callable[[Measurement], None]) 
         emit(row)
 
 
+def _could_be_best(m: Measurement) -> bool:
+    """An ok row the race left in: a later process's samples can still change its standing."""
+    return m.ok and m.stop_reason != RACED_OUT
+
+
 def _settled_variants(measured: list[list[Measurement]]) -> frozenset[str]:
     """Plans an earlier process gave no ok row: a merged row is as bad as the worst any process
     saw (process_split.merge), so measuring them again cannot change it. It would cost their
@@ -287,7 +292,7 @@ def _settled_variants(measured: list[list[Measurement]]) -> frozenset[str]:
     plans an earlier process raced out (harness/race.py): they cannot be the point's best."""
     variants = {m.point.algorithm for rows in measured for m in rows if m.of_variant}
     ok = {m.point.algorithm for rows in measured for m in rows
-          if m.of_variant and m.ok and m.stop_reason != RACED_OUT}
+          if m.of_variant and _could_be_best(m)}
     return frozenset(variants - ok)
 
 

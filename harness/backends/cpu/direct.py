@@ -232,11 +232,10 @@ class Direct(CpuAlgorithm):
 FEW_CHANNELS = 16
 
 
-def _spans(jobs: int) -> list[tuple[int, int]]:
-    """`jobs` as one contiguous range a core (workers.run_chunks deals them to its threads)."""
-    pieces = min(jobs, available_cores())
-    edges = [jobs * i // pieces for i in range(pieces + 1)]
-    return list(zip(edges[:-1], edges[1:]))
+def _spans(jobs: int, cores: int) -> list[tuple[int, int]]:
+    """`jobs` as one contiguous (first, last) range a core (workers.run_chunks deals them to
+    its threads)."""
+    return [(first, first + count) for first, count in split(jobs, -(-jobs // cores))]
 
 
 def _compiled_reason(p: ConvProblem) -> str | None:
@@ -265,15 +264,15 @@ def _compiled_fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared |
     n, c, d, h, width = x.shape
     buf = allocate(point, dtype, {"phases": (n, c, d, h, p.stride_w, -(-width // p.stride_w))})
 
-    phase_spans = _spans(kernels.phase_jobs(x))
-    forward_spans = _spans(kernels.forward_jobs(w, y5, p.groups))
+    cores = available_cores()       # read once here, not in every timed launch
+    phase_spans = _spans(kernels.phase_jobs(x), cores)
+    forward_spans = _spans(kernels.forward_jobs(w, y5, p.groups), cores)
 
     def kernel() -> None:       # phases first, then the output rows, each on the CPU threads
         workers.run_chunks(phase_spans, lambda _, span: kernels.phases(
-            x, p.stride_w, buf["phases"], *span), available_cores())
+            x, p.stride_w, buf["phases"], *span), cores)
         workers.run_chunks(forward_spans, lambda _, span: kernels.forward(
-            buf["phases"], w, y5, stride, dilation, pad, p.groups, width, *span),
-            available_cores())
+            buf["phases"], w, y5, stride, dilation, pad, p.groups, width, *span), cores)
     try:
         kernel()                    # compiles (or loads the cache) for this dtype
     except Exception as error:      # numba's typing and lowering errors have no common base
