@@ -110,11 +110,14 @@ class PointExecutor:
         self._verified = verified or {}
         point = _loosest(group)
         backend = backends.get(point.backend)
-        algo = backend.algorithm(point.algorithm)
+        algo = algorithm_for(point)
         # Buffers that cannot fit are known before allocating: a row, not a MemoryError.
         reason = algo.refusal(point) or memory.refusal(point, backend.device)
         if reason:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, reason, algo.family) for p in group)
+        elif algo.expands and point.algorithm != algo.name:  # one variant, named (harness/runoff)
+            yield Unit(point.algorithm, lambda: self._measure_supported(group, point, algo),
+                       algo.engine_of(point.algorithm))
         elif not algo.expands:
             yield Unit(None, lambda: self._measure_supported(group, point, algo,
                                                              self._race_for(point, algo)))

@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import groupby
 
-from harness import backends, cpu_memory, families, threads, verified_once
+from harness import backends, cpu_memory, families, runoff, threads, verified_once
 from harness.executor import PointExecutor, computed_precision
 from harness.measurement import HungKey, Measurement
 from harness.stats import samples_floor
 from harness.stopping import RACED_OUT
-from harness.sweep import UNLIMITED, Point, Sweep, TimingOptions
+from harness.sweep import Point, Sweep, TimingOptions
 from harness.threads import ALL as ALL_THREADS
 
 
@@ -85,7 +85,7 @@ def _refuse_other_families(sweep: Sweep, kept: list) -> None:
 def _beside_their_group(points: list[Point]) -> list[Point]:
     """`points` with each moved up beside the first point of its group (`groups`: the graph
     API's tf32 points beside the fp32 ones it measures with them), every other order kept."""
-    keys = [_measured_as(p) for p in points]
+    keys = [runoff.measured_as(p) for p in points]
     first: dict[Point, int] = {}
     for i, key in enumerate(keys):
         first.setdefault(key, i)
@@ -140,16 +140,10 @@ def _exists(point: Point) -> bool:
 
 
 # ---- sweeps -------------------------------------------------------------------------------------
-def _measured_as(point: Point) -> Point:
-    # Every field but the limit and the precision as the algorithm computes it: a group is
-    # measured once, so points that differ in anything else (threads, op, ...) never share one.
-    return replace(point, workspace_limit=UNLIMITED, precision=computed_precision(point))
-
-
 def groups(points: Iterable[Point]) -> Iterator[list[Point]]:
     """Consecutive points that differ only in their workspace limit, or in a precision their
     algorithm computes alike (the graph API's fp32 and tf32: Algorithm.computes_as)."""
-    for _, members in groupby(points, key=_measured_as):
+    for _, members in groupby(points, key=runoff.measured_as):
         yield list(members)
 
 
@@ -202,12 +196,21 @@ class Measurer:
         def skipped(group: list[Point]) -> frozenset[str]:
             return frozenset(variant for p in group
                              for variant in (measured_variants or {}).get(p.point_id, ()))
+        held = _HeldLayer()
         for batch in _cpu_batches(groups(points)):
-            if backends.get(batch[0][0].backend).device != "cuda":
+            first = batch[0][0]
+            on_gpu = backends.get(first.backend).device == "cuda"
+            if held.groups and (not on_gpu or runoff.layer_key(first) != held.key):
+                self._settle(held, on_result, done)
+            if not on_gpu:
                 self._measure_cpu(batch, [skipped(g) for g in batch], on_result, done)
                 continue
-            self._measure(batch[0], skipped(batch[0]), on_result)
-            done(batch[0])
+            if not first.timing.runoff:
+                self._measure(batch[0], skipped(batch[0]), on_result)
+                done(batch[0])
+                continue
+            held.add(batch[0], self._measure(batch[0], skipped(batch[0]), None))
+        self._settle(held, on_result, done)
 
     def _measure_cpu(self, batch: list[list[Point]], skips: list[frozenset[str]],
                      emit: Callable[[Measurement], None],
@@ -230,14 +233,17 @@ class Measurer:
             done(group)
 
     def _measure(self, group: list[Point], skip: frozenset[str],
-                 emit: Callable[[Measurement], None]) -> None:
+                 emit: Callable[[Measurement], None] | None) -> list[Measurement]:
+        """The group's merged rows, each also handed to `emit` (None: only returned, for the
+        runoff, which may still change them)."""
         from harness import process_split
         k = process_split.replicates(group[0], "cuda")
         pools = self._pools(k)
+        emit = emit or (lambda row: None)
         if len(pools) == 1:     # nothing to merge with: each plan's rows are final as they come
-            pools[0].measure(group, skip, on_rows=lambda rows: _emit_all(
+            rows = pools[0].measure(group, skip, on_rows=lambda rows: _emit_all(
                 process_split.merge(group, [rows]), emit))
-            return
+            return process_split.merge(group, [rows])
         measured: list[list[Measurement]] = []
         # One process after another, never at once: they share the GPU being timed.
         for replicate, pool in enumerate(pools):
@@ -248,7 +254,28 @@ class Measurer:
             if not any(_could_be_best(m) for m in measured[-1]):
                 break   # nothing a later process measures can make these rows ok, or the best
                         # (below)
-        _emit_all(process_split.merge(group, measured), emit)
+        merged = process_split.merge(group, measured)
+        _emit_all(merged, emit)
+        return merged
+
+    def _settle(self, held: _HeldLayer, emit: Callable[[Measurement], None],
+                done: Callable[[list[Point]], None]) -> None:
+        """A layer's held GPU rows after their runoff (harness/runoff.py), out, and the held
+        groups done."""
+        from harness import process_split
+        if not held.groups:
+            return
+        k = process_split.replicates(held.groups[0][0], "cuda")
+        pools = self._pools(k)
+        verified = verified_once.from_rows(held.rows)
+
+        def again(replicate: int, point: Point) -> list[Measurement]:
+            timed = replace(point, timing=runoff.timing(point, k))
+            return pools[replicate].measure([timed], verified=verified)
+        _emit_all(runoff.run(held.rows, again, k, self._seed), emit)
+        for group in held.groups:
+            done(group)
+        held.clear()
 
     def _pools(self, count: int) -> list:
         from harness.worker import WorkerPool
@@ -260,6 +287,23 @@ class Measurer:
         for pool in self._remotes:
             pool.close()
         self._remotes = []
+
+
+class _HeldLayer:
+    """One layer's GPU groups and their rows, held back until the layer's runoff."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.key: tuple | None = None
+        self.groups: list[list[Point]] = []
+        self.rows: list[Measurement] = []
+
+    def add(self, group: list[Point], rows: list[Measurement]) -> None:
+        self.key = runoff.layer_key(group[0])
+        self.groups.append(group)
+        self.rows.extend(rows)
 
 
 def _cpu_batches(all_groups: Iterable[list[Point]]) -> Iterator[list[list[Point]]]:

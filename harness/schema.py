@@ -78,6 +78,9 @@ EXTRA_COLUMNS: dict[str, str] = {
     # its median over the fastest plan of its point timed before it, and that plan's name
     "raced_out_by": "float64",
     "raced_against": "string",
+    # a GPU finalist prepared afresh this many more times after its point's first measurement
+    # (harness/runoff.py): `process_samples` names their samples after the first processes'
+    "runoff_preparations": "Int64",
     # the precision whose run gave this row its output and samples, where the algorithm computes
     # the row's own precision alike (the graph API's tf32 rows: measured with fp32's)
     "measured_with": "string",

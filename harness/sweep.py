@@ -64,6 +64,10 @@ class TimingOptions:
     # one whose first samples are all over the fastest so far by harness/stopping.RACE_MARGIN is
     # not timed in full (harness/race.py).
     race: bool = True
+    # Prepare a GPU point's finalists once more in each timing process and time them again
+    # before its answer is given: where buffers land moves a ~10 us kernel by up to 8%
+    # (harness/runoff.py).
+    runoff: bool = True
     # Set per plan by harness/race.py, never by a user: the bar (ms per launch) of that race.
     race_bar_ms: float | None = None
     # Set by harness/process_split.py, never by a user: which of a point's replicates (GPU timing

@@ -427,3 +427,79 @@ class SomeSlowCpuBackend(CpuBackend):
 
     def algorithms(self) -> list:
         return [_SlowedSome(a, self.slowdown, self.every) for a in super().algorithms()]
+
+
+# Preparations made in this process, by algorithm: the placed_gpu backend's reads depend on it.
+PREPARED: dict[str, int] = {}
+
+
+class _PlacedPrepared(_Forwarding):
+    """Every sample the same: `ms` (no noise), so a row's median is decided by its placements."""
+
+    def __init__(self, inner: Prepared, ms: float, wrong: bool):
+        super().__init__(inner)
+        self._ms, self._wrong = ms, wrong
+
+    def output(self) -> Any:
+        out = self._inner.output()
+        return out * 1.01 if self._wrong and out is not None else out
+
+    def own_timing(self, options) -> Any:
+        from harness.timer import Timing
+        return Timing((self._ms,) * options.min_samples, "simulated")
+
+
+class _Placed(FakeExact):
+    """A 'cuda' algorithm whose time depends on the preparation, as a ~10 us kernel's does on
+    where its buffers land (harness/runoff.py): `reads` gives the time of each process's 1st,
+    2nd, ... preparation (the last repeats); `wrong_from` the first preparation that computes
+    a wrong result (None: never)."""
+    backend = "placed_gpu"
+    reads: tuple[float, ...] = (1.0,)
+    wrong_from: int | None = None
+
+    def prepare(self, point, data):
+        reads, wrong_from = self._placement(point.algorithm)
+        n = PREPARED[point.algorithm] = PREPARED.get(point.algorithm, 0) + 1
+        ms = reads[min(n, len(reads)) - 1]
+        return _PlacedPrepared(super().prepare(point, data), ms,
+                               wrong_from is not None and n >= wrong_from)
+
+    def _placement(self, algorithm: str) -> tuple[tuple[float, ...], int | None]:
+        return self.reads, self.wrong_from
+
+
+class _SlowFirst(_Placed):
+    name, reads = "slow_first", (1.06, 1.0)     # its first placement was a slow one
+
+
+class _Steady(_Placed):
+    name, reads = "steady", (1.0,)
+
+
+class _Far(_Placed):
+    name, reads = "far", (2.0,)                 # 2x the fastest: never a finalist
+
+
+class _WrongWhenMoved(_Placed):
+    name, reads, wrong_from = "wrong_when_moved", (1.02,), 2
+
+
+class _PlacedPlans(_Placed):
+    """Expanding, as the graph API's plans are: its plans are placed like the algorithms."""
+    name, expands = "plans", True
+    PLANS = {"plan_slow_first": (1.06, 1.0), "plan_steady": (1.0,)}
+
+    def variants(self, point, data):
+        return list(self.PLANS)
+
+    def _placement(self, algorithm):
+        return self.PLANS[algorithm], None
+
+
+class PlacedGpuBackend(FakeBackend):
+    name = "placed_gpu"
+    device = "cuda"
+
+    def algorithms(self):
+        return [_SlowFirst(), _Steady(), _Far(), _WrongWhenMoved(), _PlacedPlans()]

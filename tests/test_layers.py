@@ -33,6 +33,7 @@ LAYERS = [
     # race: the plans of a point; verified_once: a later process takes the first's verdict
     {"executor", "point_timing", "process_split", "race", "verified_once"},
     {"worker"},
+    {"runoff"},               # a point's finalists prepared again before the answer
     {"runner"},
     {"cluster", "env_worker", "ab"},  # ab: two environments' worker processes, interleaved
     {"analysis", "runs", "export", "compare", "peaks", "plan"},

@@ -266,7 +266,8 @@ def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypat
         skipped.append(skip)
         return measure(self, group, skip, **kwargs)
     monkeypatch.setattr(worker.WorkerPool, "measure", recording)
-    point = replace(_point("hanging_plans"), timing=replace(FAST, gpu_processes=2))
+    point = replace(_point("hanging_plans"),
+                    timing=replace(FAST, gpu_processes=2, runoff=False))
     rows: list = []
     runner.run_points([point], rows.append)
     assert skipped == [frozenset(), {"plan_faulty"}]     # the cap is waited out once
@@ -280,7 +281,8 @@ def test_knob_settings_not_tried_in_one_process_are_not_tried_in_the_next(monkey
     are the first process's crash and not_tried rows, and the other plans' samples of both."""
     from harness import runner, worker
     monkeypatch.setattr(worker, "PLAN_TIMEOUT_S", 3.0)
-    point = replace(_point("hanging_engine"), timing=replace(FAST, gpu_processes=2))
+    point = replace(_point("hanging_engine"),
+                    timing=replace(FAST, gpu_processes=2, runoff=False))
     rows: list = []
     started = time.monotonic()
     runner.run_points([point], rows.append)
@@ -293,7 +295,7 @@ def test_knob_settings_not_tried_in_one_process_are_not_tried_in_the_next(monkey
 
 def test_one_process_streams_each_plans_rows_then_marks_the_group_done():
     from harness import runner
-    point = replace(_point("dying_plans"), timing=replace(FAST, gpu_processes=1))
+    point = replace(_point("dying_plans"), timing=replace(FAST, gpu_processes=1, runoff=False))
     events: list = []
     runner.run_points([point], lambda m: events.append((m.point.algorithm, m.status)),
                       on_group_done=lambda ids: events.append(("done", ids)))

@@ -61,3 +61,17 @@ def race_line(df: pd.DataFrame) -> str | None:
     return (f"raced out: {int(raced.sum())} of {int(timed.sum())} timed plans stopped after "
             f"their first samples, each over {1 + RACE_MARGIN:g}x the fastest plan of its point "
             f"timed before it (median {lost:.2f}x); --no-race times every plan in full")
+
+
+def runoff_line(df: pd.DataFrame) -> str | None:
+    """What the runoff did, in a sentence (harness/runoff.py); None where it did nothing."""
+    if "runoff_preparations" not in df.columns:
+        return None
+    again = pd.to_numeric(df["runoff_preparations"], errors="coerce").fillna(0)
+    if not (again > 0).any():
+        return None
+    from harness.runoff import RUNOFF_MARGIN
+    return (f"runoff: {int((again > 0).sum())} rows within {RUNOFF_MARGIN:.0%} of their point's "
+            f"fastest were prepared afresh {int(again.sum())} more times and timed again "
+            f"(where buffers land moves a ~10 us kernel by up to 8%); --no-runoff decides each "
+            f"point on its first measurement")

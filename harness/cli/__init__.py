@@ -84,6 +84,12 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                         "plan or a GPU backend's algorithm whose first four samples are all over "
                         "1.2x the fastest of its point so far stops there (stop_reason "
                         "raced_out): it cannot be the best")
+    p.add_argument("--no-runoff", action="store_true",
+                   help="decide each GPU point on its first measurement; by default the "
+                        "candidates within 8%% of a point's fastest (each backend's two "
+                        "fastest) are prepared afresh once more in each timing process and "
+                        "timed again, since where their buffers land moves a ~10 us kernel "
+                        "by up to 8%% (runoff_preparations)")
     p.add_argument("--cpu-rounds", type=int,
                    help="rounds that share each CPU point's samples (default 2), each with "
                         "fresh buffers and apart by the points that share its test data: the "

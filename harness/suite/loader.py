@@ -322,8 +322,9 @@ def _timing(table: dict[str, Any]) -> TimingOptions:
             fields[key] = checked_positive_int(table[key], f"timing.{key}")
     if "warmup" in table:
         fields["warmup"] = checked_int_at_least(table["warmup"], "timing.warmup", 0)
-    if "race" in table:
-        fields["race"] = checked_bool(table["race"], "timing.race")
+    for key in ("race", "runoff"):
+        if key in table:
+            fields[key] = checked_bool(table[key], f"timing.{key}")
     if "noise_target" in table:
         fields["noise_target"] = checked_fraction(table["noise_target"], "timing.noise_target")
     timing = TimingOptions(**fields)

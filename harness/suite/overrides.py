@@ -25,6 +25,7 @@ OVERRIDE_FLAGS = {
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
     "gpu_processes": "--gpu-processes", "cpu_rounds": "--cpu-rounds", "threads": "--threads",
     "ops": "--op", "outputs": "--output-type", "race": "--no-race",
+    "runoff": "--no-runoff",
 }
 
 
@@ -48,6 +49,7 @@ class Overrides:
     ops: Sequence[str] | None = None
     outputs: Sequence[str] | None = None
     race: bool | None = None
+    runoff: bool | None = None
 
 
 def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
@@ -64,7 +66,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          threads: Sequence[int | str] | None = None,
                          ops: Sequence[str] | None = None,
                          outputs: Sequence[str] | None = None,
-                         race: bool | None = None) -> Sweep:
+                         race: bool | None = None,
+                         runoff: bool | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -72,7 +75,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                       precisions=precisions, layouts=layouts, batch=batch, budget_ms=budget_ms,
                       workspace_limits=workspace_limits, timing_mode=timing_mode,
                       gpu_timer=gpu_timer, gpu_processes=gpu_processes, cpu_rounds=cpu_rounds,
-                      threads=threads, ops=ops, outputs=outputs, race=race)
+                      threads=threads, ops=ops, outputs=outputs, race=race,
+                      runoff=runoff)
     try:
         return _apply_overrides(sweep, given)
     except Invalid as error:
@@ -172,6 +176,7 @@ def _override_timing(timing: TimingOptions, given: Overrides) -> TimingOptions:
                                                          flag["gpu_processes"])
     if given.cpu_rounds is not None:
         changes["cpu_rounds"] = checked_cpu_rounds(given.cpu_rounds, flag["cpu_rounds"])
-    if given.race is not None:
-        changes["race"] = checked_bool(given.race, flag["race"])
+    for name in ("race", "runoff"):
+        if getattr(given, name) is not None:
+            changes[name] = checked_bool(getattr(given, name), flag[name])
     return dataclasses.replace(timing, **changes)
