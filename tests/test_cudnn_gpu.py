@@ -162,7 +162,6 @@ def test_warm_rows_are_timed_by_graph_replay_cold_and_stream_rows_by_the_held_st
             assert again in (0, 2) and len(shares) == 2 + again, m.extras["process_samples"]
             assert min(shares) >= 1, m.extras["process_samples"]
             assert sum(shares[:2]) >= m.point.timing.min_samples > 3, (shares, m.point.timing)
-    assert any(m.extras.get("runoff_preparations") for m in warm), "no finalist ran off"
     assert {m.extras.get("gpu_timer") for m in warm if m.ok} == {"cuda_graph"}
     assert {m.extras.get("gpu_timer") for m in cold if m.ok} == {"held_stream"}
     assert {m.extras.get("gpu_timer") for m in stream if m.ok} == {"held_stream"}
