@@ -503,3 +503,68 @@ class PlacedGpuBackend(FakeBackend):
 
     def algorithms(self):
         return [_SlowFirst(), _Steady(), _Far(), _WrongWhenMoved(), _PlacedPlans()]
+
+
+# The GPU regression planted for a `history` series on a GPU (benchmarks/history_series.py):
+# every cuDNN call followed by GPU work of this fraction of its own time. Read from the
+# environment, since GPU points are measured in spawned worker processes.
+GPU_SLOWDOWN_ENV = "CONVBENCH_PLANTED_GPU_SLOWDOWN"
+
+
+class _SpunLaunch(_Forwarding):
+    """A prepared GPU point whose every call is followed, on its stream, by a spin kernel that
+    makes the call `slowdown` slower (its own GPU time and the spin kernel's fixed cost, both
+    measured here): a real slowdown that the graph and stream timers both see. A call too short
+    for that (the spin kernel alone costs more than `slowdown` of it) is left as it is."""
+
+    def __init__(self, inner: Prepared, slowdown: float):
+        super().__init__(inner)
+        self._spin_ms = 0.0
+        if slowdown > 0:
+            alone = self._per_call_ms()
+            self._spin_ms = 1e-6             # the spin kernel's fixed cost: a call with one
+            fixed = self._per_call_ms() - alone
+            wanted = slowdown * alone - fixed
+            self._spin_ms = wanted if wanted > 0 else 0.0
+
+    def _per_call_ms(self, calls: int = 20) -> float:
+        import cupy
+        for _ in range(3):
+            self.launch()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(self._inner.stream)
+        for _ in range(calls):
+            self.launch()
+        end.record(self._inner.stream)
+        end.synchronize()
+        return cupy.cuda.get_elapsed_time(start, end) / calls
+
+    def launch(self) -> None:
+        from harness.timer import _spin
+        self._inner.launch()
+        if self._spin_ms > 0:
+            _spin(self._inner.stream, self._spin_ms)
+
+
+class _SpunAlgorithm(_SlowedAlgorithm):
+    def prepare(self, point, data) -> _SpunLaunch:
+        return _SpunLaunch(self._inner.prepare(point, data), self._slowdown)
+
+
+def _cudnn_backend() -> type:
+    from harness.backends.cudnn.legacy import CudnnBackend
+
+    class SlowCudnnBackend(CudnnBackend):
+        """The real `cudnn` backend, every call `CONVBENCH_PLANTED_GPU_SLOWDOWN` slower."""
+
+        def algorithms(self) -> list:
+            slowdown = float(os.environ.get(GPU_SLOWDOWN_ENV) or 0.0)
+            return [_SpunAlgorithm(a, slowdown) for a in super().algorithms()]
+    return SlowCudnnBackend
+
+
+def __getattr__(name: str) -> Any:
+    # lazy: importing this module must not import CuPy or cuDNN where there is no GPU
+    if name == "SlowCudnnBackend":
+        return _cudnn_backend()
+    raise AttributeError(name)
