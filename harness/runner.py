@@ -171,8 +171,9 @@ def _test_data(point: Point) -> tuple:
 class Measurer:
     """Measures groups of points: CPU points in this process, GPU points in crash-isolated
     worker processes (harness.worker) so a CUDA error that poisons the context cannot end the
-    sweep, each point's samples shared among `gpu_processes` of them (harness.process_split).
-    Held across calls, it keeps test data and the GPU worker processes warm."""
+    sweep, each point's samples shared among `gpu_processes` of them (harness.process_split),
+    and a layer's GPU rows held back until its finalists ran off (harness/runoff.py). Held
+    across calls, it keeps test data and the GPU worker processes warm."""
 
     def __init__(self, seed: int = 0, hung_engines: Iterable[HungKey] = ()):
         self._local = PointExecutor(seed)
