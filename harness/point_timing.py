@@ -19,7 +19,9 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
     stream. The Timing says which, and why capture failed. A library that captures its own
     calls (PyTorch) is timed both ways: where the replay is slower, capture changed its kernels
     and the stream-ordered timing, what eager users get, is kept (timer.capture_changed_kernels).
-    A stream timing that could not hold the stream keeps the gpu_timer time_cuda gave it."""
+    A stream timing that could not hold the stream keeps the gpu_timer time_cuda gave it. A
+    fresh preparation of a pick already checked so (TimingOptions.replay_checked, set by
+    harness/runoff.py) is timed by replay alone."""
     from harness.timer import CaptureFailed, capture_changed_kernels, time_cuda, time_cuda_graph
     capture_error = None
     if flush is None and options.gpu_timer == "graph":
@@ -29,7 +31,7 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
         except CaptureFailed as err:
             capture_error = str(err)[:300]
         else:
-            if prepared.capture is None:
+            if prepared.capture is None or options.replay_checked:
                 return replace(timing, gpu_timer="cuda_graph")
             streamed = time_cuda(prepared.launch, prepared.stream, options)
             capture_error = capture_changed_kernels(timing, streamed)

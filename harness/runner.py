@@ -271,8 +271,7 @@ class Measurer:
         verified = verified_once.from_rows(held.rows)
 
         def again(replicate: int, point: Point) -> list[Measurement]:
-            timed = replace(point, timing=runoff.timing(point, k))
-            return pools[replicate].measure([timed], verified=verified)
+            return pools[replicate].measure([point], verified=verified)
         _emit_all(runoff.run(held.rows, again, k, self._seed), emit)
         for group in held.groups:
             done(group)

@@ -94,12 +94,14 @@ def _near(fastest_first: list[Measurement]) -> list[Point]:
     return near
 
 
-def timing(point: Point, processes: int) -> TimingOptions:
+def timing(point: Point, processes: int, replayed: bool) -> TimingOptions:
     """How a fresh preparation is timed: with a timing process's share of the row's samples
-    (each preparation weighs alike in the row's median), never raced, and as a later
-    replicate, which does not ask the libraries for their picks again (the policy columns are
-    the first measurement's)."""
-    return replace(process_split.share(point.timing, processes), race=False, replicate=1)
+    (each preparation weighs alike in the row's median), never raced, as a later replicate,
+    which does not ask the libraries for their picks again (the policy columns are the first
+    measurement's), and by replay alone where the row was (`replayed`: a library that captures
+    itself ran its eager kernels when replayed; the process keeps its pick)."""
+    return replace(process_split.share(point.timing, processes), race=False, replicate=1,
+                   replay_checked=replayed)
 
 
 def order(points: list[Point], seed: int, replicate: int) -> list[Point]:
@@ -159,13 +161,25 @@ def _same_pick(row: Measurement, again: Measurement) -> bool:
 
 def run(rows: Sequence[Measurement], measure: Callable[[int, Point], list[Measurement]],
         processes: int, seed: int) -> list[Measurement]:
-    """`rows` of one contest, after the runoff: `measure(replicate, point)` prepares and times
-    one finalist in timing process `replicate`."""
+    """`rows` of one layer, after the runoff: `measure(replicate, point)` prepares and times
+    one finalist, its timing set here, in timing process `replicate`."""
     points = finalists(rows)
     if not points:
         return list(rows)
+    replayed = _replayed(rows)
     again: dict[str, list[Measurement]] = {}
     for replicate in range(processes):
         for point in order(points, seed, replicate):
-            again.setdefault(point.point_id, []).extend(measure(replicate, point))
+            timed = replace(point, timing=timing(point, processes, point.point_id in replayed))
+            again.setdefault(point.point_id, []).extend(measure(replicate, timed))
     return amended(rows, again)
+
+
+def _replayed(rows: Sequence[Measurement]) -> set[str]:
+    """The computations (measured_as point ids) whose every ok row was timed by graph replay."""
+    timers: dict[str, set] = {}
+    for m in rows:
+        if m.ok:
+            timers.setdefault(measured_as(m.point).point_id, set()).add(
+                m.extras.get("gpu_timer"))
+    return {key for key, seen in timers.items() if seen == {"cuda_graph"}}

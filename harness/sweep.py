@@ -68,6 +68,10 @@ class TimingOptions:
     # before its answer is given: where buffers land moves a ~10 us kernel by up to 8%
     # (harness/runoff.py).
     runoff: bool = True
+    # Set by harness/runoff.py, never by a user: a fresh preparation of a pick whose first
+    # measurement found that replaying the library's own capture runs its eager kernels
+    # (gpu_timer cuda_graph; point_timing.time_gpu), so it is timed by replay alone.
+    replay_checked: bool = False
     # Set per plan by harness/race.py, never by a user: the bar (ms per launch) of that race.
     race_bar_ms: float | None = None
     # Set by harness/process_split.py, never by a user: which of a point's replicates (GPU timing

@@ -141,3 +141,18 @@ def test_the_run_says_what_the_runoff_did():
     assert runoff_line(df).startswith("runoff: 3 rows within 8% of their point's fastest were "
                                       "prepared afresh 4 more times")
     assert runoff_line(df.iloc[[2]]) is None
+
+
+def test_a_finalist_replayed_before_is_timed_by_replay_alone_and_others_in_full():
+    """A row timed by graph replay (a library that captures itself ran its eager kernels there)
+    needs no second capture check on its fresh preparation; one timed by the held stream does."""
+    rows = [replace(_row("a", 1.0), extras={"gpu_timer": "cuda_graph"}),
+            replace(_row("b", 1.01), extras={"gpu_timer": "held_stream"})]
+    seen: dict[str, object] = {}
+
+    def measure(replicate: int, point: Point) -> list[Measurement]:
+        seen[point.algorithm] = point.timing
+        return []
+    runoff.run(rows, measure, 1, seed=0)
+    assert seen["a"].replay_checked and not seen["b"].replay_checked
+    assert all(t.replicate == 1 and not t.race for t in seen.values())

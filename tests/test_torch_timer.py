@@ -70,3 +70,12 @@ def test_libraries_the_timer_captures_itself_are_timed_once(stub_timers):
     us, calls = stub_timers
     timing = point_timing.time_gpu(_prepared(False), TimingOptions(), None)
     assert calls == ["graph"] and timing.gpu_timer == "cuda_graph"
+
+
+def test_a_pick_whose_replay_was_checked_is_timed_by_replay_alone(stub_timers):
+    """The runoff's fresh preparation of a pick the process already checked (harness/runoff.py):
+    its stream-ordered timing would only repeat the check."""
+    us, calls = stub_timers
+    us["graph"] = 7.5
+    timing = point_timing.time_gpu(_prepared(True), TimingOptions(replay_checked=True), None)
+    assert calls == ["graph"] and timing.gpu_timer == "cuda_graph"
