@@ -25,6 +25,7 @@ import numpy as np
 from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported
 from harness.backends.torch.cores import use_every_core
+from harness.backends.torch.dtypes import ON_CPU, dtype
 from harness.backends.torch.rnn import TorchRnn
 from harness.backends.torch.rnn_loop import TorchRnnLoop
 from harness.problem import ConvProblem
@@ -32,7 +33,6 @@ from harness.reference import ProblemData
 from harness.sweep import Point
 
 _MISSING = "torch is not installed (pip install 'convbench[torch]')"
-_DTYPES = {"fp32": "float32", "fp64": "float64"}
 _PRECISION_REASONS = {
     "tf32": "PyTorch has no TF32 arithmetic on the CPU",
     "fp16": "only fp32 and fp64 are measured on the CPU (torch's fp16 CPU convolution is not "
@@ -86,7 +86,7 @@ class Conv2d(Algorithm):
     ops = epilogue.OPS
 
     def supports(self, point: Point) -> str | None:
-        if point.precision not in _DTYPES:
+        if point.precision not in ON_CPU:
             return _PRECISION_REASONS.get(point.precision,
                                           f"precision {point.precision} unsupported")
         if point.layout not in ("NCHW", "NHWC"):
@@ -99,12 +99,12 @@ class Conv2d(Algorithm):
             raise Unsupported(reason)
         torch = _torch()
         use_every_core(torch)
-        dtype = getattr(torch, _DTYPES[point.precision])
+        element = dtype(torch, point.precision)
         fmt = memory_format(torch, point)
-        tensors = operands(data, lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dtype))
+        tensors = operands(data, lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(element))
         call, workspace = build_call(torch, point, tensors, fmt)
         placeholder = torch.empty(point.problem.result_shape(point.direction),
-                                  dtype=dtype).contiguous(memory_format=fmt)
+                                  dtype=element).contiguous(memory_format=fmt)
         return TorchPrepared(call, placeholder, workspace)
 
 

@@ -30,11 +30,10 @@ import numpy as np
 from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, padding_pairs
 from harness.backends.torch import cpu as torch_cpu
+from harness.backends.torch.dtypes import TORCH_DTYPES, dtype
 from harness.reference import ProblemData
 from harness.sweep import Point
 
-_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16",
-           "fp64": "float64"}
 _NO_PEER = {"fp8_e4m3": "no PyTorch peer: PyTorch has no fp8 convolution (torch._scaled_mm is "
                         "a matrix product, not a convolution)",
             "int8": "no PyTorch GPU peer: PyTorch's int8 convolution is a quantized CPU operator"}
@@ -126,7 +125,7 @@ class CudnnBenchmark(Algorithm):
     ops = epilogue.OPS  # and its eager epilogues (bias in the call, add and ReLU in place)
 
     def supports(self, point: Point) -> str | None:
-        if point.precision not in _DTYPES:
+        if point.precision not in TORCH_DTYPES:
             return _NO_PEER.get(point.precision, f"precision {point.precision} has no torch dtype")
         if not point.problem.symmetric_padding:
             return ("PyTorch convolutions take one padding per axis; asymmetric padding "
@@ -141,11 +140,11 @@ class CudnnBenchmark(Algorithm):
         torch.backends.cudnn.benchmark = True
         _allow_tf32(torch, point.precision == "tf32")
         stream = torch.cuda.Stream()
-        dtype = getattr(torch, _DTYPES[point.precision])
+        element = dtype(torch, point.precision)
         fmt = torch_cpu.memory_format(torch, point)
         with torch.cuda.stream(stream):
             tensors = torch_cpu.operands(data, lambda a: torch.from_numpy(
-                np.ascontiguousarray(a)).to(device="cuda", dtype=dtype))
+                np.ascontiguousarray(a)).to(device="cuda", dtype=element))
             # The same calls as torch_cpu's (padding is symmetric here, so no padded copies).
             call, _ = torch_cpu.build_call(torch, point, tensors, fmt)
             result = call()           # the autotuner's search happens here, inside setup_ms

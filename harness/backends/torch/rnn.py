@@ -27,17 +27,17 @@ import numpy as np
 from harness import families
 from harness.backends.base import Algorithm, Prepared, Unsupported
 from harness.backends.torch.cores import use_every_core
+from harness.backends.torch.dtypes import ON_CPU, dtype
 from harness.rnn.oracle import RnnData, flat
 from harness.rnn.problem import RnnProblem
 from harness.sweep import RNN_DIRECTIONS, TRAINING_FORWARD, Point
 
-DTYPES = {"fp32": "float32", "fp64": "float64"}
 # RnnProblem.weight_shapes names -> PyTorch's parameter names (suffixed _l{layer}[_reverse]).
 PARAMETERS = {"W": "weight_ih", "R": "weight_hh", "bW": "bias_ih", "bR": "bias_hh",
               "P": "weight_hr"}
 
 
-def module_for(torch: Any, problem: RnnProblem, weights: list, dtype: Any) -> Any:
+def module_for(torch: Any, problem: RnnProblem, weights: list, element: Any) -> Any:
     """The nn.LSTM / nn.GRU / nn.RNN of `problem` holding `weights` (RnnData.weights)."""
     kwargs = dict(num_layers=problem.layers, bidirectional=problem.bidirectional,
                   bias=problem.bias)
@@ -49,7 +49,7 @@ def module_for(torch: Any, problem: RnnProblem, weights: list, dtype: Any) -> An
     else:
         module = torch.nn.RNN(problem.input_size, problem.hidden_size,
                               nonlinearity=problem.cell.removeprefix("rnn_"), **kwargs)
-    module = module.to(dtype)
+    module = module.to(element)
     with torch.no_grad():
         for (layer, d, key), parameter in zip(problem.weight_keys(), parameters(module, problem)):
             parameter.copy_(torch.from_numpy(np.asarray(weights[layer][d][key])))
@@ -91,11 +91,11 @@ class RnnPrepared(Prepared):
 
 def tensors(torch: Any, point: Point, device: str) -> Callable[[Any], Any]:
     """Converts a test array to a tensor of the point's precision on `device` (None stays)."""
-    dtype = getattr(torch, DTYPES[point.precision])
+    element = dtype(torch, point.precision)
 
     def as_tensor(a: Any) -> Any:
         return None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(
-            device=device, dtype=dtype)
+            device=device, dtype=element)
     return as_tensor
 
 
@@ -132,7 +132,7 @@ def module_call(torch: Any, point: Point, data: RnnData, device: str) -> Callabl
     pack_padded_sequence and come back padded with zeros, as the oracle writes them."""
     p: RnnProblem = point.problem
     as_tensor = tensors(torch, point, device)
-    module = module_for(torch, p, data.weights, getattr(torch, DTYPES[point.precision]))
+    module = module_for(torch, p, data.weights, dtype(torch, point.precision))
     module = module.to(device)
 
     def forward(x: Any, h0: Any, c0: Any) -> tuple:
@@ -156,9 +156,9 @@ class TorchRnn(Algorithm):
     device = "cpu"
 
     def supports(self, point: Point) -> str | None:
-        if point.precision not in DTYPES:
+        if point.precision not in ON_CPU:
             return (f"precision {point.precision}: PyTorch's recurrent layers are measured on "
-                    f"the CPU in {' and '.join(DTYPES)}")
+                    f"the CPU in {' and '.join(ON_CPU)}")
         return None
 
     def prepare(self, point: Point, data: RnnData) -> RnnPrepared:
