@@ -240,11 +240,10 @@ class Measurer:
         from harness import process_split
         k = process_split.replicates(group[0], "cuda")
         pools = self._pools(k)
-        emit = emit or (lambda row: None)
         if len(pools) == 1:     # nothing to merge with: each plan's rows are final as they come
-            rows = pools[0].measure(group, skip, on_rows=lambda rows: _emit_all(
-                process_split.merge(group, [rows]), emit))
-            return process_split.merge(group, [rows])
+            streamed = None if emit is None else (
+                lambda rows: _emit_all(process_split.merge(group, [rows]), emit))
+            return process_split.merge(group, [pools[0].measure(group, skip, on_rows=streamed)])
         measured: list[list[Measurement]] = []
         # One process after another, never at once: they share the GPU being timed.
         for replicate, pool in enumerate(pools):
@@ -256,7 +255,7 @@ class Measurer:
                 break   # nothing a later process measures can make these rows ok, or the best
                         # (below)
         merged = process_split.merge(group, measured)
-        _emit_all(merged, emit)
+        _emit_all(merged, emit or (lambda row: None))
         return merged
 
     def _settle(self, held: _HeldLayer, emit: Callable[[Measurement], None],

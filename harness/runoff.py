@@ -65,7 +65,7 @@ def finalists(rows: Sequence[Measurement]) -> list[Point]:
     for contenders in _points(rows).values():
         near = _near(sorted(contenders, key=lambda m: m.median_ms))
         if len(near) > 1:
-            chosen.update((measured_as(p).point_id, measured_as(p)) for p in near)
+            chosen.update((key.point_id, key) for key in map(measured_as, near))
     return list(chosen.values())
 
 
