@@ -20,9 +20,12 @@ NHWC means channels_last_3d).
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +46,40 @@ _NO_PEER["fp8_e5m2"] = _NO_PEER["fp8_e4m3"]
 def _torch() -> Any:
     import torch  # lazy: heavy, optional
     return torch
+
+
+def _cuda_refusal(torch: Any) -> str | None:
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA GPU"
+    if not torch.backends.cudnn.is_available():
+        return f"torch {torch.__version__} has no cuDNN"
+    return None
+
+
+def _build_refusal() -> str | None:
+    """Why the installed torch cannot run on an NVIDIA GPU, read from its build record
+    (torch/version.py, plain assignments of constants) without importing torch: a CPU build
+    says `cuda = None`. Whether the driver serves it is left to the worker's full check."""
+    spec = importlib.util.find_spec("torch")
+    where = spec.submodule_search_locations if spec else None
+    record = Path(where[0]) / "version.py" if where else None
+    if record is None or not record.is_file():
+        return None            # an unusual install: the worker's full check decides
+    build = _constants(record.read_text())
+    if "cuda" in build and not build["cuda"]:
+        return f"torch {build.get('__version__', '?')} is a CPU-only build (no CUDA)"
+    return None
+
+
+def _constants(source: str) -> dict[str, Any]:
+    """The module-level `name = constant` (annotated or not) assignments of Python source."""
+    found: dict[str, Any] = {}
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            found[target.id] = value.value
+    return found
 
 
 def _allow_tf32(torch: Any, allowed: bool) -> None:
@@ -137,6 +174,9 @@ class CudnnBenchmark(Algorithm):
         if reason:
             raise Unsupported(reason)
         torch = _torch()
+        refusal = _cuda_refusal(torch)
+        if refusal:
+            raise Unsupported(refusal)
         torch.backends.cudnn.benchmark = True
         _allow_tf32(torch, point.precision == "tf32")
         stream = torch.cuda.Stream()
@@ -251,12 +291,12 @@ class TorchGpuBackend(Backend):
             return "torch is not installed (pip install 'convbench[torch]')"
         if importlib.util.find_spec("cupy") is None:
             return "cupy is not installed (pip install 'convbench[gpu]'); the timer needs it"
-        torch = _torch()
-        if not torch.cuda.is_available():
-            return f"torch {torch.__version__} sees no CUDA GPU"
-        if not torch.backends.cudnn.is_available():
-            return f"torch {torch.__version__} has no cuDNN"
-        return None
+        if "torch" not in sys.modules:
+            # Importing torch costs the planning process 3-6 s (issue 38: 5-8% of the default
+            # quick run) only to ask what its build says; a worker imports it anyway and makes
+            # the full check before its first call (prepare).
+            return _build_refusal()
+        return _cuda_refusal(_torch())
 
     def algorithms(self) -> list[Algorithm]:
         return [CudnnBenchmark()]
