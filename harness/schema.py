@@ -118,7 +118,7 @@ EXTRA_COLUMNS: dict[str, str] = {
     # samples per worker process, in samples_ms order ("10 10"): harness/process_split.py
     "process_samples": "string",
     # torch_gpu: the CUDA kernels one call of PyTorch's autotuned pick ran (sorted short names
-    # joined by "+", from torch.profiler) and their summed device time, in the row's process;
+    # joined by "+", from PyTorch's profiler) and their summed device time, in the row's process;
     # whether every timing process ran the same kernels (NA: not recorded, or one process);
     # where they did not, each process's kernels ("A || B") and median ms ("0.41 0.52"), and
     # the row times process 1's pick alone (harness/process_split.py)

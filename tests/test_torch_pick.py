@@ -1,4 +1,4 @@
-"""PyTorch's pick per worker process (issue 38): the kernel names torch.profiler reports after
+"""PyTorch's pick per worker process (issue 38): the kernel names PyTorch's profiler reports after
 the autotuner, shortened for a row, and the stability answer that counts unstable picks. Runs
 without a GPU: profiler results are hand-made events."""
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-import torch.profiler
 
 from harness.backends.torch import gpu
 from harness.report import answers, text
@@ -76,12 +75,13 @@ class _Stream:
 
 
 class _Profile:
-    """torch.profiler.profile's shape: a context manager whose events() lists what it saw."""
+    """torch.autograd.profiler.profile's shape: a context manager whose function_events list
+    what it saw; asked for device activity only, through Kineto."""
     seen: list = []
     fails = False
 
-    def __init__(self, activities):
-        assert activities == [torch.profiler.ProfilerActivity.CUDA]
+    def __init__(self, **options):
+        assert options == {"use_device": "cuda", "use_kineto": True, "use_cpu": False}
 
     def __enter__(self):
         if self.fails:
@@ -91,7 +91,8 @@ class _Profile:
     def __exit__(self, *exc):
         return False
 
-    def events(self):
+    @property
+    def function_events(self):
         return self.seen
 
 
@@ -104,10 +105,10 @@ class _StreamContext:
 
 
 @pytest.fixture
-def fake_torch(monkeypatch):
-    monkeypatch.setattr(torch.profiler, "profile", _Profile)
+def fake_torch():
     return SimpleNamespace(cuda=SimpleNamespace(stream=lambda s: _StreamContext()),
-                           autograd=SimpleNamespace(DeviceType=SimpleNamespace(CUDA=CUDA)))
+                           autograd=SimpleNamespace(DeviceType=SimpleNamespace(CUDA=CUDA),
+                                                    profiler=SimpleNamespace(profile=_Profile)))
 
 
 def test_the_pick_is_recorded_from_one_profiled_call(fake_torch, monkeypatch):

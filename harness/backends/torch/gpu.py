@@ -4,7 +4,7 @@ they ask PyTorch to pick the fastest convolution itself (its cuDNN autotuner).
 TF32 is allowed only for the tf32 precision (for convolutions and matmuls alike), so fp32 rows
 are true fp32 as far as PyTorch's switches go. NHWC means channels_last tensors. The autotuner
 runs on the first call of each shape, so `prepare` makes one warm call (its cost lands in
-setup_ms) before anything is verified or timed. One more call then runs under torch.profiler
+setup_ms) before anything is verified or timed. One more call then runs under PyTorch's profiler
 to record which kernels the pick runs (`torch_kernels`): each worker process autotunes on its
 own, and harness/process_split.py compares their picks.
 
@@ -220,16 +220,21 @@ def _transient_bytes(torch: Any, stream: Any, call: Callable[[], Any]) -> int:
 
 def _recorded_pick(torch: Any, stream: Any, call: Callable[[], Any]) -> dict[str, Any]:
     """The kernels one call of the autotuner's pick runs, and their summed device time, seen by
-    torch.profiler (CUPTI). The pick sits in PyTorch's per-process cache, which no API shows, and
-    two worker processes may pick differently (harness/process_split.py compares them). None
-    where the profiler fails or sees no kernel: the row then says the pick was not recorded."""
+    PyTorch's profiler (Kineto, CUPTI). The pick sits in PyTorch's per-process cache, which no
+    API shows, and two worker processes may pick differently (harness/process_split.py compares
+    them). None where the profiler fails or sees no kernel: the row then says the pick was not
+    recorded."""
     try:
-        from torch.profiler import ProfilerActivity, profile   # lazy: torch is optional
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        # torch.autograd's profiler, which torch.profiler.profile wraps (device activity only,
+        # through Kineto, is what profile(activities=[CUDA]) asks of it): the wrapper's first
+        # use imports torch._inductor, _dynamo and sympy, 1.2 s with bytecode cached and 5-8 s
+        # without, in every worker process (issue 38's quick profile on an H100).
+        with torch.autograd.profiler.profile(use_device="cuda", use_kineto=True,
+                                             use_cpu=False) as prof:
             with torch.cuda.stream(stream):
                 call()
             stream.synchronize()
-        events = prof.events()
+        events = prof.function_events
     # Kineto/CUPTI missing or refusing (another profiler attached) raises RuntimeError, the
     # event tree's checks AssertionError, its parsing others: the pick is only a note, so any
     # failure leaves it unknown and the row still times PyTorch's call.
