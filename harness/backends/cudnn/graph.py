@@ -37,6 +37,7 @@ from typing import Any
 
 from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
+from harness.backends.cudnn import frontend
 from harness.backends.cudnn import lib as cudnn_lib
 from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
                                                    poison_value)
@@ -181,14 +182,7 @@ class CudnnGraphBackend(Backend):
         reason = cuda_unavailable_reason()
         if reason:
             return reason
-        try:
-            _frontend()
-        except cudnn_lib.CudnnUnavailable as err:
-            return str(err)
-        except ImportError as err:
-            return (f"cudnn-frontend is not importable ({err}); pip install --no-deps "
-                    "nvidia-cudnn-frontend==1.16.0")
-        return None
+        return frontend.planning_refusal()
 
     def algorithms(self) -> list[Algorithm]:
         return list(self._algorithms)
@@ -205,7 +199,10 @@ class _Session:
 
     def __init__(self) -> None:
         import cupy
-        cudnn = _frontend()
+        refusal = frontend.refusal()
+        if refusal:
+            raise Unsupported(refusal)
+        cudnn = frontend.load()
         self.cudnn = cudnn
         self.cupy = cupy
         self.errors = (cudnn.cudnnGraphNotSupportedError, RuntimeError)
@@ -313,15 +310,6 @@ class _Session:
             poison_value=poison_value(point.result_precision), stream=self.stream,
             workspace_bytes=needed, family=info.family, error_factor=info.error_factor,
             keepalive=[graph], extras=info.extras())
-
-
-def _frontend() -> Any:
-    """The frontend module, with cuDNN loaded first from the nvidia wheel the legacy backend
-    uses: the frontend looks for libcudnn only under sysconfig's purelib and then by soname,
-    which finds a library already loaded from elsewhere."""
-    cudnn_lib.library()
-    import cudnn
-    return cudnn
 
 
 # ---- graph construction ---------------------------------------------------------------------
