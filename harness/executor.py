@@ -139,17 +139,19 @@ class PointExecutor:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, "the backend offered no variant",
                                        algo.family) for p in group)
         race = self._race_for(point, algo)     # held across the group's units
-        for variant in variants:
+        offered = len(variants)
+        for variant in variants[:point.timing.plan_limit]:   # None: every one
             if variant not in skip:
                 yield Unit(variant, partial(self._measure_variant, group, point, algo, variant,
-                                            race), algo.engine_of(variant))
+                                            race, offered), algo.engine_of(variant))
 
     def _measure_variant(self, group: list[Point], point: Point, algo: Algorithm,
-                         variant: str, race: Race | None) -> list[Measurement]:
+                         variant: str, race: Race | None, offered: int) -> list[Measurement]:
         members = [replace(p, algorithm=variant) for p in group]
         measured = self._measure_supported(members, replace(point, algorithm=variant), algo,
                                            race)
-        return [replace(m, planned_point_id=planned.point_id)
+        return [replace(m, planned_point_id=planned.point_id,
+                        extras={**m.extras, "plans_offered": offered})
                 for m, planned in zip(measured, group)]
 
     def _measure_supported(self, group: list[Point], point: Point, algo: Algorithm,

@@ -81,6 +81,9 @@ EXTRA_COLUMNS: dict[str, str] = {
     # a GPU finalist prepared afresh this many more times after its point's first measurement
     # (harness/runoff.py): `process_samples` names their samples after the first processes'
     "runoff_preparations": "Int64",
+    # an expanding algorithm's row (the graph API's plans): how many candidates it named for the
+    # point, measured or not (timing plan_limit measures only the first ones: harness/executor)
+    "plans_offered": "Int64",
     # the precision whose run gave this row its output and samples, where the algorithm computes
     # the row's own precision alike (the graph API's tf32 rows: measured with fp32's)
     "measured_with": "string",

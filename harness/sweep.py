@@ -68,6 +68,12 @@ class TimingOptions:
     # before its answer is given: where buffers land moves a ~10 us kernel by up to 8%
     # (harness/runoff.py).
     runoff: bool = True
+    # Measure only the first this-many candidates an expanding algorithm names for a point (the
+    # graph API's plans, in the heuristics' order: mode A's ranking first), as PyTorch's
+    # torch.backends.cudnn.benchmark_limit caps its search; None: every one. Each plan costs its
+    # build: a runtime-compiled fp8 or int8 plan 0.2-0.9 s on an H100 (evidence/logs/
+    # gpu-test-rows-*.csv.gz), so a sweep of many such points is mostly plan building.
+    plan_limit: int | None = None
     # Set by harness/runoff.py, never by a user: a fresh preparation of a pick whose first
     # measurement found that replaying the library's own capture runs its eager kernels
     # (gpu_timer cuda_graph; point_timing.time_gpu), so it is timed by replay alone.

@@ -351,6 +351,35 @@ def test_progress_counts_planned_points_not_the_rows_they_expand_into(tmp_path, 
     assert all("/2" in line for line in progress)
 
 
+def test_plan_limit_measures_each_points_first_plans_and_says_what_it_left_out(tmp_path,
+                                                                              capsys):
+    """--plan-limit 1 (and the suite's `plan_limit = 1`) measures only the first plan the
+    expanding algorithm names for each point, records how many it offered, and the run says how
+    many it left out; without it every plan has a row and no such line; 0 is one line, exit 2."""
+    from harness import store
+    suite = _plans_suite(tmp_path)
+    assert main(["run", str(suite), "--plan-limit", "1",
+                 "--out", str(tmp_path / "one.parquet")]) == 0
+    out = capsys.readouterr().out
+    assert "plan limit: 2 of 2 points measured only their first 1 plans" in out, out
+    assert "leaving 2 plans unmeasured (up to 2 offered a point)" in out
+    rows = store.load(tmp_path / "one.parquet")
+    assert set(rows["algorithm"]) == {"plan_fast"} and len(rows) == 2
+    assert (rows["plans_offered"] == 2).all()
+    limited = tmp_path / "limited.toml"
+    limited.write_text(suite.read_text() + "[timing]\nplan_limit = 1\n")
+    assert main(["run", str(limited), "--out", str(tmp_path / "suite.parquet")]) == 0
+    assert set(store.load(tmp_path / "suite.parquet")["algorithm"]) == {"plan_fast"}
+    capsys.readouterr()
+    assert main(["run", str(suite), "--out", str(tmp_path / "all.parquet")]) == 0
+    assert "plan limit" not in capsys.readouterr().out
+    assert set(store.load(tmp_path / "all.parquet")["algorithm"]) == {"plan_fast", "plan_slow"}
+    assert main(["run", str(suite), "--plan-limit", "0",
+                 "--out", str(tmp_path / "bad.parquet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["convbench: error: --plan-limit: 0 must be a positive integer"], err
+
+
 def test_a_run_races_the_plans_and_says_what_it_left_out(tmp_path, capsys):
     """The slow plan (10x the fast one, measured after it) stops after its heat; the run says
     so; --no-race and the suite's `race = false` time it in full; a bad value is one line."""

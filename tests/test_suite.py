@@ -461,7 +461,7 @@ BAD_OVERRIDES = {
     "precisions": ["int4"], "layouts": ["nhwc"], "batch": 0, "budget_ms": 0,
     "workspace_limits": ["64XB"], "timing_mode": "hot", "gpu_timer": "sundial",
     "gpu_processes": 0, "cpu_rounds": 0, "threads": [0], "ops": ["conv_relu"],
-    "outputs": ["fp128"], "race": "no", "runoff": "no",
+    "outputs": ["fp128"], "race": "no", "runoff": "no", "plan_limit": 0,
 }
 
 

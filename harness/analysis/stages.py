@@ -75,3 +75,24 @@ def runoff_line(df: pd.DataFrame) -> str | None:
             f"fastest were prepared afresh {int(again.sum())} more times and timed again "
             f"(where buffers land moves a ~10 us kernel by up to 8%); --no-runoff decides each "
             f"point on its first measurement")
+
+
+def plan_limit_line(df: pd.DataFrame) -> str | None:
+    """What a plan limit left out, in a sentence (TimingOptions.plan_limit): the points whose
+    heuristics offered more plans than were measured; None where every offered plan has a row."""
+    if "plans_offered" not in df.columns or "planned_point_id" not in df.columns:
+        return None
+    offered = pd.to_numeric(df["plans_offered"], errors="coerce")
+    expanded = df[offered.notna()].assign(offered=offered)
+    if expanded.empty:
+        return None
+    per_point = expanded.groupby("planned_point_id").agg(
+        offered=("offered", "max"), measured=("algorithm", "nunique"))
+    cut = per_point[per_point["offered"] > per_point["measured"]]
+    if cut.empty:
+        return None
+    return (f"plan limit: {len(cut)} of {len(per_point)} points measured only their first "
+            f"{int(cut['measured'].max())} plans in the heuristics' order, leaving "
+            f"{int((cut['offered'] - cut['measured']).sum())} plans unmeasured (up to "
+            f"{int(cut['offered'].max())} offered a point); without --plan-limit every plan "
+            f"is measured")

@@ -90,6 +90,12 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                         "fastest) are prepared afresh once more in each timing process and "
                         "timed again, since where their buffers land moves a ~10 us kernel "
                         "by up to 8%% (runoff_preparations)")
+    p.add_argument("--plan-limit", type=int,
+                   help="measure only each point's first N graph-API plans in the heuristics' "
+                        "order (mode A's ranking first), as torch.backends.cudnn."
+                        "benchmark_limit caps PyTorch's search (default: every plan; a "
+                        "runtime-compiled fp8/int8 plan takes 0.2-0.9 s to build); the run "
+                        "says how many plans it left out")
     p.add_argument("--cpu-rounds", type=int,
                    help="rounds that share each CPU point's samples (default 2), each with "
                         "fresh buffers and apart by the points that share its test data: the "

@@ -146,8 +146,8 @@ def print_stages(df, wall_s: float) -> None:
         parts.append(f"other {rest:.1f} s ({rest / wall_s:.0%})")
     say(f"\nwhere the {wall_s:.1f} s went (per row: prepare, verify against float64 with the "
         f"references, time; other: start-up, test data, plans, writing): {', '.join(parts)}")
-    from harness.analysis.stages import race_line, runoff_line
-    for line in (race_line(df), runoff_line(df)):
+    from harness.analysis.stages import plan_limit_line, race_line, runoff_line
+    for line in (race_line(df), runoff_line(df), plan_limit_line(df)):
         if line:
             say(line)
 

@@ -41,6 +41,7 @@ The format (suites/quick.toml shows every key):
     noise_target = 0.01                  # relative standard error of the median to stop at
     warmup = 1                           # untimed runs before timing
     race = true                          # false: time every candidate to the full floor
+    plan_limit = 3                       # only each point's first 3 graph-API plans (default: all)
 
     [compare]
     threshold = 0.05                     # fractional slowdown that counts as a regression
@@ -317,7 +318,7 @@ def _timing(table: dict[str, Any]) -> TimingOptions:
                          ("cpu_rounds", checked_cpu_rounds)):
         if key in table:
             fields[key] = checked(table[key], f"timing.{key}")
-    for key in ("min_samples", "max_samples"):
+    for key in ("min_samples", "max_samples", "plan_limit"):
         if key in table:
             fields[key] = checked_positive_int(table[key], f"timing.{key}")
     if "warmup" in table:

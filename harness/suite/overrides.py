@@ -25,7 +25,7 @@ OVERRIDE_FLAGS = {
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
     "gpu_processes": "--gpu-processes", "cpu_rounds": "--cpu-rounds", "threads": "--threads",
     "ops": "--op", "outputs": "--output-type", "race": "--no-race",
-    "runoff": "--no-runoff",
+    "runoff": "--no-runoff", "plan_limit": "--plan-limit",
 }
 
 
@@ -50,6 +50,7 @@ class Overrides:
     outputs: Sequence[str] | None = None
     race: bool | None = None
     runoff: bool | None = None
+    plan_limit: int | None = None
 
 
 def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
@@ -67,7 +68,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          ops: Sequence[str] | None = None,
                          outputs: Sequence[str] | None = None,
                          race: bool | None = None,
-                         runoff: bool | None = None) -> Sweep:
+                         runoff: bool | None = None,
+                         plan_limit: int | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -76,7 +78,7 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                       workspace_limits=workspace_limits, timing_mode=timing_mode,
                       gpu_timer=gpu_timer, gpu_processes=gpu_processes, cpu_rounds=cpu_rounds,
                       threads=threads, ops=ops, outputs=outputs, race=race,
-                      runoff=runoff)
+                      runoff=runoff, plan_limit=plan_limit)
     try:
         return _apply_overrides(sweep, given)
     except Invalid as error:
@@ -179,4 +181,6 @@ def _override_timing(timing: TimingOptions, given: Overrides) -> TimingOptions:
     for name in ("race", "runoff"):
         if getattr(given, name) is not None:
             changes[name] = checked_bool(getattr(given, name), flag[name])
+    if given.plan_limit is not None:
+        changes["plan_limit"] = checked_positive_int(given.plan_limit, flag["plan_limit"])
     return dataclasses.replace(timing, **changes)
