@@ -71,8 +71,8 @@ class TimingOptions:
     # Measure only the first this-many candidates an expanding algorithm names for a point (the
     # graph API's plans, in the heuristics' order: mode A's ranking first), as PyTorch's
     # torch.backends.cudnn.benchmark_limit caps its search; None: every one. Each plan costs its
-    # build: a runtime-compiled fp8 or int8 plan 0.2-0.9 s on an H100 (evidence/logs/
-    # gpu-test-rows-*.csv.gz), so a sweep of many such points is mostly plan building.
+    # build: a runtime-compiled fp8 or int8 plan 0.4 s (median), up to 3.2 s, on an H100
+    # (evidence/logs/gpu-test-rows-*.csv.gz), so a sweep of such points is mostly plan builds.
     plan_limit: int | None = None
     # Set by harness/runoff.py, never by a user: a fresh preparation of a pick whose first
     # measurement found that replaying the library's own capture runs its eager kernels

@@ -25,7 +25,7 @@ def _needs_frontend():
 # the result types the forward tests ask for besides each precision's own
 OUTPUTS = ("bf16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8")
 # Each setting's first plans in the heuristics' order, not all of them: fp8 and int8 plans are
-# compiled at run time, 0.2-0.9 s each on an H100, and the 7-12 plans a setting offered (knob
+# compiled at run time, 0.4 s each (median) on an H100, and the 7-12 plans a setting offered (knob
 # variants of one engine, eng4 on cuDNN 9.19) made this file 136 s of the GPU tests' 284 s
 # (evidence/logs/gpu-test-rows-*.csv.gz). Every setting, precision, output type and direction
 # is kept.

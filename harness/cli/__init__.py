@@ -94,7 +94,7 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                    help="measure only each point's first N graph-API plans in the heuristics' "
                         "order (mode A's ranking first), as torch.backends.cudnn."
                         "benchmark_limit caps PyTorch's search (default: every plan; a "
-                        "runtime-compiled fp8/int8 plan takes 0.2-0.9 s to build); the run "
+                        "runtime-compiled fp8/int8 plan takes 0.4 s to build, up to 3 s); the run "
                         "says how many plans it left out")
     p.add_argument("--cpu-rounds", type=int,
                    help="rounds that share each CPU point's samples (default 2), each with "
