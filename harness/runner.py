@@ -206,7 +206,7 @@ class Measurer:
             if not on_gpu:
                 self._measure_cpu(batch, [skipped(g) for g in batch], on_result, done)
                 continue
-            if not first.timing.runoff:
+            if not runoff.wanted(first):
                 self._measure(batch[0], skipped(batch[0]), on_result)
                 done(batch[0])
                 continue

@@ -9,14 +9,20 @@ read 1.08x apart in one process and 1.01x in the next. Decided on one preparatio
 process, a point's answer (its fastest algorithm, and how that stands against PyTorch's pick)
 is decided by where the buffers happened to land.
 
-So once all of a point's GPU candidates are measured, those within RUNOFF_MARGIN of its fastest
-(each backend's fastest RUNOFF_PER_BACKEND) are each prepared afresh in every timing process,
-in a shuffled order, verified by their output bits (harness/verified_once.py; in full where the
-bits differ) and timed again. Their rows keep those samples as further replicates
-(`process_samples`, and `runoff_preparations` counts them), so each finalist's median spans
-the same number of placements and `convbench compare`'s per-replicate rule sees their spread.
-A fresh preparation that computes a wrong result or takes its process down makes the row so:
-a placement users can meet is as real as the first.
+Two placements decide it: with two or more timing processes each finalist is already prepared
+once in each, and the runoff is not run (wanted). On the legacy ResNet-50 sweep (two processes,
+1,680 point-limits, one H100) with and without the runoff, each run's pick was within 0.6% of
+the other run's best, timed in the other run, at every point-limit, and the runoff cost 17% of
+the wall time (evidence/logs/resnet50-legacy-{runoff,no-runoff}-dd3613e-*, diary stop 52).
+
+So, with one timing process (the GPU default), once all of a point's GPU candidates are measured,
+those within RUNOFF_MARGIN of its fastest (each backend's fastest RUNOFF_PER_BACKEND) are each
+prepared afresh in every timing process, in a shuffled order, verified by their output bits
+(harness/verified_once.py; in full where the bits differ) and timed again. Their rows keep those
+samples as further replicates (`process_samples`, and `runoff_preparations` counts them), so each
+finalist's median spans the same number of placements and `convbench compare`'s per-replicate rule
+sees their spread. A fresh preparation that computes a wrong result or takes its process down makes
+the row so: a placement users can meet is as real as the first.
 """
 from __future__ import annotations
 
@@ -38,6 +44,9 @@ RUNOFF_MARGIN = 0.08
 # backend's one row) is always among them when it is that close, however many graph plans are.
 RUNOFF_PER_BACKEND = 2
 RUNOFF_PREPARATIONS = "runoff_preparations"
+# Preparations (placements of its buffers) a GPU finalist's median must span: each timing
+# process gives one, and the runoff one more in each where they give fewer.
+PLACEMENTS = 2
 # What a fresh preparation can find that the first did not, and that the row then says.
 _FOUND_ON_FRESH = (Status.WRONG, Status.CRASHED)
 
@@ -47,6 +56,12 @@ def measured_as(point: Point) -> Point:
     its algorithm computes it (runner.groups measures such points once; points that differ in
     anything else, threads or op say, never share one)."""
     return replace(point, workspace_limit=UNLIMITED, precision=computed_precision(point))
+
+
+def wanted(point: Point) -> bool:
+    """Whether a GPU point's finalists are run off: asked for (--no-runoff says not), and its
+    timing processes alone give them fewer than PLACEMENTS preparations."""
+    return point.timing.runoff and process_split.replicates(point, "cuda") < PLACEMENTS
 
 
 def layer_key(point: Point) -> tuple:

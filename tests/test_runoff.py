@@ -47,12 +47,16 @@ def test_a_finalist_is_prepared_again_and_its_row_spans_both_placements():
     assert far.samples_ms == (2.0,) * 4 and "runoff_preparations" not in far.extras
 
 
-def test_two_timing_processes_each_prepare_every_finalist_again():
+def test_two_timing_processes_are_the_two_placements_and_no_runoff_runs():
+    """Each of two timing processes prepares every finalist once: its row spans two placements
+    already (runoff.PLACEMENTS), so none is prepared a third and fourth time."""
+    assert runoff.wanted(_point("steady")) and not runoff.wanted(
+        _point("steady", replace(TIMING, gpu_processes=2)))
     rows = _run(["slow_first", "steady"], replace(TIMING, gpu_processes=2))
     slow = rows["slow_first"]
-    assert slow.extras["process_samples"] == "2 2 2 2"
-    assert slow.extras["runoff_preparations"] == 2
-    assert sorted(slow.samples_ms) == [1.0] * 4 + [1.06] * 4
+    assert slow.extras["process_samples"] == "2 2"
+    assert "runoff_preparations" not in slow.extras
+    assert "runoff_preparations" not in rows["steady"].extras
 
 
 def test_no_runoff_decides_on_the_first_measurement():

@@ -89,7 +89,8 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                         "candidates within 8%% of a point's fastest (each backend's two "
                         "fastest) are prepared afresh once more in each timing process and "
                         "timed again, since where their buffers land moves a ~10 us kernel "
-                        "by up to 8%% (runoff_preparations)")
+                        "by up to 8%% (runoff_preparations); with --gpu-processes 2 or more "
+                        "it does not run: each process gives every finalist a placement")
     p.add_argument("--plan-limit", type=int,
                    help="measure only each point's first N graph-API plans in the heuristics' "
                         "order (mode A's ranking first), as torch.backends.cudnn."
