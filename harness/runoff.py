@@ -12,7 +12,7 @@ is decided by where the buffers happened to land.
 Two placements decide it: with two or more timing processes each finalist is already prepared
 once in each, and the runoff is not run (wanted). On the legacy ResNet-50 sweep (two processes,
 1,680 point-limits, one H100) with and without the runoff, each run's pick was within 0.6% of
-the other run's best, timed in the other run, at every point-limit, and the runoff cost 17% of
+the other run's best, timed in the other run, at every point-limit, and the runoff added 17% to
 the wall time (evidence/logs/resnet50-legacy-{runoff,no-runoff}-dd3613e-*, diary stop 52).
 
 So, with one timing process (the GPU default), once all of a point's GPU candidates are measured,
