@@ -189,14 +189,35 @@ def test_a_convolution_only_backend_makes_no_recurrent_rows() -> None:
 
 
 def test_pytorch_policy_is_nn_rnn_never_the_hand_written_loop() -> None:
+    """What PyTorch runs by default: nn_rnn, never the hand-written loop nor, on the GPU, the
+    same module with cuDNN switched off (nn_rnn_native), however fast those are."""
     import pandas as pd
 
     from harness.analysis import policies
-    rows = pd.DataFrame({"backend": ["torch_cpu", "torch_cpu", "cpu"],
-                         "algorithm": ["nn_rnn", "plain_loop", "rnn_loop"],
-                         "family": ["library", "loop", "loop"], "median_ms": [2.0, 1.0, 0.5]})
+    from harness.backends.torch.rnn_gpu import TorchGpuRnnLoop, TorchGpuRnnNative
+    rows = pd.DataFrame({"backend": ["torch_cpu", "torch_cpu", "cpu", "torch_gpu", "torch_gpu",
+                                     "torch_gpu"],
+                         "algorithm": ["nn_rnn", "plain_loop", "rnn_loop", "nn_rnn",
+                                       "nn_rnn_native", "plain_loop"],
+                         "family": ["library", "loop", "loop", "library",
+                                    TorchGpuRnnNative.family, TorchGpuRnnLoop.family],
+                         "median_ms": [2.0, 1.0, 0.5, 3.0, 0.1, 0.2]})
     picked = policies.POLICIES["pytorch"].choose(rows)
-    assert list(picked["algorithm"]) == ["nn_rnn"]
+    assert list(zip(picked["backend"], picked["algorithm"])) == [("torch_cpu", "nn_rnn"),
+                                                                 ("torch_gpu", "nn_rnn")]
+
+
+def test_pytorch_on_the_gpu_offers_three_recurrent_algorithms_in_every_direction() -> None:
+    """torch_gpu's recurrent algorithms exist for recurrent points only, in all four directions
+    and every torch precision; its convolution algorithm never takes a recurrent point."""
+    algos = backends.get("torch_gpu").algorithms()
+    for direction in ("fwd", "fwd_train", "bwd_data", "bwd_filter"):
+        point = Point(CASES[0], direction, "fp16", "TNC", "torch_gpu", "nn_rnn")
+        assert [a.name for a in algos if a.exists_for(replace(point, algorithm=a.name))] == \
+            ["nn_rnn", "nn_rnn_native", "plain_loop"]
+    refused = {a.name: a.refusal(Point(CASES[0], "fwd", "int8", "TNC", "torch_gpu", a.name))
+               for a in algos[1:]}
+    assert all("int8" in why for why in refused.values()), refused
 
 
 def _answer_rows():

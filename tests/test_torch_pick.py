@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.backends.torch import gpu
+from harness.backends.torch import cuda
 from harness.report import answers, text
 
 try:  # tests/ is a plain folder on sys.path, or a package when someone adds __init__.py
@@ -49,22 +49,22 @@ def _event(name: str, us: float = 10.0, device=CUDA) -> SimpleNamespace:
     ("Memset (Device)", "Memset"),
 ])
 def test_a_kernel_name_is_shortened_to_what_tells_algorithms_apart(name, label):
-    assert gpu.kernel_label(name) == label
+    assert cuda.kernel_label(name) == label
 
 
 def test_two_tile_configurations_keep_different_labels():
     small = "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1>(int)"
     large = "void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1>(int)"
-    assert gpu.kernel_label(small) != gpu.kernel_label(large)
+    assert cuda.kernel_label(small) != cuda.kernel_label(large)
 
 
 def test_the_summary_keeps_device_events_sorted_unique_and_sums_their_time():
     events = [_event("void winograd<float>(float*)", 30.0), _event("Memset (Device)", 2.0),
               _event("aten::convolution", 500.0, device=CPU),
               _event("void winograd<float>(float*)", 30.0)]
-    assert gpu.kernel_summary(events, CUDA) == ("Memset+winograd<float>", pytest.approx(0.062))
-    assert gpu.kernel_summary([_event("aten::convolution", device=CPU)], CUDA) is None
-    assert gpu.kernel_summary([], CUDA) is None
+    assert cuda.kernel_summary(events, CUDA) == ("Memset+winograd<float>", pytest.approx(0.062))
+    assert cuda.kernel_summary([_event("aten::convolution", device=CPU)], CUDA) is None
+    assert cuda.kernel_summary([], CUDA) is None
 
 
 class _Stream:
@@ -114,7 +114,7 @@ def fake_torch():
 def test_the_pick_is_recorded_from_one_profiled_call(fake_torch, monkeypatch):
     calls = []
     monkeypatch.setattr(_Profile, "seen", [_event("void gemm<64>(int)", 40.0)])
-    extras = gpu._recorded_pick(fake_torch, _Stream(), lambda: calls.append(1))
+    extras = cuda.recorded_kernels(fake_torch, _Stream(), lambda: calls.append(1))
     assert extras == {"torch_kernels": "gemm<64>", "torch_kernels_ms": pytest.approx(0.04)}
     assert calls == [1]
 
@@ -122,9 +122,9 @@ def test_the_pick_is_recorded_from_one_profiled_call(fake_torch, monkeypatch):
 def test_a_profiler_that_fails_or_sees_nothing_records_no_pick(fake_torch, monkeypatch):
     unknown = {"torch_kernels": None, "torch_kernels_ms": None}
     monkeypatch.setattr(_Profile, "seen", [])
-    assert gpu._recorded_pick(fake_torch, _Stream(), lambda: None) == unknown
+    assert cuda.recorded_kernels(fake_torch, _Stream(), lambda: None) == unknown
     monkeypatch.setattr(_Profile, "fails", True)
-    assert gpu._recorded_pick(fake_torch, _Stream(), lambda: None) == unknown
+    assert cuda.recorded_kernels(fake_torch, _Stream(), lambda: None) == unknown
 
 
 # ---- the stability answer ------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pandas as pd
 from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest,
                                      one_forward_per_layer, own_output, ranked,
                                      verified, with_candidate)
+from harness.backends.torch.rnn_gpu import CUDNN_OFF
 from harness.measurement import Status
 from harness.precision import AUTO_OUTPUT
 
@@ -29,6 +30,9 @@ DETERMINISTIC = "deterministic"
 BEST_PREFIX = "best_"
 TORCH_PREFIX = "torch"     # backends torch_gpu, torch_cpu: what PyTorch itself would run
 HAND_WRITTEN = "loop"      # ... but in this family: a user's own loop of PyTorch's tensor ops
+# ... nor PyTorch with cuDNN switched off (torch_gpu's nn_rnn_native), which it does not run by
+# default
+NOT_PYTORCHS_OWN = (HAND_WRITTEN, CUDNN_OFF)
 Chooser = Callable[[pd.DataFrame], pd.DataFrame]
 
 
@@ -63,7 +67,7 @@ def _pytorch(df: pd.DataFrame) -> pd.DataFrame:
     # the library's own calls, not code a user writes with its tensor ops (torch_cpu's
     # plain_loop: the hand-written recurrent layer PyTorch's is compared with)
     mine = (df["backend"].astype(str).str.startswith(TORCH_PREFIX)
-            & df["family"].astype(str).ne(HAND_WRITTEN))
+            & ~df["family"].astype(str).isin(NOT_PYTORCHS_OWN))
     return df[mine].assign(_order=_median_ms)
 
 

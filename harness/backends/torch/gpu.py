@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +32,9 @@ import numpy as np
 from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, padding_pairs
 from harness.backends.torch import cpu as torch_cpu
+from harness.backends.torch.cuda import allow_tf32, cuda_refusal, load_torch, recorded_kernels
 from harness.backends.torch.dtypes import TORCH_DTYPES, dtype
+from harness.backends.torch.rnn_gpu import TorchGpuRnn, TorchGpuRnnLoop, TorchGpuRnnNative
 from harness.reference import ProblemData
 from harness.sweep import Point
 
@@ -41,19 +42,6 @@ _NO_PEER = {"fp8_e4m3": "no PyTorch peer: PyTorch has no fp8 convolution (torch.
                         "a matrix product, not a convolution)",
             "int8": "no PyTorch GPU peer: PyTorch's int8 convolution is a quantized CPU operator"}
 _NO_PEER["fp8_e5m2"] = _NO_PEER["fp8_e4m3"]
-
-
-def _torch() -> Any:
-    import torch  # lazy: heavy, optional
-    return torch
-
-
-def _cuda_refusal(torch: Any) -> str | None:
-    if not torch.cuda.is_available():
-        return f"torch {torch.__version__} sees no CUDA GPU"
-    if not torch.backends.cudnn.is_available():
-        return f"torch {torch.__version__} has no cuDNN"
-    return None
 
 
 def _build_refusal() -> str | None:
@@ -80,19 +68,6 @@ def _constants(source: str) -> dict[str, Any]:
         if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
             found[target.id] = value.value
     return found
-
-
-def _allow_tf32(torch: Any, allowed: bool) -> None:
-    """TF32 for convolutions and matmuls, through the fp32_precision switches where this torch
-    has them (2.9+, where allow_tf32 is deprecated), else through allow_tf32."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):
-        mode = "tf32" if allowed else "ieee"
-        conv.fp32_precision = mode
-        torch.backends.cuda.matmul.fp32_precision = mode
-    else:
-        torch.backends.cudnn.allow_tf32 = allowed
-        torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
 class TorchGpuPrepared(Prepared):
@@ -173,12 +148,12 @@ class CudnnBenchmark(Algorithm):
         reason = self.refusal(point)
         if reason:
             raise Unsupported(reason)
-        torch = _torch()
-        refusal = _cuda_refusal(torch)
+        torch = load_torch()
+        refusal = cuda_refusal(torch)
         if refusal:
             raise Unsupported(refusal)
         torch.backends.cudnn.benchmark = True
-        _allow_tf32(torch, point.precision == "tf32")
+        allow_tf32(torch, point.precision == "tf32")
         stream = torch.cuda.Stream()
         element = dtype(torch, point.precision)
         fmt = torch_cpu.memory_format(torch, point)
@@ -194,7 +169,7 @@ class CudnnBenchmark(Algorithm):
         key = (point.problem, point.direction, point.precision, point.layout, point.op,
                point.output)
         if key not in _PICKS:   # the autotuner's cache keeps its pick for the process's life
-            _PICKS[key] = _recorded_pick(torch, stream, call)
+            _PICKS[key] = recorded_kernels(torch, stream, call)
         prepared.extras.update(_PICKS[key])
         return prepared
 
@@ -218,78 +193,11 @@ def _transient_bytes(torch: Any, stream: Any, call: Callable[[], Any]) -> int:
     return max(0, peak - out.numel() * out.element_size())
 
 
-def _recorded_pick(torch: Any, stream: Any, call: Callable[[], Any]) -> dict[str, Any]:
-    """The kernels one call of the autotuner's pick runs, and their summed device time, seen by
-    PyTorch's profiler (Kineto, CUPTI). The pick sits in PyTorch's per-process cache, which no
-    API shows, and two worker processes may pick differently (harness/process_split.py compares
-    them). None where the profiler fails or sees no kernel: the row then says the pick was not
-    recorded."""
-    try:
-        # torch.autograd's profiler, which torch.profiler.profile wraps (device activity only,
-        # through Kineto, is what profile(activities=[CUDA]) asks of it): the wrapper's first
-        # use imports torch._inductor, _dynamo and sympy, 1.2 s with bytecode cached and 5-8 s
-        # without, in every worker process (issue 38's quick profile on an H100).
-        with torch.autograd.profiler.profile(use_device="cuda", use_kineto=True,
-                                             use_cpu=False) as prof:
-            with torch.cuda.stream(stream):
-                call()
-            stream.synchronize()
-        events = prof.function_events
-    # Kineto/CUPTI missing or refusing (another profiler attached) raises RuntimeError, the
-    # event tree's checks AssertionError, its parsing others: the pick is only a note, so any
-    # failure leaves it unknown and the row still times PyTorch's call.
-    except Exception:
-        events = []
-    summary = kernel_summary(events, torch.autograd.DeviceType.CUDA)
-    text, ms = summary if summary else (None, None)
-    return {"torch_kernels": text, "torch_kernels_ms": ms}
-
-
-def kernel_summary(events: Any, cuda: Any) -> tuple[str, float] | None:
-    """Profiler events -> (the device events' sorted unique short names joined by "+", their
-    summed device time in ms); None when there is no device event. `cuda` is the device type
-    those events carry (torch.autograd.DeviceType.CUDA)."""
-    kernels = [e for e in events if e.device_type == cuda]
-    if not kernels:
-        return None
-    names = sorted({kernel_label(e.name) for e in kernels})
-    return "+".join(names), sum(e.time_range.elapsed_us() for e in kernels) / 1e3
-
-
-def kernel_label(name: str) -> str:
-    """A kernel's name short enough for a row that still tells algorithms apart: no return type,
-    parameter list or namespace; template arguments kept where they are plain values (types and
-    tile sizes tell kernel configurations apart), else `<...>` (the functors and lambdas of
-    PyTorch's elementwise kernels run to hundreds of characters and name no algorithm)."""
-    name = _without_parameters(name.strip().removeprefix("void ").strip())
-    base, bracket, args = name.partition("<")
-    base = base.rsplit("::", 1)[-1].strip()
-    if not bracket:
-        return base
-    args = args.rsplit(">", 1)[0]
-    if not re.fullmatch(r"[\w\s,.:+-]*", args):
-        return f"{base}<...>"
-    plain = re.sub(r"\s+", "", re.sub(r"\w+::", "", args))
-    return f"{base}<{plain}>"
-
-
-def _without_parameters(name: str) -> str:
-    """`name` less its trailing parenthesised group (a demangled kernel's parameter list, or a
-    memset's "(Device)"), found by balancing parentheses from the end."""
-    if not name.endswith(")"):
-        return name
-    depth = 0
-    for i in range(len(name) - 1, -1, -1):
-        depth += {")": 1, "(": -1}.get(name[i], 0)
-        if depth == 0:
-            return name[:i].rstrip()
-    return name
-
-
 class TorchGpuBackend(Backend):
     name = "torch_gpu"
     device = "cuda"
-    description = "PyTorch CUDA convolution with cudnn.benchmark=True (its cuDNN autotuner)"
+    description = ("PyTorch on the GPU: convolutions with cudnn.benchmark=True (its cuDNN "
+                   "autotuner); recurrent layers through cuDNN, with cuDNN off, and a plain loop")
 
     def unavailable_reason(self) -> str | None:
         if importlib.util.find_spec("torch") is None:
@@ -301,7 +209,7 @@ class TorchGpuBackend(Backend):
             # quick run) only to ask what its build says; a worker imports it anyway and makes
             # the full check before its first call (prepare).
             return _build_refusal()
-        return _cuda_refusal(_torch())
+        return cuda_refusal(load_torch())
 
     def algorithms(self) -> list[Algorithm]:
-        return [CudnnBenchmark()]
+        return [CudnnBenchmark(), TorchGpuRnn(), TorchGpuRnnNative(), TorchGpuRnnLoop()]

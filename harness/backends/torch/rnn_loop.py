@@ -87,10 +87,16 @@ class TorchRnnLoop(TorchRnn):
             raise Unsupported(reason)
         import torch  # lazy: heavy, optional
         use_every_core(torch)
-        as_tensor = tensors(torch, point, self.device)
-        trains = point.direction in ("bwd_filter", TRAINING_FORWARD)
-        weights = [[{k: as_tensor(v).requires_grad_(trains)
-                     for k, v in w.items()} for w in layer] for layer in data.weights]
-        flat = [weights[layer][d][key] for layer, d, key in point.problem.weight_keys()]
-        forward = _loop_forward(torch, point.problem, weights, self.device)
-        return RnnPrepared(timed_call(torch, point, data, as_tensor, forward, flat), self.device)
+        return RnnPrepared(loop_call(torch, point, data, self.device), self.device)
+
+
+def loop_call(torch: Any, point: Point, data: RnnData, device: str) -> Callable[[], tuple]:
+    """The plain loop's timed call of `point`'s direction on `device`, holding the test data's
+    weights (trainable where the direction trains them)."""
+    as_tensor = tensors(torch, point, device)
+    trains = point.direction in ("bwd_filter", TRAINING_FORWARD)
+    weights = [[{k: as_tensor(v).requires_grad_(trains)
+                 for k, v in w.items()} for w in layer] for layer in data.weights]
+    flat = [weights[layer][d][key] for layer, d, key in point.problem.weight_keys()]
+    forward = _loop_forward(torch, point.problem, weights, device)
+    return timed_call(torch, point, data, as_tensor, forward, flat)

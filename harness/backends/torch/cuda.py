@@ -1,0 +1,103 @@
+"""What PyTorch's GPU algorithms share (torch_gpu's convolutions, harness/backends/torch/gpu.py,
+and its recurrent layers, rnn_gpu.py): torch loaded lazily, the check that it can run on this
+GPU, the TF32 switches, and the record of which kernels one call ran (PyTorch's profiler)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+
+def load_torch() -> Any:
+    import torch  # lazy: heavy, optional
+    return torch
+
+
+def cuda_refusal(torch: Any) -> str | None:
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA GPU"
+    if not torch.backends.cudnn.is_available():
+        return f"torch {torch.__version__} has no cuDNN"
+    return None
+
+
+def allow_tf32(torch: Any, allowed: bool) -> None:
+    """TF32 for convolutions and matmuls, through the fp32_precision switches where this torch
+    has them (2.9+, where allow_tf32 is deprecated), else through allow_tf32."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        mode = "tf32" if allowed else "ieee"
+        conv.fp32_precision = mode
+        torch.backends.cuda.matmul.fp32_precision = mode
+    else:
+        torch.backends.cudnn.allow_tf32 = allowed
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+
+
+def recorded_kernels(torch: Any, stream: Any, call: Callable[[], Any]) -> dict[str, Any]:
+    """The kernels one call runs (`torch_kernels`) and their summed device time, seen by
+    PyTorch's profiler (Kineto, CUPTI): for a convolution, the autotuner's pick, which sits in
+    PyTorch's per-process cache that no API shows (two worker processes may pick differently:
+    harness/process_split.py compares them); for a recurrent layer, the cuDNN RNN kernels
+    PyTorch's choice of algorithm ran. None where the profiler fails or sees no kernel: the row
+    then says the kernels were not recorded."""
+    try:
+        # torch.autograd's profiler, which torch.profiler.profile wraps (device activity only,
+        # through Kineto, is what profile(activities=[CUDA]) asks of it): the wrapper's first
+        # use imports torch._inductor, _dynamo and sympy, 1.2 s with bytecode cached and 5-8 s
+        # without, in every worker process (issue 38's quick profile on an H100).
+        with torch.autograd.profiler.profile(use_device="cuda", use_kineto=True,
+                                             use_cpu=False) as prof:
+            with torch.cuda.stream(stream):
+                call()
+            stream.synchronize()
+        events = prof.function_events
+    # Kineto/CUPTI missing or refusing (another profiler attached) raises RuntimeError, the
+    # event tree's checks AssertionError, its parsing others: the pick is only a note, so any
+    # failure leaves it unknown and the row still times PyTorch's call.
+    except Exception:
+        events = []
+    summary = kernel_summary(events, torch.autograd.DeviceType.CUDA)
+    text, ms = summary if summary else (None, None)
+    return {"torch_kernels": text, "torch_kernels_ms": ms}
+
+
+def kernel_summary(events: Any, cuda: Any) -> tuple[str, float] | None:
+    """Profiler events -> (the device events' sorted unique short names joined by "+", their
+    summed device time in ms); None when there is no device event. `cuda` is the device type
+    those events carry (torch.autograd.DeviceType.CUDA)."""
+    kernels = [e for e in events if e.device_type == cuda]
+    if not kernels:
+        return None
+    names = sorted({kernel_label(e.name) for e in kernels})
+    return "+".join(names), sum(e.time_range.elapsed_us() for e in kernels) / 1e3
+
+
+def kernel_label(name: str) -> str:
+    """A kernel's name short enough for a row that still tells algorithms apart: no return type,
+    parameter list or namespace; template arguments kept where they are plain values (types and
+    tile sizes tell kernel configurations apart), else `<...>` (the functors and lambdas of
+    PyTorch's elementwise kernels run to hundreds of characters and name no algorithm)."""
+    name = _without_parameters(name.strip().removeprefix("void ").strip())
+    base, bracket, args = name.partition("<")
+    base = base.rsplit("::", 1)[-1].strip()
+    if not bracket:
+        return base
+    args = args.rsplit(">", 1)[0]
+    if not re.fullmatch(r"[\w\s,.:+-]*", args):
+        return f"{base}<...>"
+    plain = re.sub(r"\s+", "", re.sub(r"\w+::", "", args))
+    return f"{base}<{plain}>"
+
+
+def _without_parameters(name: str) -> str:
+    """`name` less its trailing parenthesised group (a demangled kernel's parameter list, or a
+    memset's "(Device)"), found by balancing parentheses from the end."""
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i].rstrip()
+    return name

@@ -1,0 +1,166 @@
+"""PyTorch's recurrent layers on the GPU (issue 40): the three ways a PyTorch user can run an
+LSTM / GRU / RNN there, each with the directions of harness/backends/torch/rnn.py (inference,
+training forward, and autograd's two backward passes).
+
+  nn_rnn         nn.LSTM / nn.GRU / nn.RNN as PyTorch runs them by default: through cuDNN, with
+                 the RNN algorithm PyTorch chooses (`torch_kernels` names the kernels one call
+                 ran, so a row shows whether a persistent kernel was used). The `pytorch` policy.
+  nn_rnn_native  the same module with torch.backends.cudnn.enabled = False: PyTorch's own CUDA
+                 path (a fused cell kernel per step and cuBLAS products), what a user gets where
+                 cuDNN refuses a shape or is switched off. Not what PyTorch runs by default, so
+                 no policy takes it (family CUDNN_OFF).
+  plain_loop     the hand-written per-step loop (harness/backends/torch/rnn_loop.py) on the GPU:
+                 the "vanilla LSTM" of the classic comparison.
+
+TF32 is allowed only for the tf32 precision (cuDNN and matmul switches, as for convolutions), so
+an fp32 row whose output shows TF32 accuracy says "asked fp32, delivered tf32": PyTorch's cuDNN
+RNN computes in TF32 on an H100 with those switches off (shared/reference/rnn.md).
+
+Every call runs on a private torch stream that the timer also holds (a CuPy ExternalStream), as
+for torch_gpu's convolutions. The times are device times, like every GPU row's: the host's cost
+of issuing one call, which a launch-bound loop of small kernels pays on every step, is the row's
+`host_ms`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from harness import families
+from harness.backends.base import Algorithm, Unsupported
+from harness.backends.torch.cuda import allow_tf32, cuda_refusal, load_torch, recorded_kernels
+from harness.backends.torch.dtypes import TORCH_DTYPES
+from harness.backends.torch.rnn import RnnPrepared, module_call
+from harness.backends.torch.rnn_loop import loop_call
+from harness.rnn.oracle import RnnData, flat
+from harness.sweep import RNN_DIRECTIONS, Point
+
+CUDNN_OFF = "cudnn_off"     # the family of PyTorch's path with cuDNN switched off
+
+
+class RnnGpuPrepared(RnnPrepared):
+    """RnnPrepared on a private torch stream, with cuDNN on or off around every call."""
+    device = "cuda"
+
+    def __init__(self, torch: Any, stream: Any, call: Callable[[], tuple], cudnn: bool):
+        import cupy
+        super().__init__(call, "cuda")
+        self._torch = torch
+        self._torch_stream = stream
+        self._cudnn = cudnn
+        self.stream = cupy.cuda.ExternalStream(stream.cuda_stream)
+        self._graphs: list[Any] = []
+
+    @contextmanager
+    def _calling(self) -> Iterator[None]:
+        cudnn = self._torch.backends.cudnn
+        was = cudnn.enabled
+        cudnn.enabled = self._cudnn
+        try:
+            with self._torch.cuda.stream(self._torch_stream):
+                yield
+        finally:
+            cudnn.enabled = was
+
+    def launch(self) -> None:
+        with self._calling():
+            super().launch()
+
+    def capture(self, calls: int) -> Callable[[], None]:
+        """`calls` launches captured into a CUDA graph through PyTorch (its allocator keeps the
+        results in a private pool); a call that cannot be captured (a packed sequence's lengths
+        are read on the host) raises CaptureFailed and the held stream times it."""
+        from harness.timer import CaptureFailed
+        graph = self._torch.cuda.CUDAGraph()
+        try:
+            with self._calling(), self._torch.cuda.graph(graph, stream=self._torch_stream):
+                for _ in range(calls):
+                    super().launch()
+        except RuntimeError as err:
+            raise CaptureFailed(f"torch.cuda.graph: {err}") from err
+        self._graphs.append(graph)
+
+        def replay() -> None:
+            with self._torch.cuda.stream(self._torch_stream):
+                graph.replay()
+        return replay
+
+    def poison(self) -> None:
+        with self._calling():
+            super().poison()
+
+    def output(self) -> Any:
+        self._torch_stream.synchronize()
+        return flat(*(t.detach().double().cpu().numpy() for t in self.result))
+
+    def release(self) -> None:
+        super().release()
+        self._graphs.clear()
+
+
+class TorchGpuRnn(Algorithm):
+    backend = "torch_gpu"
+    name = "nn_rnn"
+    family = "library"
+    description = "torch.nn.LSTM / GRU / RNN on the GPU through cuDNN (PyTorch's default)"
+    problem_kinds = (families.RNN,)
+    directions = RNN_DIRECTIONS
+    cudnn = True
+
+    def supports(self, point: Point) -> str | None:
+        if point.precision not in TORCH_DTYPES:
+            return f"precision {point.precision}: PyTorch has no recurrent layer in it"
+        return None
+
+    def prepare(self, point: Point, data: RnnData) -> RnnGpuPrepared:
+        reason = self.refusal(point)
+        if reason:
+            raise Unsupported(reason)
+        torch = load_torch()
+        refusal = cuda_refusal(torch)
+        if refusal:
+            raise Unsupported(refusal)
+        allow_tf32(torch, point.precision == "tf32")
+        stream = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream):
+            call = self._call(torch, point, data)
+        torch.cuda.synchronize()      # tensors and weights made, on whichever stream, are ready
+        prepared = RnnGpuPrepared(torch, stream, call, self.cudnn)
+        prepared.workspace_bytes = _transient_bytes(torch, prepared)
+        prepared.extras.update(recorded_kernels(torch, stream, prepared.launch))
+        return prepared
+
+    def _call(self, torch: Any, point: Point, data: RnnData) -> Callable[[], tuple]:
+        return module_call(torch, point, data, "cuda")
+
+
+class TorchGpuRnnNative(TorchGpuRnn):
+    name = "nn_rnn_native"
+    family = CUDNN_OFF
+    description = ("torch.nn.LSTM / GRU / RNN on the GPU with torch.backends.cudnn.enabled = "
+                   "False (PyTorch's own CUDA kernels)")
+    cudnn = False
+
+
+class TorchGpuRnnLoop(TorchGpuRnn):
+    name = "plain_loop"
+    family = "loop"
+    description = "a hand-written per-step loop of PyTorch tensor ops on the GPU + autograd"
+
+    def _call(self, torch: Any, point: Point, data: RnnData) -> Callable[[], tuple]:
+        return loop_call(torch, point, data, "cuda")
+
+
+def _transient_bytes(torch: Any, prepared: RnnGpuPrepared) -> int:
+    """Memory one call allocates beyond its results (cuDNN's workspace and reserve space come
+    from PyTorch's caching allocator), measured on a second call."""
+    prepared.launch()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    prepared.launch()
+    torch.cuda.synchronize()
+    kept = sum(t.numel() * t.element_size() for t in prepared.result)
+    return max(0, torch.cuda.max_memory_allocated() - before - kept)

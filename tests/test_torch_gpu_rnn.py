@@ -1,0 +1,73 @@
+"""PyTorch's recurrent layers on a real GPU (issue 40; marked `gpu`, skipped elsewhere with the
+reason): nn.LSTM / GRU / RNN through cuDNN, the same with cuDNN off, and the plain loop, in every
+direction, verified against the float64 oracle."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from harness import backends
+from harness.rnn.problem import RnnProblem
+from harness.sweep import AlgorithmChoice, Sweep
+
+pytestmark = pytest.mark.gpu
+CASES = (
+    RnnProblem("lstm", 28, 128, 28, 16, name="mnist_row_lstm"),
+    RnnProblem("lstm", 16, 32, 6, 8, layers=2, bidirectional=True, proj_size=16, name="lstmp"),
+    RnnProblem("gru", 16, 32, 7, 8, layers=2, bidirectional=True, name="gru2bi"),
+    RnnProblem("rnn_tanh", 16, 32, 5, 8, name="tanh"),
+    RnnProblem("lstm", 16, 32, 7, 3, lengths=(7, 3, 5), name="lstm_var"),
+)
+DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_torch_gpu():
+    reason = backends.get("torch_gpu").unavailable_reason()
+    if reason:
+        pytest.skip(f"GPU test skipped: {reason}")
+
+
+@pytest.fixture(scope="module")
+def rows(run_fast) -> list:
+    sweep = Sweep("torch-gpu-rnn", CASES, directions=DIRECTIONS,
+                  precisions=("fp32", "fp16", "bf16"),
+                  backends=(AlgorithmChoice("torch_gpu"),))
+    return run_fast(sweep)
+
+
+def test_every_recurrent_row_is_verified_ok(rows):
+    algorithms = {"nn_rnn", "nn_rnn_native", "plain_loop"}
+    assert {m.point.algorithm for m in rows} == algorithms
+    assert len(rows) == len(CASES) * len(DIRECTIONS) * 3 * len(algorithms)
+    print(Counter((m.point.algorithm, m.point.precision, m.effective_precision) for m in rows))
+    bad = [(m.point.problem.name, m.point.direction, m.point.precision, m.point.algorithm,
+            m.status.value, m.reason[:200]) for m in rows if not m.ok]
+    assert bad == []
+    assert all(m.rel_error <= m.tolerance for m in rows)
+    # fp32 may deliver tf32 (PyTorch's cuDNN RNN): the row says so; nothing delivers less
+    assert all(m.effective_precision in (m.point.precision, "tf32") for m in rows)
+
+
+def test_each_row_names_its_kernels_and_switching_cudnn_off_changes_them(rows):
+    """Every row records the kernels one call ran; at each point PyTorch's cuDNN path and its
+    path with cuDNN off ran different kernels, so the two rows measure two implementations."""
+    kernels = {}
+    for m in rows:
+        assert m.extras.get("torch_kernels"), (m.point.point_id, "no kernels recorded")
+        key = (m.point.problem.name, m.point.direction, m.point.precision)
+        kernels.setdefault(key, {})[m.point.algorithm] = m.extras["torch_kernels"]
+    print(Counter(k["nn_rnn"][:150] for k in kernels.values()).most_common(6))
+    same = [key for key, k in kernels.items() if k["nn_rnn"] == k["nn_rnn_native"]]
+    assert same == []
+
+
+def test_cudnn_beats_the_plain_loop_on_the_mnist_lstm_training_step(rows):
+    """The classic comparison's direction of effect, nothing more (times are the row's; the
+    size of the gap is the sweep's evidence, not a test's)."""
+    def step(algorithm):
+        return sum(m.median_ms for m in rows if m.point.problem.name == "mnist_row_lstm"
+                   and m.point.precision == "fp16" and m.point.algorithm == algorithm
+                   and m.point.direction != "fwd")
+    assert step("nn_rnn") < step("plain_loop"), (step("nn_rnn"), step("plain_loop"))
