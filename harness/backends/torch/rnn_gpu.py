@@ -39,6 +39,17 @@ from harness.sweep import RNN_DIRECTIONS, Point
 CUDNN_OFF = "cudnn_off"     # the family of PyTorch's path with cuDNN switched off
 
 
+@contextmanager
+def cudnn_switched(torch: Any, enabled: bool) -> Iterator[None]:
+    """cuDNN on or off for what runs inside, as it was after."""
+    was = torch.backends.cudnn.enabled
+    torch.backends.cudnn.enabled = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.enabled = was
+
+
 class RnnGpuPrepared(RnnPrepared):
     """RnnPrepared on a private torch stream, with cuDNN on or off around every call."""
     device = "cuda"
@@ -54,14 +65,8 @@ class RnnGpuPrepared(RnnPrepared):
 
     @contextmanager
     def _calling(self) -> Iterator[None]:
-        cudnn = self._torch.backends.cudnn
-        was = cudnn.enabled
-        cudnn.enabled = self._cudnn
-        try:
-            with self._torch.cuda.stream(self._torch_stream):
-                yield
-        finally:
-            cudnn.enabled = was
+        with cudnn_switched(self._torch, self._cudnn), self._torch.cuda.stream(self._torch_stream):
+            yield
 
     def launch(self) -> None:
         with self._calling():
@@ -124,7 +129,9 @@ class TorchGpuRnn(Algorithm):
         allow_tf32(torch, point.precision == "tf32")
         stream = torch.cuda.Stream()
         torch.cuda.synchronize()
-        with torch.cuda.stream(stream):
+        # the backward directions run their forward pass here, once: it must take the same
+        # path (cuDNN on or off) as the timed calls, whose backward replays what it recorded
+        with cudnn_switched(torch, self.cudnn), torch.cuda.stream(stream):
             call = self._call(torch, point, data)
         torch.cuda.synchronize()      # tensors and weights made, on whichever stream, are ready
         prepared = RnnGpuPrepared(torch, stream, call, self.cudnn)
