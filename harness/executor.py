@@ -138,8 +138,7 @@ class PointExecutor:
         if not variants:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, "the backend offered no variant",
                                        algo.family) for p in group)
-        race = self._race_for(point, algo)     # held across the group's units
-        offered = len(variants)
+        race, offered = self._race_for(point, algo), len(variants)  # race: across the units
         for variant in variants[:point.timing.plan_limit]:   # None: every one
             if variant not in skip:
                 yield Unit(variant, partial(self._measure_variant, group, point, algo, variant,
@@ -334,7 +333,8 @@ def _reference_key(point: Point, xp: Any) -> tuple:
 
 def _standard(point: Point, factor: float, expected: Any) -> verdict.Standard:
     return verdict.Standard(point.precision, point.problem.reduction_length(point.direction),
-                            factor, point.direction, point.output, _scaled_rms(point, expected))
+                            factor, point.direction, point.output, _scaled_rms(point, expected),
+                            point.problem.kinked(point.direction))
 
 
 def _measured_with(row: Point, measured: Point) -> dict[str, str]:

@@ -184,6 +184,11 @@ class ConvProblem:
                            for a in self.spatial))
         return 2 * self.batch * self.out_channels * self.channels_per_group * taps
 
+    def kinked(self, direction: str) -> bool:
+        """Whether a direction's result jumps where an input crosses a kink: never for a
+        convolution, a sum of products (a fused ReLU is forward only, and continuous)."""
+        return False
+
     def reduction_length(self, direction: str) -> int:
         """How many products are summed into one output element; rounding error grows with it."""
         if direction == "fwd":

@@ -42,15 +42,17 @@ class Standard:
     direction: str = "fwd"
     output: str | None = None
     result_rms: float | None = None
+    kinked: bool = False        # the result jumps where an input crosses a kink (ReLU's)
 
     def tolerance(self, conditioned: float) -> float:
         return precision.tolerance(self.precision, self.reduction_length, self.error_factor,
-                                   self.direction, self.output, self.result_rms, conditioned)
+                                   self.direction, self.output, self.result_rms, conditioned,
+                                   self.kinked)
 
     def delivered(self, rel_error: float, conditioned: float) -> str | None:
         return precision.delivered(self.precision, rel_error, self.reduction_length,
                                    self.error_factor, self.direction, self.output,
-                                   self.result_rms, conditioned)
+                                   self.result_rms, conditioned, self.kinked)
 
 
 def judge(output: Any, expected: Any, scales: Callable[[], reference.TermScales],

@@ -17,6 +17,9 @@ CASES = (
     RnnProblem("lstm", 16, 32, 6, 8, layers=2, bidirectional=True, proj_size=16, name="lstmp"),
     RnnProblem("gru", 16, 32, 7, 8, layers=2, bidirectional=True, name="gru2bi"),
     RnnProblem("rnn_tanh", 16, 32, 5, 8, name="tanh"),
+    # gradients with kinks (precision._KINK_UNITS): at 256 units and 25 steps every path erred
+    # 1.2-3.9% below fp32 before the kink's tolerance
+    RnnProblem("rnn_relu", 64, 256, 25, 16, name="relu"),
     RnnProblem("lstm", 16, 32, 7, 3, lengths=(7, 3, 5), name="lstm_var"),
 )
 DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter")
@@ -32,7 +35,7 @@ def _needs_torch_gpu():
 @pytest.fixture(scope="module")
 def rows(run_fast) -> list:
     sweep = Sweep("torch-gpu-rnn", CASES, directions=DIRECTIONS,
-                  precisions=("fp32", "fp16", "bf16"),
+                  precisions=("fp32", "fp16"),      # bf16 runs fp16's paths (9b71369)
                   backends=(AlgorithmChoice("torch_gpu"),))
     return run_fast(sweep)
 

@@ -202,3 +202,26 @@ def test_the_executors_row_says_the_tolerance_it_was_judged_by(monkeypatch) -> N
     plain = precision.tolerance("fp32", TERMS)
     assert row.status == Status.OK and row.effective_precision == "fp32", row.reason
     assert row.rel_error > plain and row.tolerance > row.rel_error
+
+
+def test_a_relu_recurrences_gradients_get_the_kinks_tolerance_and_nothing_else_does() -> None:
+    """A ReLU RNN's gradients jump where a pre-activation crosses 0 (precision._KINK_UNITS): their
+    tolerance is at least 1.5 sqrt(u) of the precision; its forward pass, an LSTM's gradients and
+    a convolution keep the smooth one. A result 10% off stays wrong at every precision but bf16,
+    and an fp32 result with a kink's tf32-sized error reads as delivered tf32, not wrong."""
+    from harness.rnn.problem import RnnProblem
+    relu, lstm = RnnProblem("rnn_relu", 8, 8, 5, 2), RnnProblem("lstm", 8, 8, 5, 2)
+    assert relu.kinked("bwd_data") and relu.kinked("bwd_filter") and not relu.kinked("fwd")
+    assert not lstm.kinked("bwd_data") and not ONE_WEIGHT.kinked("bwd_filter")
+    for name in ("fp32", "tf32", "fp16", "bf16"):
+        smooth = precision.tolerance(name, 40)
+        kinked = precision.tolerance(name, 40, kinked=True)
+        assert kinked == pytest.approx(max(smooth, 1.5 * precision.TABLE[name].operand_roundoff
+                                           ** 0.5))
+        assert kinked > 2 * smooth
+        if name != "bf16":
+            assert precision.delivered(name, 0.1, 40, 1.0, kinked=True) is None
+    assert precision.delivered("fp32", 0.02, 40, 1.0, kinked=True) == "tf32"
+    assert precision.delivered("fp32", 0.02, 40, 1.0) is None
+    assert executor._standard(Point(relu, "bwd_data", "fp16", "TNC", "cpu", "x"), 1.0,
+                              None).kinked

@@ -129,6 +129,13 @@ class RnnProblem:
     def flops_no_padding(self) -> int:
         return self.flops              # padded steps are not counted (steps())
 
+    def kinked(self, direction: str) -> bool:
+        """Whether a direction's result jumps where an input crosses a kink: the gradients of a
+        ReLU recurrence (a unit's derivative is 0 or 1, decided by its rounded pre-activation;
+        precision.tolerance's _KINK_UNITS). Its forward pass is continuous; tanh, sigmoid are
+        smooth."""
+        return self.cell == "rnn_relu" and direction in ("bwd_data", "bwd_filter")
+
     def reduction_length(self, direction: str) -> int:
         """How many products feed one output's rounding: the longest GEMM inner length of a step
         (or, for the weight gradients, the steps summed into one weight), times the steps whose
