@@ -23,6 +23,7 @@ CASES = (
     RnnProblem("lstm", 16, 32, 7, 3, lengths=(7, 3, 5), name="lstm_var"),
 )
 DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter")
+PRECISIONS = ("fp32", "fp16")      # bf16 runs fp16's paths (evidence/runs/rnn_quick-gpu-*)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -35,7 +36,7 @@ def _needs_torch_gpu():
 @pytest.fixture(scope="module")
 def rows(run_fast) -> list:
     sweep = Sweep("torch-gpu-rnn", CASES, directions=DIRECTIONS,
-                  precisions=("fp32", "fp16"),      # bf16 runs fp16's paths (9b71369)
+                  precisions=PRECISIONS,
                   backends=(AlgorithmChoice("torch_gpu"),))
     return run_fast(sweep)
 
@@ -43,7 +44,7 @@ def rows(run_fast) -> list:
 def test_every_recurrent_row_is_verified_ok(rows):
     algorithms = {"nn_rnn", "nn_rnn_native", "plain_loop"}
     assert {m.point.algorithm for m in rows} == algorithms
-    assert len(rows) == len(CASES) * len(DIRECTIONS) * 3 * len(algorithms)
+    assert len(rows) == len(CASES) * len(DIRECTIONS) * len(PRECISIONS) * len(algorithms)
     print(Counter((m.point.algorithm, m.point.precision, m.effective_precision) for m in rows))
     bad = [(m.point.problem.name, m.point.direction, m.point.precision, m.point.algorithm,
             m.status.value, m.reason[:200]) for m in rows if not m.ok]
