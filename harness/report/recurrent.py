@@ -16,9 +16,11 @@ INTRO = (
     "Per recurrent layer, precision asked and pass: inference is the forward pass; a training "
     "step is forward + backward data + backward weights (each candidate's fastest verified row "
     "per direction, summed; a dash where a direction has none). Best: the fastest verified "
-    "algorithm of any backend. PyTorch: what nn.LSTM / nn.GRU / nn.RNN run (the pytorch "
-    "policy). Plain loop: the textbook cell written by hand as a per-step loop of PyTorch "
-    "tensor ops (torch_cpu:plain_loop), the \"plain LSTM\" of the classic comparison. Error: "
+    "algorithm of any backend. PyTorch: what nn.LSTM / nn.GRU / nn.RNN run by default (the "
+    "pytorch policy: through cuDNN on a GPU; torch_gpu:nn_rnn_native, the same with cuDNN "
+    "switched off, competes only for Best). Plain loop: the textbook cell written by hand as a "
+    "per-step loop of PyTorch tensor ops (plain_loop, on the CPU or the GPU), the \"plain "
+    "LSTM\" of the classic comparison. Error: "
     "the largest relative L2 error of the pass's rows against the float64 oracle, with the "
     "precision that error is within (what the pass delivered). Speed-up: plain loop ms / ms.")
 
