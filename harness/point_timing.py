@@ -13,6 +13,14 @@ from harness.backends.base import Prepared
 from harness.timer import Timing, time_cpu
 
 
+# Stream-ordered samples that check a self-capturing library's replay (time_gpu): the check's
+# median decides only whether the full stream timing runs. At the regression floor (14-19
+# samples) the check had cost as much as the replay itself: PyTorch's recurrent rows took
+# 0.56-2.3 s a row to time on an H100 (evidence/runs/rnn_quick-gpu-aefc333-...), its
+# convolutions 273 ms.
+STREAM_CHECK_SAMPLES = 5
+
+
 def time_gpu(prepared: Prepared, options, flush) -> Timing:
     """Warm points replay a CUDA graph of the calls unless the stream timer is asked for; cold
     points (an L2 flush between calls) and libraries whose calls cannot be captured use the held
@@ -33,10 +41,15 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
         else:
             if prepared.capture is None or options.replay_checked:
                 return replace(timing, gpu_timer="cuda_graph")
-            streamed = time_cuda(prepared.launch, prepared.stream, options)
-            capture_error = capture_changed_kernels(timing, streamed)
-            if capture_error is None:
-                return replace(timing, gpu_timer="cuda_graph")
+            # A few stream-ordered samples tell a replay that is not slower (nearly every row)
+            # from one that may be; only the latter is timed in stream order in full.
+            check = replace(options, min_samples=STREAM_CHECK_SAMPLES,
+                            max_samples=STREAM_CHECK_SAMPLES, race_bar_ms=None)
+            for stream_options in (check, options):
+                streamed = time_cuda(prepared.launch, prepared.stream, stream_options)
+                capture_error = capture_changed_kernels(timing, streamed)
+                if capture_error is None:
+                    return replace(timing, gpu_timer="cuda_graph")
             return replace(streamed, gpu_timer=streamed.gpu_timer or "held_stream",
                            capture_error=capture_error)
     timing = time_cuda(prepared.launch, prepared.stream, options, flush)

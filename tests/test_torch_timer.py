@@ -36,8 +36,8 @@ def stub_timers(monkeypatch):
     calls = []
 
     def stub(us, name):
-        def timed(*args, **kwargs):
-            calls.append(name)
+        def timed(launch, stream, options, *args, **kwargs):
+            calls.append(name if name == "graph" else (name, options.max_samples))
             return _timing(us[name])
         return timed
     us = {"graph": 11.7, "stream": 8.0}
@@ -52,17 +52,22 @@ def _prepared(captures_itself: bool):
 
 
 def test_self_capturing_library_slower_when_replayed_keeps_its_stream_time(stub_timers):
+    """A few stream-ordered samples find the replay slower; then the stream timing runs in full
+    and the row keeps it."""
     us, calls = stub_timers
-    timing = point_timing.time_gpu(_prepared(True), TimingOptions(), None)
-    assert calls == ["graph", "stream"]
+    options = TimingOptions(max_samples=40)
+    timing = point_timing.time_gpu(_prepared(True), options, None)
+    assert calls == ["graph", ("stream", point_timing.STREAM_CHECK_SAMPLES), ("stream", 40)]
     assert timing.gpu_timer == "held_stream" and "capture changed" in timing.capture_error
     assert timing.samples_ms[0] == pytest.approx(8.0e-3)
 
 
 def test_self_capturing_library_as_fast_replayed_keeps_the_replay(stub_timers):
+    """The usual row: the short stream check is all the stream timing it gets."""
     us, calls = stub_timers
     us["graph"] = 7.5
-    timing = point_timing.time_gpu(_prepared(True), TimingOptions(), None)
+    timing = point_timing.time_gpu(_prepared(True), TimingOptions(max_samples=40), None)
+    assert calls == ["graph", ("stream", point_timing.STREAM_CHECK_SAMPLES)]
     assert timing.gpu_timer == "cuda_graph" and timing.samples_ms[0] == pytest.approx(7.5e-3)
 
 
