@@ -108,7 +108,7 @@ _WIDEST_CONDITIONED = 0.05
 # flip moves the gradients it feeds by a whole unit's contribution, so the error grows like
 # sqrt(u), not u. DeepBench's ReLU RNN (256 units, 25 steps, batch 16) on an H100: cuDNN, PyTorch
 # without cuDNN and a plain loop alike erred 1.2-1.7% at fp16 (sqrt(u) 2.2%), 3.2-3.9% at bf16
-# (6.2%) and 1.7-1.9% at tf32 (2.2%) (evidence/logs/rnn-quick-gpu-9b71369-...log.gz). A bug
+# (6.2%) and 1.7-1.9% at tf32 (2.2%) (evidence/logs/rnn-quick-gpu-613ad6f-...log.gz). A bug
 # errs by 1e-1 or more: at bf16 this tolerance (9.4%) comes near that, and the layer's fp32,
 # tf32 and fp16 rows (3.7e-4, 3.3%, 3.3%) are the ones that catch it.
 _KINK_UNITS = 1.5

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: `convbench run` (quick) and `convbench run rnn_quick` at the commit before the
-# 5-sample stream check (an export in .before/: git archive 77d58d3 harness suites pyproject.toml)
+# 5-sample stream check (an export in .before/: git archive 3a8e922 harness suites pyproject.toml)
 # and at this tree, on one machine (quick before first: it also warms the driver's caches).
 #   OUT=DIR evidence/studies/timer_check_before_after.sh
 set -u
