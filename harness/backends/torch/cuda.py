@@ -7,9 +7,23 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from harness.backends.base import Unsupported
+from harness.sweep import Point
+
 
 def load_torch() -> Any:
     import torch  # lazy: heavy, optional
+    return torch
+
+
+def torch_for(point: Point) -> Any:
+    """torch, ready to run `point` on the GPU: loaded, its CUDA checked (Unsupported, with the
+    reason, where it cannot run), and TF32 allowed only where the point asks for tf32."""
+    torch = load_torch()
+    refusal = cuda_refusal(torch)
+    if refusal:
+        raise Unsupported(refusal)
+    allow_tf32(torch, point.precision == "tf32")
     return torch
 
 

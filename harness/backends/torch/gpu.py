@@ -32,7 +32,7 @@ import numpy as np
 from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, padding_pairs
 from harness.backends.torch import cpu as torch_cpu
-from harness.backends.torch.cuda import allow_tf32, cuda_refusal, load_torch, recorded_kernels
+from harness.backends.torch.cuda import cuda_refusal, load_torch, recorded_kernels, torch_for
 from harness.backends.torch.dtypes import TORCH_DTYPES, dtype
 from harness.backends.torch.rnn_gpu import TorchGpuRnn, TorchGpuRnnLoop, TorchGpuRnnNative
 from harness.reference import ProblemData
@@ -148,12 +148,8 @@ class CudnnBenchmark(Algorithm):
         reason = self.refusal(point)
         if reason:
             raise Unsupported(reason)
-        torch = load_torch()
-        refusal = cuda_refusal(torch)
-        if refusal:
-            raise Unsupported(refusal)
+        torch = torch_for(point)
         torch.backends.cudnn.benchmark = True
-        allow_tf32(torch, point.precision == "tf32")
         stream = torch.cuda.Stream()
         element = dtype(torch, point.precision)
         fmt = torch_cpu.memory_format(torch, point)

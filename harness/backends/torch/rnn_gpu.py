@@ -29,7 +29,7 @@ from typing import Any
 
 from harness import families
 from harness.backends.base import Algorithm, Unsupported
-from harness.backends.torch.cuda import allow_tf32, cuda_refusal, load_torch, recorded_kernels
+from harness.backends.torch.cuda import recorded_kernels, torch_for
 from harness.backends.torch.dtypes import TORCH_DTYPES
 from harness.backends.torch.rnn import RnnPrepared, module_call
 from harness.backends.torch.rnn_loop import loop_call
@@ -122,11 +122,7 @@ class TorchGpuRnn(Algorithm):
         reason = self.refusal(point)
         if reason:
             raise Unsupported(reason)
-        torch = load_torch()
-        refusal = cuda_refusal(torch)
-        if refusal:
-            raise Unsupported(refusal)
-        allow_tf32(torch, point.precision == "tf32")
+        torch = torch_for(point)
         stream = torch.cuda.Stream()
         torch.cuda.synchronize()
         # the backward directions run their forward pass here, once: it must take the same
