@@ -45,6 +45,16 @@ def test_with_a_gpu_each_precision_runs_in_its_framework_layout_on_the_gpu_backe
     assert "cpu for the CPU algorithms" in lines[0]
 
 
+def test_a_recurrent_suite_is_said_to_run_in_its_own_layout(gpu):
+    """rnn_quick lists torch_gpu: on a GPU the default takes it, and its first line names the
+    recurrent layout the rows run in, not the convolutions' framework layouts."""
+    sweep, lines = gpu_default.with_gpu_default(load_suite("rnn_quick"), _args())
+    assert "fp32, tf32, fp16, bf16 in TNC; 1 timing process" in lines[0], lines[0]
+    assert {p.layout for p in sweep.points(lambda backend: ["a"])} == {"TNC"}
+    mixed = replace(sweep, problems=sweep.problems + load_suite("quick").problems[:1])
+    assert "fp16 and bf16 in NHWC; recurrent layers in TNC;" in gpu_default.describe(mixed)
+
+
 def test_each_flag_given_keeps_its_part_and_backend_turns_the_default_off(gpu):
     quick = load_suite("quick")
     fp16 = gpu_default.with_gpu_default(replace(quick, precisions=("fp16",)),

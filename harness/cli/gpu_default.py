@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from harness import families
 from harness.sweep import AlgorithmChoice, Sweep
 
 GPU_BACKENDS = ("cudnn", "cudnn_graph", "torch_gpu")
@@ -82,6 +83,11 @@ def describe(sweep: Sweep) -> str:
         where = "; ".join(f"{' and '.join(p)} in {layout}" for layout, p in by_layout.items())
     else:
         where = f"{', '.join(sweep.precisions)} in {', '.join(sweep.layouts)}"
+    kinds = {problem.kind for problem in sweep.problems}
+    if kinds == {families.RNN}:     # the layouts above apply to convolutions only
+        where = f"{', '.join(sweep.precisions)} in {families.RNN_LAYOUT}"
+    elif families.RNN in kinds:
+        where += f"; recurrent layers in {families.RNN_LAYOUT}"
     processes = sweep.timing.gpu_processes
     return (f"GPU default (a GPU is present and no --backend was given): {backends}; {where}; "
             f"{processes} timing process{'es' if processes > 1 else ''}, "
