@@ -154,3 +154,39 @@ def test_the_stability_answer_says_when_every_pytorch_pick_held_and_nothing_unre
         in stable
     unrecorded = _rendered(frame(_torch_row("L1", None)))
     assert "PyTorch" not in unrecorded
+
+
+def test_captured_calls_replay_on_their_stream_and_a_refusal_is_capture_failed():
+    """cuda.captured, with a stand-in for torch: the launches run inside the capture on the
+    given stream, the graph is kept, the replay runs on that stream; PyTorch's RuntimeError
+    under capture is the timer's CaptureFailed."""
+    from contextlib import contextmanager
+
+    from harness.timer import CaptureFailed
+    log = []
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+
+    @contextmanager
+    def graph(g, stream):
+        log.append(("capture on", stream))
+        yield
+
+    @contextmanager
+    def on(stream):
+        log.append(("stream", stream))
+        yield
+    fake = SimpleNamespace(cuda=SimpleNamespace(CUDAGraph=Graph, graph=graph, stream=on))
+    kept = []
+    replay = cuda.captured(fake, "s1", 3, lambda: log.append("call"), kept)
+    assert log == [("capture on", "s1"), "call", "call", "call"] and len(kept) == 1
+    replay()
+    assert log[-2:] == [("stream", "s1"), "replay"]
+
+    def refuses():
+        raise RuntimeError("operation not permitted when stream is capturing")
+    with pytest.raises(CaptureFailed, match="torch.cuda.graph: operation not permitted"):
+        cuda.captured(fake, "s1", 2, refuses, kept)
+    assert len(kept) == 1

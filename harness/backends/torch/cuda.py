@@ -27,6 +27,29 @@ def torch_for(point: Point) -> Any:
     return torch
 
 
+def captured(torch: Any, stream: Any, calls: int, launch: Callable[[], None],
+             kept: list) -> Callable[[], None]:
+    """`calls` launches captured into a CUDA graph through PyTorch on `stream` (the graph timer's
+    capture for a library whose allocator must know: PyTorch keeps what the calls allocate in
+    the graph's private pool, so the graph goes into `kept`, held until its results are let
+    go); returns the replay. Raises CaptureFailed where PyTorch cannot capture the calls (the
+    held stream then times them)."""
+    from harness.timer import CaptureFailed
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(calls):
+                launch()
+    except RuntimeError as err:
+        raise CaptureFailed(f"torch.cuda.graph: {err}") from err
+    kept.append(graph)
+
+    def replay() -> None:
+        with torch.cuda.stream(stream):
+            graph.replay()
+    return replay
+
+
 def cuda_refusal(torch: Any) -> str | None:
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} sees no CUDA GPU"

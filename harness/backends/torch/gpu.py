@@ -32,7 +32,8 @@ import numpy as np
 from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, padding_pairs
 from harness.backends.torch import cpu as torch_cpu
-from harness.backends.torch.cuda import cuda_refusal, load_torch, recorded_kernels, torch_for
+from harness.backends.torch.cuda import (captured, cuda_refusal, load_torch, recorded_kernels,
+                                        torch_for)
 from harness.backends.torch.dtypes import TORCH_DTYPES, dtype
 from harness.backends.torch.rnn_gpu import TorchGpuRnn, TorchGpuRnnLoop, TorchGpuRnnNative
 from harness.reference import ProblemData
@@ -92,23 +93,11 @@ class TorchGpuPrepared(Prepared):
             self.result = self._call()
 
     def capture(self, calls: int) -> Callable[[], None]:
-        """`calls` launches captured into a CUDA graph through PyTorch, whose allocator keeps
-        the captured results in a private pool; returns the replay (for the graph timer)."""
-        from harness.timer import CaptureFailed
-        torch = self._torch
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, stream=self._torch_stream):
-                for _ in range(calls):
-                    self.result = self._call()
-        except RuntimeError as err:
-            raise CaptureFailed(f"torch.cuda.graph: {err}") from err
-        self._graphs.append(graph)      # kept until release(): its pool holds `result`
-
-        def replay() -> None:
-            with torch.cuda.stream(self._torch_stream):
-                graph.replay()
-        return replay
+        """`calls` launches captured into a CUDA graph (cuda.captured); `result` is the last
+        one's, in the graph's pool. Returns the replay (for the graph timer)."""
+        def one() -> None:
+            self.result = self._call()
+        return captured(self._torch, self._torch_stream, calls, one, self._graphs)
 
     def poison(self) -> None:
         with self._torch.cuda.stream(self._torch_stream):

@@ -29,7 +29,7 @@ from typing import Any
 
 from harness import families
 from harness.backends.base import Algorithm, Unsupported
-from harness.backends.torch.cuda import recorded_kernels, torch_for
+from harness.backends.torch.cuda import captured, recorded_kernels, torch_for
 from harness.backends.torch.dtypes import TORCH_DTYPES
 from harness.backends.torch.rnn import RnnPrepared, module_call
 from harness.backends.torch.rnn_loop import loop_call
@@ -73,23 +73,11 @@ class RnnGpuPrepared(RnnPrepared):
             super().launch()
 
     def capture(self, calls: int) -> Callable[[], None]:
-        """`calls` launches captured into a CUDA graph through PyTorch (its allocator keeps the
-        results in a private pool); a call that cannot be captured (a packed sequence's lengths
-        are read on the host) raises CaptureFailed and the held stream times it."""
-        from harness.timer import CaptureFailed
-        graph = self._torch.cuda.CUDAGraph()
-        try:
-            with self._calling(), self._torch.cuda.graph(graph, stream=self._torch_stream):
-                for _ in range(calls):
-                    super().launch()
-        except RuntimeError as err:
-            raise CaptureFailed(f"torch.cuda.graph: {err}") from err
-        self._graphs.append(graph)
-
-        def replay() -> None:
-            with self._torch.cuda.stream(self._torch_stream):
-                graph.replay()
-        return replay
+        """`calls` launches captured into a CUDA graph (cuda.captured), cuDNN on or off as the
+        algorithm runs; a call that cannot be captured (a packed sequence's lengths are read on
+        the host) raises CaptureFailed and the held stream times it."""
+        with cudnn_switched(self._torch, self._cudnn):
+            return captured(self._torch, self._torch_stream, calls, super().launch, self._graphs)
 
     def poison(self) -> None:
         with self._calling():
