@@ -129,6 +129,10 @@ EXTRA_COLUMNS: dict[str, str] = {
     # torch_cpu recurrent rows: "onednn" (oneDNN's RNN primitive) or "native" (PyTorch's ATen
     # ops), from the op names one profiled call ran (harness/backends/torch/rnn.py)
     "torch_rnn_path": "string",
+    # cudnn_rnn: the reserve space a training forward fills for backward (bytes; beside the
+    # workspace), and PERSIST_DYNAMIC's cudnnBuildRNNDynamic, a run-time compile counted in setup
+    "rnn_reserve_bytes": "Int64",
+    "rnn_build_ms": "float64",
     # cpu:direct: which kernel ran ("numba 0.68.0", the compiled one: harness/backends/cpu/
     # direct_compiled.py) or "numpy: <why>" (few channels without numba, or many channels)
     "cpu_kernel": "string",

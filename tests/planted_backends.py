@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.backends.base import Prepared
 from harness.backends.cpu import CpuBackend
+from harness.backends.cudnn.rnn import CudnnRnnBackend, RnnPrepared
 from harness.backends.fake import FakeBackend, FakeExact
 
 
@@ -568,3 +569,22 @@ def __getattr__(name: str) -> Any:
     if name == "SlowCudnnBackend":
         return _cudnn_backend()
     raise AttributeError(name)
+
+
+
+class _GatesSwapped(RnnPrepared):
+    """cudnn_rnn with its first two gate blocks of W (LSTM i and f, GRU r and z) trading places
+    in the weight space: a wrong gate order, the bug a weight-layout assumption makes."""
+
+    def _blocks(self, layer, d):
+        blocks = super()._blocks(layer, d)
+        first, second = (next(i for i, b in enumerate(blocks) if b[0] == "W" and b[1] == g)
+                         for g in (0, 1))
+        blocks[first], blocks[second] = ((blocks[first][0], 1, *blocks[first][2:]),
+                                         (blocks[second][0], 0, *blocks[second][2:]))
+        return blocks
+
+
+class GatesSwappedRnnBackend(CudnnRnnBackend):
+    name = "cudnn_rnn_swapped"
+    prepared = _GatesSwapped

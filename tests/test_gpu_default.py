@@ -12,7 +12,6 @@ from harness import env, runner
 from harness.cli import gpu_default, main
 from harness.suite import load_suite
 
-ALL_GPU = (list(gpu_default.GPU_BACKENDS), [])
 
 
 def _args(**given) -> SimpleNamespace:
@@ -24,7 +23,7 @@ def _args(**given) -> SimpleNamespace:
 @pytest.fixture
 def gpu(monkeypatch):
     monkeypatch.setattr(env, "gpu_visible", lambda: True)
-    monkeypatch.setattr(gpu_default, "_usable_backends", lambda: ALL_GPU)
+    monkeypatch.setattr(gpu_default, "_usable_backends", lambda names: (list(names), []))
 
 
 def test_without_a_gpu_the_suite_is_run_as_it_is(monkeypatch):
@@ -49,6 +48,7 @@ def test_a_recurrent_suite_is_said_to_run_in_its_own_layout(gpu):
     """rnn_quick lists torch_gpu: on a GPU the default takes it, and its first line names the
     recurrent layout the rows run in, not the convolutions' framework layouts."""
     sweep, lines = gpu_default.with_gpu_default(load_suite("rnn_quick"), _args())
+    assert [c.backend for c in sweep.backends] == ["torch_gpu", "cudnn_rnn"]
     assert "fp32, tf32, fp16, bf16 in TNC; 1 timing process" in lines[0], lines[0]
     assert {p.layout for p in sweep.points(lambda backend: ["a"])} == {"TNC"}
     mixed = replace(sweep, problems=sweep.problems + load_suite("quick").problems[:1])
@@ -80,14 +80,15 @@ def test_a_gpu_without_usable_backends_runs_the_suite_and_says_why(monkeypatch, 
     """A GPU machine without CuPy or cuDNN (this machine, told it has a GPU): the default names
     each GPU backend it could not use and why, runs the suite's own backends, and exits 0."""
     monkeypatch.setattr(env, "gpu_visible", lambda: True)
-    refused = [(name, "CuPy is not installed") for name in gpu_default.GPU_BACKENDS]
-    monkeypatch.setattr(gpu_default, "_usable_backends", lambda: ([], refused))
+    monkeypatch.setattr(gpu_default, "_usable_backends",
+                        lambda names: ([], [(name, "CuPy is not installed") for name in names]))
     out = tmp_path / "r.parquet"
     assert main(["run", "--layer", "res2a_branch2b", "--direction", "fwd", "--budget-ms", "2",
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    for name in gpu_default.GPU_BACKENDS:
+    for name in ("cudnn", "cudnn_graph", "torch_gpu"):     # cudnn_rnn: no convolution
         assert f"skipping {name}: CuPy is not installed" in printed
+    assert "cudnn_rnn" not in printed
     assert "no GPU backend can use it: running the suite's own backends" in printed
     import pandas as pd
     assert set(pd.read_parquet(out)["backend"]) == {"cpu"}

@@ -13,6 +13,7 @@ _REGISTRY = {
     "cudnn": "harness.backends.cudnn.legacy:CudnnBackend",
     "cudnn_graph": "harness.backends.cudnn.graph:CudnnGraphBackend",
     "torch_gpu": "harness.backends.torch.gpu:TorchGpuBackend",
+    "cudnn_rnn": "harness.backends.cudnn.rnn:CudnnRnnBackend",
 }
 # The seeded `fake` backend (harness/backends/fake.py) is not listed: tests register it
 # (tests/conftest.py), so users never see its planted faults as an available backend.

@@ -2,7 +2,8 @@
 
 A user with a GPU asks which verified algorithm is fastest for each layer at the precision they
 train and serve in, and whether it beats PyTorch's autotuner and cuDNN's own choice. So the
-default sweeps the GPU backends (legacy cuDNN, the graph API, PyTorch) at fp32, tf32 (what
+default sweeps the GPU backends (legacy cuDNN, the graph API, PyTorch; for recurrent layers
+cuDNN's RNN algorithms and PyTorch's) at fp32, tf32 (what
 PyTorch's fp32 convolutions deliver unless told otherwise), fp16 and bf16, each precision in the
 layout frameworks run it in: fp32 and tf32 in NCHW (PyTorch's default memory format), fp16 and
 bf16 in NHWC (channels_last, the layout of mixed-precision training on tensor cores). The CPU
@@ -20,7 +21,7 @@ from dataclasses import replace
 from harness import families
 from harness.sweep import AlgorithmChoice, Sweep
 
-GPU_BACKENDS = ("cudnn", "cudnn_graph", "torch_gpu")
+GPU_BACKENDS = ("cudnn", "cudnn_graph", "torch_gpu", "cudnn_rnn")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # the layout frameworks run a precision in; precisions not named run in NHWC, the tensor-core
 # layout of every narrow type
@@ -57,7 +58,7 @@ def with_gpu_default(sweep: Sweep, args: argparse.Namespace) -> tuple[Sweep, lis
     Where no GPU backend can run (CuPy or cuDNN missing), the suite's own backends, and why."""
     if not applies(sweep, args):
         return sweep, []
-    usable, refused = _usable_backends()
+    usable, refused = _usable_backends(_computing({p.kind for p in sweep.problems}))
     notes = [f"note: GPU default: skipping {name}: {why}" for name, why in refused]
     if not usable:
         return sweep, [*notes, "note: a GPU is present but no GPU backend can use it: running "
@@ -94,10 +95,19 @@ def describe(sweep: Sweep) -> str:
             f"{sweep.timing.budget_ms:g} ms of timed calls a point; {HOW_TO_NARROW}")
 
 
-def _usable_backends() -> tuple[list[str], list[tuple[str, str]]]:
+def _computing(kinds: set[str]) -> list[str]:
+    """The GPU backends with an algorithm for one of the problem families `kinds` (cudnn_rnn
+    has none for a convolution, cudnn none for a recurrent layer)."""
+    from harness import backends
+    return [name for name in GPU_BACKENDS
+            if any(set(a.problem_kinds) & kinds for a in backends.get(name).algorithms())]
+
+
+def _usable_backends(names: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Those of `names` that can run here, and why each other cannot."""
     from harness import backends
     usable, refused = [], []
-    for name in GPU_BACKENDS:
+    for name in names:
         reason = backends.get(name).unavailable_reason()
         if reason:
             refused.append((name, reason))

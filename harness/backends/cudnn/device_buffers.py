@@ -113,6 +113,13 @@ def fp8_bits(values: np.ndarray, precision: str) -> np.ndarray:
     return (sign | (biased.astype(np.uint16) << mantissa_bits) | mantissa).astype(np.uint8)
 
 
+def from_storage(cupy: Any, buffer: Any, precision: str) -> Any:
+    """A buffer of `precision`'s storage dtype (storage_dtype; not fp8) as float64 values."""
+    if precision == "bf16":
+        buffer = (buffer.astype(cupy.uint32) << 16).view(cupy.float32)
+    return buffer.astype(cupy.float64)
+
+
 def upload(cupy, values: np.ndarray, layout: str, precision: str) -> Any:
     physical = values.transpose(physical_axes(values.ndim, layout))
     return cupy.asarray(np.ascontiguousarray(to_storage(physical, precision)))
@@ -160,12 +167,8 @@ def logical_view(point: Point, buffer: Any):
     decode = cupy.asarray(fp8_values(result)) if result in MINIFLOAT else None
 
     def view(buf: Any) -> Any:
-        values = buf
-        if result == "bf16":
-            values = (buf.astype(cupy.uint32) << 16).view(cupy.float32)
-        if decode is not None:
-            values = decode[buf]
-        values = values.astype(cupy.float64)
+        values = decode[buf].astype(cupy.float64) if decode is not None else from_storage(
+            cupy, buf, result)
         if result == "int8":
             values[buf == _INT8_UNWRITTEN] = cupy.nan
         if scale != 1.0:
