@@ -48,8 +48,11 @@ def test_every_row_is_verified_or_refused_by_cudnn_with_its_reason(rows):
     bad = [(m.point.problem.name, m.point.direction, m.point.precision, m.point.algorithm,
             m.status.value, m.reason[:200]) for m in rows
            if not (m.ok or m.status.value == "unsupported")]
+    for line in bad:
+        print(*line)
     assert bad == []
     refused = [m for m in rows if m.status.value == "unsupported"]
+    print(Counter((m.point.problem.name, m.point.algorithm, m.reason[:150]) for m in refused))
     assert all("CUDNN_STATUS_NOT_SUPPORTED" in m.reason and " from cudnn" in m.reason
                for m in refused), {m.reason[:160] for m in refused}
 

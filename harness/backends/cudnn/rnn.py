@@ -6,8 +6,9 @@ PERSIST_STATIC_SMALL_H, for LSTM, GRU and plain ReLU / tanh RNNs, every directio
   fwd         cudnnRNNForward in INFERENCE mode
   fwd_train   cudnnRNNForward in TRAINING mode (it also fills the reserve space backward reads)
   bwd_data    cudnnRNNBackwardData_v8 on a training forward's reserve space (run in prepare)
-  bwd_filter  cudnnRNNBackwardWeights_v8 (SET mode) after that forward and one BackwardData,
-              which cuDNN requires first
+  bwd_filter  the gradient space zeroed, then cudnnRNNBackwardWeights_v8, which only adds into
+              it (as PyTorch runs it: zeros, then ADD), after that forward and one
+              BackwardData, which cuDNN requires first
 
 Data in SEQ_MAJOR_UNPACKED (the TNC layout of every recurrent row), per-sequence lengths with
 padded outputs written as zero. Weights go in through cudnnGetRNNWeightParams, one gate block
@@ -282,7 +283,7 @@ class RnnPrepared(Prepared):
                 self._x.ptr, ptr(b["dx"]), self._h.ptr, ptr(b["h0"]), ptr(b["dh_n"]),
                 ptr(b["dh0"]), c_desc, ptr(b["c0"]), ptr(b["dc_n"]), ptr(b["dc0"]),
                 self._space, ptr(b["w"]), *tail)
-        weights = (handle.ptr, self._rnn.ptr, rl.WGRAD_SET, lengths, self._x.ptr, ptr(b["x"]),
+        weights = (handle.ptr, self._rnn.ptr, rl.WGRAD_ADD, lengths, self._x.ptr, ptr(b["x"]),
                    self._h.ptr, ptr(b["h0"]), self._y.ptr, ptr(b["y"]), self._space,
                    ptr(b["dw"]), *tail)
         self._steps = {"fwd": ("cudnnRNNForward", infer),
@@ -303,6 +304,9 @@ class RnnPrepared(Prepared):
         return [lambda step=step: run(step) for step in earlier.get(direction, [])]
 
     def launch(self) -> None:
+        if self._point.direction == "bwd_filter":     # it adds into the gradient space
+            self._cupy.cuda.runtime.memsetAsync(self._buffers["dw"].data.ptr, 0, self._space,
+                                                self.stream.ptr)
         _run(*self._call)
 
     # ---- results --------------------------------------------------------------------------

@@ -22,7 +22,9 @@ LINEAR_INPUT = 0
 SEQ_MAJOR_UNPACKED = 0
 PADDED_IO_ENABLED = 1
 INFERENCE, TRAINING = 0, 1
-WGRAD_SET = 1           # the weight gradients overwrite dweightSpace (ADD would accumulate)
+# cudnnRNNBackwardWeights_v8 accumulates into dweightSpace: it takes only ADD (SET, 1, is
+# NOT_SUPPORTED on cuDNN 9.19, an H100), so the gradient space is zeroed before each call
+WGRAD_ADD = 0
 # linLayerID of an LSTM's recurrent projection (cuDNN and PyTorch's add_projection_weights)
 PROJECTION_ID = 8
 
