@@ -3,7 +3,8 @@
 (harness.worker) and the cluster path (harness.cluster) all call PointExecutor; none of them
 measures on its own.
 
-Every group yields one Measurement per point. What a backend raises becomes a `failed` row, or a
+Every group yields one Measurement per point. What a backend raises becomes a `failed` row, an
+`unsupported` one where it refuses (also at its first call), or a
 `crashed` one where the error says the CUDA context is lost (backends.base.context_lost); an
 output outside the tolerance is `wrong` and is never timed. Points that differ only in their
 workspace limit are measured once: the algorithm and its kernels are the same, and the limit only
@@ -323,7 +324,8 @@ class PointExecutor:
 def _cached(cache: OrderedDict, key: tuple, size: int, compute: Callable[[], Any]) -> Any:
     if key not in cache:
         cache[key] = compute()
-        _trim(cache, size)
+        while len(cache) > size:
+            cache.popitem(last=False)
     return cache[key]
 
 
@@ -376,6 +378,8 @@ def _scaled_rms(point: Point, expected: Any) -> float | None:
 
 
 def _failed(point: Point, algo: Algorithm, err: BaseException) -> Measurement:
+    if isinstance(err, Unsupported):     # refused at its first call (cuDNN's persistent RNNs)
+        return Measurement(point, Status.UNSUPPORTED, str(err), algo.family)
     if isinstance(err, AlgorithmFailed):
         reason = str(err)
     else:
@@ -393,8 +397,3 @@ def _over_limit(point: Point, algo: Algorithm, needed: int) -> Measurement:
     return Measurement(point, Status.WORKSPACE_EXCEEDED,
                        f"needs {needed} bytes of workspace, limit is {point.workspace_limit}",
                        algo.family, workspace_bytes=needed)
-
-
-def _trim(cache: OrderedDict, size: int) -> None:
-    while len(cache) > size:
-        cache.popitem(last=False)

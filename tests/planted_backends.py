@@ -281,6 +281,21 @@ class _QuotesAFault(FakeExact):
         return _FailsAtLaunch(super().prepare(point, data), _quotes_a_fault)
 
 
+def _refused_when_called() -> Exception:
+    """What cudnn_rnn raises where cuDNN refuses at the call itself (a persistent RNN algorithm
+    with sequences of several lengths), not at a query in prepare."""
+    from harness.backends.base import Unsupported
+    return Unsupported("CUDNN_STATUS_NOT_SUPPORTED (3000) from cudnnRNNForward: planted")
+
+
+class _RefusedWhenCalled(FakeExact):
+    backend = "faulty_gpu"
+    name = "refused_when_called"
+
+    def prepare(self, point, data):
+        return _FailsAtLaunch(super().prepare(point, data), _refused_when_called)
+
+
 class _Hangs(FakeExact):
     backend = "faulty_gpu"
     name = "hangs"
@@ -354,8 +369,8 @@ class FaultyGpuBackend(FakeBackend):
     device = "cuda"
 
     def algorithms(self):
-        return [_ContextLost(), _QuotesAFault(), _Hangs(), _LostOnSecondPlan(),
-                _HangsOnSecondPlan(), _DiesOnSecondPlan(), _HangingEngine()]
+        return [_ContextLost(), _QuotesAFault(), _RefusedWhenCalled(), _Hangs(),
+                _LostOnSecondPlan(), _HangsOnSecondPlan(), _DiesOnSecondPlan(), _HangingEngine()]
 
 
 # Thread counts each launch of a ThreadsSeenBackend point found: (BLAS threads, torch threads).

@@ -108,6 +108,12 @@ def test_the_executor_makes_a_lost_context_crashed_and_a_quoted_name_failed():
     assert quoted.status == Status.FAILED and "cudaErrorIllegalAddress" in quoted.reason
 
 
+def test_a_library_that_refuses_at_its_first_call_makes_an_unsupported_row():
+    (refused,) = PointExecutor().measure([_point("refused_when_called")])
+    assert refused.status == Status.UNSUPPORTED, refused.reason
+    assert refused.reason == "CUDNN_STATUS_NOT_SUPPORTED (3000) from cudnnRNNForward: planted"
+
+
 def test_a_worker_that_lost_its_context_is_replaced_and_the_plans_after_go_on_in_a_fresh_one():
     pool = WorkerPool()
     try:

@@ -359,10 +359,12 @@ class RnnPrepared(Prepared):
 
 
 def _run(function: Any, name: str, args: tuple) -> None:
+    """Calls a cuDNN RNN function. A persistent algorithm may refuse variable sequence lengths
+    only when called (NOT_SUPPORTED from cudnnRNNForward on cuDNN 9.19): Unsupported, which
+    makes the row `unsupported` wherever it comes."""
     code = function(*args)
     if code != 0:
-        raise CudnnFailed(f"{lib.status_name(code)} ({code}) from {name}: {lib.last_error()}",
-                          code)
+        raise refused_or_failed(lib.CudnnError(code, name, lib.last_error()))
 
 
 def _pointer(buffer: Any) -> int | None:
