@@ -127,4 +127,4 @@ class Measurement:
         med = self.median_ms
         if not med:
             return None
-        return self.point.problem.flops / (med * 1e-3) / 1e9
+        return self.point.problem.flops_of(self.point.direction) / (med * 1e-3) / 1e9

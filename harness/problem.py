@@ -177,6 +177,10 @@ class ConvProblem:
         return (2 * self.batch * self.out_channels * self.channels_per_group
                 * _prod(tuple(a.kernel * a.out for a in self.spatial)))
 
+    def flops_of(self, direction: str) -> int:
+        """The FLOPs of one call of `direction` (every problem family answers it)."""
+        return self.flops
+
     @property
     def flops_no_padding(self) -> int:
         """Only the taps that land on real input (benchdnn's count)."""

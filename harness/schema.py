@@ -133,6 +133,9 @@ EXTRA_COLUMNS: dict[str, str] = {
     # workspace), and PERSIST_DYNAMIC's cudnnBuildRNNDynamic, a run-time compile counted in setup
     "rnn_reserve_bytes": "Int64",
     "rnn_build_ms": "float64",
+    # what one timed call ran, in order (e.g. "restore the reserve space +
+    # cudnnRNNBackwardData_v8": BackwardData overwrites the reserve space it reads)
+    "rnn_calls": "string",
     # cpu:direct: which kernel ran ("numba 0.68.0", the compiled one: harness/backends/cpu/
     # direct_compiled.py) or "numpy: <why>" (few channels without numba, or many channels)
     "cpu_kernel": "string",
@@ -194,7 +197,8 @@ def to_row(m: Measurement, run_id: str, suite: str, env: dict[str, Any],
         "point_id": pt.point_id, "planned_point_id": m.planned_point_id or pt.point_id,
         "finished_at": finished_at,
         "layer": p.name, "multiplicity": p.multiplicity, "batch": p.batch,
-        **_shape_columns(p), "problem": p.kind, "flops": p.flops,
+        **_shape_columns(p), "problem": p.kind,
+        "flops": p.flops_of(pt.direction),
         "flops_no_padding": p.flops_no_padding,
         "bytes_moved": p.bytes_moved(bytes_per_element, result_bytes, pt.direction),
         "arithmetic_intensity": p.arithmetic_intensity(bytes_per_element, result_bytes,

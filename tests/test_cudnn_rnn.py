@@ -22,7 +22,7 @@ CASES = (
     RnnProblem("rnn_relu", 64, 256, 25, 16, name="relu"),
     RnnProblem("lstm", 16, 32, 7, 3, lengths=(7, 3, 5), name="lstm_var"),
 )
-DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter")
+DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter", "train_step")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp64")
 ALGORITHMS = {"standard", "persist_static", "persist_dynamic", "persist_static_small_h"}
 
@@ -76,6 +76,16 @@ def test_rows_say_what_the_run_kept_for_backward_and_built(rows):
     assert all(m.extras.get("rnn_reserve_bytes", 0) > 0 for m in trained)
     dynamic = [m for m in rows if m.ok and m.point.algorithm == "persist_dynamic"]
     assert dynamic and all(m.extras.get("rnn_build_ms", 0) > 0 for m in dynamic)
+
+
+def test_backward_data_repeats_its_result_call_after_call(rows):
+    """BackwardData overwrites the reserve space it reads: each call restores it first, so the
+    run-twice check finds the same bits (without the restore a second call erred by 100% and
+    more: evidence/studies/rnn_repeat_probe.py)."""
+    data = [m for m in rows if m.ok and m.point.direction == "bwd_data"]
+    assert data and all(m.extras["rnn_calls"].startswith("restore the reserve space")
+                        for m in data)
+    assert [m.point.point_id for m in data if not m.deterministic] == []
 
 
 def test_a_planted_gate_order_fault_is_caught(run_fast):

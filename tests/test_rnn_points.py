@@ -339,3 +339,54 @@ def test_per_algorithm_totals_and_the_time_versus_error_figure(tmp_path) -> None
         row(ms=2.0, direction="bwd_data", **rnn), row(ms=3.0, direction="bwd_filter", **rnn)))
     oracle = table[table["policy"] == "oracle"].iloc[0]
     assert (oracle["fwd_ms"], oracle["bwd_ms"], oracle["total_ms"]) == (1.5, 5.0, 6.5)
+
+
+def test_a_training_step_result_is_the_forward_then_both_gradients() -> None:
+    p = CASES[1]
+    data = oracle.make_data(p, "fp64")
+    parts = [oracle.reference(p, d, data) for d in ("fwd", "bwd_data", "bwd_filter")]
+    np.testing.assert_array_equal(oracle.reference(p, "train_step", data), np.concatenate(parts))
+    assert p.flops_of("train_step") == 3 * p.flops_of("fwd") == 3 * p.flops
+    assert p.bytes_moved(4, direction="train_step") == sum(
+        p.bytes_moved(4, direction=d) for d in ("fwd", "bwd_data", "bwd_filter"))
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_pytorch_and_the_plain_loop_run_a_whole_training_step_verified() -> None:
+    rows = _measure(CASES, ("train_step",), ["cpu", "torch_cpu"], precisions=("fp32",))
+    # NumPy's rnn_loop is inference only: no row
+    assert sorted({m.point.algorithm for m in rows}) == ["nn_rnn", "plain_loop"]
+    assert [(m.point.problem.name, m.reason) for m in rows if not m.ok] == []
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_a_step_with_the_data_gradient_left_out_is_caught(monkeypatch) -> None:
+    import torch
+    real = torch.autograd.grad
+
+    def no_input_gradient(outputs, inputs, *args, **kwargs):
+        grads = list(real(outputs, inputs, *args, **kwargs))
+        grads[0] = torch.zeros_like(grads[0])
+        return tuple(grads)
+    monkeypatch.setattr(torch.autograd, "grad", no_input_gradient)
+    rows = _measure(CASES[:1], ("train_step",), ["torch_cpu"], precisions=("fp64",))
+    assert [m.status for m in rows] == ["wrong", "wrong"]
+
+
+def test_a_step_measured_whole_is_the_training_step_not_its_passes_summed() -> None:
+    """PyTorch's weight gradients rerun its data pass, so fwd_train + bwd_data + bwd_filter
+    counts that pass twice; where the step was measured as one call, that call is the step,
+    in the answer and in the network totals alike."""
+    from report_fixtures import frame, row
+
+    from harness.analysis import policies, recurrent
+    rnn = dict(problem="rnn", layer="lstm", descriptor="d", family="library",
+               backend="torch_cpu", algorithm="nn_rnn")
+    df = frame(*(row(ms=ms, direction=d, **rnn) for ms, d in (
+        (1.5, "fwd_train"), (2.0, "bwd_data"), (3.0, "bwd_filter"), (4.0, "train_step"))))
+    step = recurrent.answers(df).set_index("passes").loc["training step"]
+    assert step["pytorch_ms"] == 4.0
+    totals = policies.network_totals(df, [policies.ORACLE])
+    assert list(totals["total_oracle"]) == [4.0] and list(totals["points"]) == [1]
+    older = df[df["direction"] != "train_step"]      # results from before the direction
+    assert recurrent.answers(older).set_index("passes").loc["training step", "pytorch_ms"] == 6.5

@@ -22,7 +22,7 @@ CASES = (
     RnnProblem("rnn_relu", 64, 256, 25, 16, name="relu"),
     RnnProblem("lstm", 16, 32, 7, 3, lengths=(7, 3, 5), name="lstm_var"),
 )
-DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter")
+DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter", "train_step")
 PRECISIONS = ("fp32", "fp16")      # bf16 runs fp16's paths (evidence/runs/rnn_quick-gpu-*)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from harness.analysis import policies
-from harness.analysis.points import GPU, NETWORK_KEYS, STEP_KEYS, one_forward_per_layer, own_output
+from harness.analysis.points import GPU, NETWORK_KEYS, STEP_KEYS, one_step_per_layer, own_output
 from harness.sweep import LAYOUTS, PRECISIONS, TRAINING_FORWARD
 
 SOURCE = "source"                       # which results file a row came from, where told
@@ -78,9 +78,10 @@ def _reading_order(column: pd.Series) -> pd.Series:
 
 def _one_network(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     # one forward pass of each layer, as the step total counts (a recurrent layer's fwd_train)
-    per_direction = policies.network_totals(one_forward_per_layer(df), names, NETWORK_KEYS)
+    per_direction = policies.network_totals(one_step_per_layer(df), names, NETWORK_KEYS)
     per_direction = per_direction[own_output(per_direction)]    # as the step total counts
     step = policies.network_totals(df, names, STEP_KEYS).set_index(STEP_KEYS)
+    # a recurrent layer measured as one whole step (train_step) is in the total alone
     part = per_direction["direction"].map(lambda d: "fwd" if d in FORWARD else
                                           "bwd" if d in BACKWARD else "other")
     rows = []

@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.measurement import Status
 from harness.precision import AUTO_OUTPUT
-from harness.sweep import TRAINING_FORWARD
+from harness.sweep import TRAINING_FORWARD, TRAINING_STEP
 
 # Which layer a row measured: its name and its exact shape. The name alone is not enough: an
 # unnamed problem (`--problem` text) has none, and a model may reuse a name for two shapes.
@@ -88,15 +88,19 @@ def ranked(df: pd.DataFrame) -> pd.DataFrame:
     return out if "output" in out.columns else out.assign(output=AUTO_OUTPUT)
 
 
-def one_forward_per_layer(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of one training step: a recurrent layer measured in both forward passes counts
-    the one training runs (`fwd_train`, sweep.TRAINING_FORWARD), not inference's `fwd` too."""
-    trained = df["direction"].astype(str) == TRAINING_FORWARD
-    if not trained.any():
+def one_step_per_layer(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one training step: a recurrent layer measured as a whole step
+    (`train_step`, sweep.TRAINING_STEP) counts that call alone, not its passes measured apart
+    too; one measured in both forward passes counts the one training runs (`fwd_train`,
+    sweep.TRAINING_FORWARD), not inference's `fwd` too."""
+    direction = df["direction"].astype(str)
+    if not direction.isin((TRAINING_FORWARD, TRAINING_STEP)).any():
         return df
     keys = df[LAYER_KEYS].astype(str).agg("|".join, axis=1)
-    inference = (df["direction"].astype(str) == "fwd") & keys.isin(set(keys[trained]))
-    return df[~inference]
+    stepped = keys.isin(set(keys[direction == TRAINING_STEP]))
+    trained = keys.isin(set(keys[direction == TRAINING_FORWARD]))
+    dropped = (stepped & (direction != TRAINING_STEP)) | (trained & (direction == "fwd"))
+    return df[~dropped]
 
 
 def with_candidate(df: pd.DataFrame) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from harness.analysis.points import (ASKED_KEYS, POINT_KEYS, STEP_KEYS, fastest,
-                                     one_forward_per_layer, own_output, ranked,
+                                     one_step_per_layer, own_output, ranked,
                                      verified, with_candidate)
 from harness.backends.torch.rnn_gpu import CUDNN_OFF
 from harness.measurement import Status
@@ -223,7 +223,7 @@ def network_totals(df: pd.DataFrame, names: Iterable[str],
     it had no comparable pick (that total is then a lower bound); `points` in the group."""
     df = ranked(df)
     if "direction" not in keys:       # a step counts one forward pass of each layer
-        df = one_forward_per_layer(df)
+        df = one_step_per_layer(df)
     every = df
     if "output" not in keys:
         # A total over result types counts each layer-direction once, at its precision's own

@@ -93,9 +93,9 @@ def _print_step_totals(df) -> None:
     totals = totals[totals["missing_oracle"] < totals["points"]]
     if totals.empty:
         return
-    from harness.analysis.points import one_forward_per_layer
+    from harness.analysis.points import one_step_per_layer
     from harness.sweep import ALL_DIRECTIONS
-    summed = set(one_forward_per_layer(df)["direction"].astype(str))   # as the totals count
+    summed = set(one_step_per_layer(df)["direction"].astype(str))   # as the totals count
     directions = " + ".join(d for d in ALL_DIRECTIONS if d in summed)
     layers = df[["layer", "descriptor"]].drop_duplicates().shape[0]
     # a row sums only what was measured at its setting (a precision cut short covers fewer)

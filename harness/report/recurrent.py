@@ -14,8 +14,10 @@ from harness.report.tables import DASH, fmt_error, fmt_key, fmt_ms, fmt_ratio, i
 
 INTRO = (
     "Per recurrent layer, precision asked and pass: inference is the forward pass; a training "
-    "step is forward + backward data + backward weights (each candidate's fastest verified row "
-    "per direction, summed; a dash where a direction has none). Best: the fastest verified "
+    "step is the whole step timed as one call (train_step: forward, then both gradients), or "
+    "where results lack it forward + backward data + backward weights (each candidate's "
+    "fastest verified row per direction, summed; this counts PyTorch's data pass twice, since "
+    "its weight gradients rerun it; a dash where a direction has none). Best: the fastest verified "
     "algorithm of any backend. PyTorch: what nn.LSTM / nn.GRU / nn.RNN run by default (the "
     "pytorch policy: through cuDNN on a GPU; torch_gpu:nn_rnn_native, the same with cuDNN "
     "switched off, competes only for Best). Plain loop: the textbook cell written by hand as a "

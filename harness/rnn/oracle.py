@@ -9,6 +9,7 @@ the one normwise check (harness/verdict.py) judges it like a convolution's tenso
               are dy, dh_n, dc_n (RnnData)
   bwd_filter: every weight's gradient, layer by layer, direction by direction, in
               RnnProblem.weight_shapes order
+  train_step: the forward's outputs, then bwd_data's, then bwd_filter's: a whole training step
 Backends return their result through `flat` in the same order.
 """
 from __future__ import annotations
@@ -91,11 +92,13 @@ def reference(problem: RnnProblem, direction: str, data: RnnData, xp: Any = np,
         return flat(fwd.y, fwd.h, fwd.c, xp=xp)
     dx, dh0, dc0, grads = recurrence.backward(problem, fwd, weights, as_xp(data.dy),
                                               as_xp(data.dh_n), as_xp(data.dc_n), xp)
+    weight_grads = [grads[layer][d][name] for layer, d, name in problem.weight_keys()]
     if direction == "bwd_data":
         return flat(dx, dh0, dc0, xp=xp)
     if direction == "bwd_filter":
-        return flat(*(grads[layer][d][name] for layer, d, name in problem.weight_keys()),
-                    xp=xp)
+        return flat(*weight_grads, xp=xp)
+    if direction == "train_step":
+        return flat(fwd.y, fwd.h, fwd.c, dx, dh0, dc0, *weight_grads, xp=xp)
     raise ValueError(f"unknown direction {direction!r}")
 
 

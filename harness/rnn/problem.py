@@ -129,12 +129,16 @@ class RnnProblem:
     def flops_no_padding(self) -> int:
         return self.flops              # padded steps are not counted (steps())
 
+    def flops_of(self, direction: str) -> int:
+        """One call's FLOPs: a training step runs the forward GEMMs and both backward ones."""
+        return self.flops * (3 if direction == "train_step" else 1)
+
     def kinked(self, direction: str) -> bool:
         """Whether a direction's result jumps where an input crosses a kink: the gradients of a
         ReLU recurrence (a unit's derivative is 0 or 1, decided by its rounded pre-activation;
         precision.tolerance's _KINK_UNITS). Its forward pass is continuous; tanh, sigmoid are
         smooth."""
-        return self.cell == "rnn_relu" and direction in ("bwd_data", "bwd_filter")
+        return self.cell == "rnn_relu" and direction in ("bwd_data", "bwd_filter", "train_step")
 
     def reduction_length(self, direction: str) -> int:
         """How many products feed one output's rounding: the longest GEMM inner length of a step
@@ -148,6 +152,8 @@ class RnnProblem:
             return inner * chain
         if direction == "bwd_filter":
             return self.batch * chain
+        if direction == "train_step":      # its outputs include both gradients
+            return max(inner, self.batch) * chain
         raise ValueError(f"unknown direction {direction!r}")
 
     def tensor_elements(self) -> dict[str, int]:
@@ -166,18 +172,19 @@ class RnnProblem:
                     direction: str = "fwd") -> int:
         """Compulsory traffic: each tensor the direction touches once (fwd and fwd_train: x,
         weights, states in, y and states out, what training keeps for backward not counted;
-        bwd_data: dy, weights, states' gradients, dx; bwd_filter: x, y, dweights), at
-        `element_bytes` each."""
+        bwd_data: dy, weights, states' gradients, dx; bwd_filter: x, y, dweights;
+        train_step: the three), at `element_bytes` each."""
         t = self.tensor_elements()
-        forward = t["x"] + t["weights"] + t["states"] + t["y"]
-        total = {"fwd": forward, "fwd_train": forward,
-                 "bwd_data": t["y"] + t["weights"] + t["states"] + t["x"],
-                 "bwd_filter": t["x"] + t["y"] + t["weights"]}[direction]
-        return total * (result_bytes or element_bytes)
+        passes = {"fwd": t["x"] + t["weights"] + t["states"] + t["y"],
+                  "bwd_data": t["y"] + t["weights"] + t["states"] + t["x"],
+                  "bwd_filter": t["x"] + t["y"] + t["weights"]}
+        passes.update(fwd_train=passes["fwd"], train_step=sum(passes.values()))
+        return passes[direction] * (result_bytes or element_bytes)
 
     def arithmetic_intensity(self, element_bytes: int, result_bytes: int | None = None,
                              direction: str = "fwd") -> float:
-        return self.flops / self.bytes_moved(element_bytes, result_bytes, direction)
+        return self.flops_of(direction) / self.bytes_moved(element_bytes, result_bytes,
+                                                           direction)
 
     def with_batch(self, batch: int) -> RnnProblem:
         if self.lengths is not None and batch != self.batch:

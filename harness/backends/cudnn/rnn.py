@@ -9,6 +9,13 @@ PERSIST_STATIC_SMALL_H, for LSTM, GRU and plain ReLU / tanh RNNs, every directio
   bwd_filter  the gradient space zeroed, then cudnnRNNBackwardWeights_v8, which only adds into
               it (as PyTorch runs it: zeros, then ADD), after that forward and one
               BackwardData, which cuDNN requires first
+  train_step  a whole training step: the training forward, BackwardData, the gradient space
+              zeroed and BackwardWeights
+
+BackwardData overwrites the reserve space it reads (on an H100 a second call on the same
+reserve space erred by 100% to 7e4x, fp16 NaN: evidence/studies/rnn_repeat_probe.py), so each
+bwd_data call first restores the reserve space from a copy taken after prepare's forward; the
+copy is part of its time, as the row's `rnn_calls` says.
 
 Data in SEQ_MAJOR_UNPACKED (the TNC layout of every recurrent row), per-sequence lengths with
 padded outputs written as zero. Weights go in through cudnnGetRNNWeightParams, one gate block
@@ -23,6 +30,7 @@ query: each is an `unsupported` row with cuDNN's status, its text and the call t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +43,7 @@ from harness.backends.cudnn.device_buffers import from_storage, poison_value, st
 from harness.backends.cudnn.legacy import CudnnFailed, cuda_unavailable_reason
 from harness.rnn.oracle import RnnData, flat
 from harness.rnn.problem import RnnProblem
-from harness.sweep import RNN_DIRECTIONS, Point
+from harness.sweep import RNN_DIRECTIONS, TRAINING_STEP, Point
 
 # precision -> (data type of data and weights, math precision, math type)
 PRECISIONS = {
@@ -45,6 +53,21 @@ PRECISIONS = {
     "bf16": (lib.BFLOAT16, lib.FLOAT, lib.TENSOR_OP_MATH),
     "fp64": (lib.DOUBLE, lib.DOUBLE, lib.DEFAULT_MATH),
 }
+# direction -> (what runs once in prepare, what each timed call runs), by _actions' names
+DIRECTION_CALLS = {
+    "fwd": ((), ("infer",)),
+    "fwd_train": ((), ("train",)),
+    "bwd_data": (("train",), ("restore", "data")),
+    "bwd_filter": (("train", "data"), ("zero_dw", "weights")),
+    TRAINING_STEP: ((), ("train", "data", "zero_dw", "weights")),
+}
+# the buffers each direction writes, in the oracle's order (dw: every weight's gradient)
+_FORWARD, _DATA = ("y", "h_n", "c_n"), ("dx", "dh0", "dc0")
+RESULTS = {"fwd": _FORWARD, "fwd_train": _FORWARD, "bwd_data": _DATA, "bwd_filter": ("dw",),
+           TRAINING_STEP: (*_FORWARD, *_DATA, "dw")}
+CALL_WORDS = {"infer": "cudnnRNNForward (inference)", "train": "cudnnRNNForward (training)",
+              "data": "cudnnRNNBackwardData_v8", "weights": "cudnnRNNBackwardWeights_v8",
+              "zero_dw": "zero the gradient space", "restore": "restore the reserve space"}
 DESCRIPTIONS = {
     "standard": "CUDNN_RNN_ALGO_STANDARD: a GEMM for the whole sequence's inputs, then one "
                 "recurrent GEMM and a fused cell kernel per step",
@@ -184,11 +207,7 @@ class RnnPrepared(Prepared):
         self._buffers = self._allocate(data, work, reserve, lengths)
         self._layers = self._weight_layers(handle, self._buffers["w"].data.ptr)
         self._write_weights(data)
-        self._call = self._calls(handle, point.direction)
-        with self.stream:
-            for earlier in self._before(point.direction):
-                earlier()
-        self.stream.synchronize()
+        self._bind(handle, point.direction)
 
     # ---- buffers --------------------------------------------------------------------------
     def _allocate(self, data: RnnData, work: int, reserve: int, lengths: list[int]) -> dict:
@@ -265,20 +284,18 @@ class RnnPrepared(Prepared):
         cp.cuda.Stream.null.synchronize()
 
     # ---- calls ----------------------------------------------------------------------------
-    def _calls(self, handle: lib.Handle, direction: str) -> Any:
-        b, c = self._buffers, rl.library()
+    def _actions(self, handle: lib.Handle) -> dict[str, Callable[[], None]]:
+        """Each cuDNN call (and buffer step) a direction is made of, by name."""
+        b, runtime = self._buffers, self._cupy.cuda.runtime
         work, reserve = self._sizes
         ptr = _pointer
-        lengths = ptr(b["lengths"])
-        c_desc = self._c.ptr
+        lengths, c_desc, stream = ptr(b["lengths"]), self._c.ptr, self.stream.ptr
         tail = (work, ptr(b["work"]), reserve, ptr(b["reserve"]))
 
         def forward(mode: int, reserved: tuple) -> tuple:
             return (handle.ptr, self._rnn.ptr, mode, lengths, self._x.ptr, ptr(b["x"]),
                     self._y.ptr, ptr(b["y"]), self._h.ptr, ptr(b["h0"]), ptr(b["h_n"]), c_desc,
                     ptr(b["c0"]), ptr(b["c_n"]), self._space, ptr(b["w"]), *reserved)
-        infer = forward(rl.INFERENCE, (work, ptr(b["work"]), 0, None))   # no reserve space
-        train = forward(rl.TRAINING, tail)
         data = (handle.ptr, self._rnn.ptr, lengths, self._y.ptr, ptr(b["y"]), ptr(b["dy"]),
                 self._x.ptr, ptr(b["dx"]), self._h.ptr, ptr(b["h0"]), ptr(b["dh_n"]),
                 ptr(b["dh0"]), c_desc, ptr(b["c0"]), ptr(b["dc_n"]), ptr(b["dc0"]),
@@ -286,55 +303,57 @@ class RnnPrepared(Prepared):
         weights = (handle.ptr, self._rnn.ptr, rl.WGRAD_ADD, lengths, self._x.ptr, ptr(b["x"]),
                    self._h.ptr, ptr(b["h0"]), self._y.ptr, ptr(b["y"]), self._space,
                    ptr(b["dw"]), *tail)
-        self._steps = {"fwd": ("cudnnRNNForward", infer),
-                       "fwd_train": ("cudnnRNNForward", train),
-                       "bwd_data": ("cudnnRNNBackwardData_v8", data),
-                       "bwd_filter": ("cudnnRNNBackwardWeights_v8", weights)}
-        name, args = self._steps[direction]
-        return getattr(c, name), name, args
 
-    def _before(self, direction: str) -> list:
-        """What must run once before the direction's call: backward reads a training forward's
-        reserve space, and the weights' gradients need the data gradients' pass first."""
-        earlier = {"bwd_data": ["fwd_train"], "bwd_filter": ["fwd_train", "bwd_data"]}
+        def cudnn(name: str, args: tuple) -> Callable[[], None]:
+            function = getattr(rl.library(), name)
+            return lambda: _run(function, name, args)
+        return {
+            "infer": cudnn("cudnnRNNForward", forward(rl.INFERENCE, (work, ptr(b["work"]), 0,
+                                                                     None))),
+            "train": cudnn("cudnnRNNForward", forward(rl.TRAINING, tail)),
+            "data": cudnn("cudnnRNNBackwardData_v8", data),
+            "weights": cudnn("cudnnRNNBackwardWeights_v8", weights),
+            "zero_dw": lambda: runtime.memsetAsync(ptr(b["dw"]), 0, self._space, stream),
+            "restore": lambda: runtime.memcpyAsync(ptr(b["reserve"]), ptr(b["kept"]), reserve,
+                                                   runtime.memcpyDeviceToDevice, stream)}
 
-        def run(step: str) -> None:
-            name, args = self._steps[step]
-            _run(getattr(rl.library(), name), name, args)
-        return [lambda step=step: run(step) for step in earlier.get(direction, [])]
+    def _bind(self, handle: lib.Handle, direction: str) -> None:
+        """Runs what the direction's call needs done once, then keeps the call: `_timed`."""
+        actions = self._actions(handle)
+        before, timed = DIRECTION_CALLS[direction]
+        with self.stream:
+            for name in before:
+                actions[name]()
+            if "restore" in timed:
+                self._buffers["kept"] = self._buffers["reserve"].copy()
+        self.stream.synchronize()
+        self._timed = [actions[name] for name in timed]
+        self.extras["rnn_calls"] = " + ".join(CALL_WORDS[name] for name in timed)
 
     def launch(self) -> None:
-        if self._point.direction == "bwd_filter":     # it adds into the gradient space
-            self._cupy.cuda.runtime.memsetAsync(self._buffers["dw"].data.ptr, 0, self._space,
-                                                self.stream.ptr)
-        _run(*self._call)
+        for action in self._timed:
+            action()
 
     # ---- results --------------------------------------------------------------------------
-    def _results(self) -> list[Any]:
-        b, direction = self._buffers, self._point.direction
-        if direction in ("fwd", "fwd_train"):
-            return [b["y"], b["h_n"], b["c_n"]]
-        if direction == "bwd_data":
-            return [b["dx"], b["dh0"], b["dc0"]]
-        return [b["dw"].view(storage_dtype(self._precision))]
-
     def poison(self) -> None:
-        value = poison_value(self._precision)
+        value, b = poison_value(self._precision), self._buffers
         with self.stream:
-            for buffer in self._results():
+            for name in RESULTS[self._point.direction]:
+                buffer = b[name].view(storage_dtype(self._precision)) if name == "dw" else b[name]
                 if buffer is not None:
                     buffer.fill(value)
 
     def output(self) -> Any:
-        cp, p = self._cupy, self._point.problem
+        cp, p, parts = self._cupy, self._point.problem, []
         with self.stream:
-            if self._point.direction != "bwd_filter":
-                parts = [None if b is None else from_storage(cp, b, self._precision)
-                         for b in self._results()]
-                if self._point.direction == "bwd_data" and p.lengths is not None:
-                    parts[0] = parts[0] * _valid_steps(cp, p)[:, :, None]
-            else:
-                parts = self._weight_gradients()
+            for name in RESULTS[self._point.direction]:
+                if name == "dw":
+                    parts += self._weight_gradients()
+                elif self._buffers[name] is not None:      # c_n, dc0: an LSTM's alone
+                    values = from_storage(cp, self._buffers[name], self._precision)
+                    if name == "dx" and p.lengths is not None:
+                        values = values * _valid_steps(cp, p)[:, :, None]
+                    parts.append(values)
         self.stream.synchronize()
         return flat(*parts, xp=cp)
 
@@ -354,8 +373,7 @@ class RnnPrepared(Prepared):
 
     def release(self) -> None:
         self._buffers = {}
-        self._call = None
-        self._steps = {}
+        self._timed = []
 
 
 def _run(function: Any, name: str, args: tuple) -> None:

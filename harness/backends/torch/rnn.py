@@ -16,6 +16,8 @@ Directions, each one timed call:
   bwd_data:   torch.autograd.grad of (y, h_n, c_n) with gradients (dy, dh_n, dc_n) w.r.t. the
               input and initial states, on a forward graph built once in prepare and kept
   bwd_filter: the same w.r.t. the weights
+  train_step: the training forward and the gradients w.r.t. the input, initial states and
+              weights in one backward pass, a fresh graph each call: one whole training step
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from harness.backends.torch.cores import use_every_core
 from harness.backends.torch.dtypes import ON_CPU, dtype
 from harness.rnn.oracle import RnnData, flat
 from harness.rnn.problem import RnnProblem
-from harness.sweep import RNN_DIRECTIONS, TRAINING_FORWARD, Point
+from harness.sweep import RNN_DIRECTIONS, TRAINING_FORWARD, TRAINING_STEP, Point
 
 # RnnProblem.weight_shapes names -> PyTorch's parameter names (suffixed _l{layer}[_reverse]).
 PARAMETERS = {"W": "weight_ih", "R": "weight_hh", "bW": "bias_ih", "bR": "bias_hh",
@@ -117,9 +119,15 @@ def timed_call(torch: Any, point: Point, data: RnnData, as_tensor: Callable[[Any
             return tuple(t.detach() if t is not None else None for t in forward(x, h0, c0))
         return train
     inputs = [t.requires_grad_() for t in (x, h0, c0) if t is not None]
-    outputs = [t for t in forward(x, h0, c0) if t is not None]
     grads = [t for t in (as_tensor(data.dy), as_tensor(data.dh_n), as_tensor(data.dc_n))
              if t is not None]
+    if point.direction == TRAINING_STEP:
+        def step() -> tuple:
+            outputs = [t for t in forward(x, h0, c0) if t is not None]
+            return (*(t.detach() for t in outputs),
+                    *torch.autograd.grad(outputs, [*inputs, *weights], grads))
+        return step
+    outputs = [t for t in forward(x, h0, c0) if t is not None]
     wrt = inputs if point.direction == "bwd_data" else weights
 
     def backward() -> tuple:

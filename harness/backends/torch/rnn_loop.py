@@ -17,7 +17,7 @@ from harness.backends.torch.cores import use_every_core
 from harness.backends.torch.rnn import RnnPrepared, TorchRnn, tensors, timed_call
 from harness.rnn.oracle import RnnData
 from harness.rnn.problem import RnnProblem
-from harness.sweep import TRAINING_FORWARD, Point
+from harness.sweep import TRAINING_FORWARD, TRAINING_STEP, Point
 
 
 def _cell(torch: Any, cell: str, x_t: Any, h: Any, c: Any, w: dict) -> tuple:
@@ -94,7 +94,7 @@ def loop_call(torch: Any, point: Point, data: RnnData, device: str) -> Callable[
     """The plain loop's timed call of `point`'s direction on `device`, holding the test data's
     weights (trainable where the direction trains them)."""
     as_tensor = tensors(torch, point, device)
-    trains = point.direction in ("bwd_filter", TRAINING_FORWARD)
+    trains = point.direction in ("bwd_filter", TRAINING_FORWARD, TRAINING_STEP)
     weights = [[{k: as_tensor(v).requires_grad_(trains)
                  for k, v in w.items()} for w in layer] for layer in data.weights]
     flat = [weights[layer][d][key] for layer, d, key in point.problem.weight_keys()]
