@@ -254,3 +254,34 @@ def test_find_failing_gives_no_pick_but_a_lost_context_is_raised(monkeypatch):
     monkeypatch.setattr(lib, "find", failing(lost))
     with pytest.raises(lib.CudnnError):
         session._find(())
+
+
+def test_a_recurrent_layer_s_directions_share_one_descriptor_and_one_dynamic_build(monkeypatch):
+    """cudnnBuildRNNDynamic compiles at run time (a median 1.65 s a layer on an H100): a
+    layer's directions at one precision and algorithm reuse the built descriptor."""
+    from types import SimpleNamespace
+
+    from harness.backends.cudnn import rnn_lib, rnn_setup
+    from harness.rnn.problem import RnnProblem
+    from harness.sweep import Point, TimingOptions
+    made, builds = [], []
+    monkeypatch.setattr(rnn_lib, "RnnDesc", lambda *args: made.append(args) or
+                        SimpleNamespace(ptr=len(made)))
+    monkeypatch.setattr(rnn_lib, "DropoutDesc", lambda handle: SimpleNamespace(ptr=0))
+    monkeypatch.setattr(rnn_lib, "call", lambda name, *args: builds.append((name, args[1:])))
+    descriptors = rnn_setup.Descriptors(SimpleNamespace(ptr=0))
+    layer = RnnProblem("lstm", 8, 16, 5, 4)
+    dynamic = rnn_lib.ALGORITHMS["persist_dynamic"]
+
+    def point(direction, precision="fp16", problem=layer):
+        return Point(problem, direction, precision, "TNC", "cudnn_rnn", "persist_dynamic",
+                     None, TimingOptions())
+    first, built = descriptors.get(dynamic, point("fwd"))
+    assert built is not None and builds == [("cudnnBuildRNNDynamic", (1, 4))]
+    for direction in ("fwd_train", "bwd_data", "bwd_filter", "train_step"):
+        assert descriptors.get(dynamic, point(direction)) == (first, None)
+    assert len(made) == 1 and len(builds) == 1
+    other, built = descriptors.get(dynamic, point("fwd", "fp32"))    # another precision
+    assert other is not first and built is not None and len(builds) == 2
+    standard, built = descriptors.get(rnn_lib.ALGORITHMS["standard"], point("fwd"))
+    assert built is None and len(builds) == 2 and len(made) == 3

@@ -1,6 +1,6 @@
 """cuDNN's four RNN algorithms (issue 40) through the v8 API (rnn_lib.py): STANDARD, and the
 persistent kernels PERSIST_STATIC, PERSIST_DYNAMIC (compiled for the batch by
-cudnnBuildRNNDynamic, which counts as setup: the row's `rnn_build_ms`) and
+cudnnBuildRNNDynamic, which counts as setup: `rnn_build_ms` of the layer's first row) and
 PERSIST_STATIC_SMALL_H, for LSTM, GRU and plain ReLU / tanh RNNs, every direction:
 
   fwd         cudnnRNNForward in INFERENCE mode
@@ -29,7 +29,6 @@ query: each is an `unsupported` row with cuDNN's status, its text and the call t
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,36 +37,15 @@ from harness import families
 from harness.backends.base import Algorithm, Backend, Prepared, Unsupported, require_fits
 from harness.backends.cudnn import lib
 from harness.backends.cudnn import rnn_lib as rl
+from harness.backends.cudnn.rnn_setup import (CALL_WORDS, DIRECTION_CALLS, PRECISIONS, RESULTS,
+                                              Session, refused_or_failed)
 from harness.backends.cudnn.device_buffers import from_storage, poison_value, storage_dtype, \
     to_storage
 from harness.backends.cudnn.legacy import CudnnFailed, cuda_unavailable_reason
 from harness.rnn.oracle import RnnData, flat
 from harness.rnn.problem import RnnProblem
-from harness.sweep import RNN_DIRECTIONS, TRAINING_STEP, Point
+from harness.sweep import RNN_DIRECTIONS, Point
 
-# precision -> (data type of data and weights, math precision, math type)
-PRECISIONS = {
-    "fp32": (lib.FLOAT, lib.FLOAT, lib.FMA_MATH),
-    "tf32": (lib.FLOAT, lib.FLOAT, lib.TENSOR_OP_MATH_ALLOW_CONVERSION),
-    "fp16": (lib.HALF, lib.FLOAT, lib.TENSOR_OP_MATH),
-    "bf16": (lib.BFLOAT16, lib.FLOAT, lib.TENSOR_OP_MATH),
-    "fp64": (lib.DOUBLE, lib.DOUBLE, lib.DEFAULT_MATH),
-}
-# direction -> (what runs once in prepare, what each timed call runs), by _actions' names
-DIRECTION_CALLS = {
-    "fwd": ((), ("infer",)),
-    "fwd_train": ((), ("train",)),
-    "bwd_data": (("train",), ("restore", "data")),
-    "bwd_filter": (("train", "data"), ("zero_dw", "weights")),
-    TRAINING_STEP: ((), ("train", "data", "zero_dw", "weights")),
-}
-# the buffers each direction writes, in the oracle's order (dw: every weight's gradient)
-_FORWARD, _DATA = ("y", "h_n", "c_n"), ("dx", "dh0", "dc0")
-RESULTS = {"fwd": _FORWARD, "fwd_train": _FORWARD, "bwd_data": _DATA, "bwd_filter": ("dw",),
-           TRAINING_STEP: (*_FORWARD, *_DATA, "dw")}
-CALL_WORDS = {"infer": "cudnnRNNForward (inference)", "train": "cudnnRNNForward (training)",
-              "data": "cudnnRNNBackwardData_v8", "weights": "cudnnRNNBackwardWeights_v8",
-              "zero_dw": "zero the gradient space", "restore": "restore the reserve space"}
 DESCRIPTIONS = {
     "standard": "CUDNN_RNN_ALGO_STANDARD: a GEMM for the whole sequence's inputs, then one "
                 "recurrent GEMM and a fused cell kernel per step",
@@ -112,7 +90,7 @@ class CudnnRnnBackend(Backend):
 
     def __init__(self) -> None:
         self._algorithms = [CudnnRnnAlgorithm(name, self) for name in rl.ALGORITHMS]
-        self._session: _Session | None = None
+        self._session: Session | None = None
 
     def unavailable_reason(self) -> str | None:
         reason = cuda_unavailable_reason()
@@ -129,18 +107,10 @@ class CudnnRnnBackend(Backend):
     def algorithms(self) -> list[Algorithm]:
         return list(self._algorithms)
 
-    def session(self) -> _Session:
+    def session(self) -> Session:
         if self._session is None:
-            self._session = _Session(self.prepared)
+            self._session = Session(self.prepared)
         return self._session
-
-
-def refused_or_failed(err: lib.CudnnError) -> Exception:
-    """cuDNN's NOT_SUPPORTED (at any stage: the message names the call) as a refusal, anything
-    else as a failure."""
-    if lib.is_not_supported(err.code):
-        return Unsupported(str(err))
-    return CudnnFailed(str(err), err.code)
 
 
 @dataclass
@@ -151,45 +121,21 @@ class _Layer:
     bias: tuple[int, int]
 
 
-class _Session:
-    """One stream and one cuDNN handle for every recurrent point of the process."""
-
-    def __init__(self, prepared: type[RnnPrepared]) -> None:
-        import cupy
-        self.cupy = cupy
-        self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.handle = lib.Handle(self.stream.ptr)
-        self._prepared = prepared
-
-    def prepare(self, algo: int, point: Point, data: RnnData) -> RnnPrepared:
-        try:
-            return self._prepared(self, algo, point, data)
-        except lib.CudnnError as err:
-            raise refused_or_failed(err) from None
-
-
 class RnnPrepared(Prepared):
     """Descriptors, the weight space with the test weights in it, the inputs, outputs, work and
     reserve space of one point, and the call of its direction."""
     device = "cuda"
 
-    def __init__(self, session: _Session, algo: int, point: Point, data: RnnData):
+    def __init__(self, session: Session, algo: int, point: Point, data: RnnData):
         cp, handle = session.cupy, session.handle
         p: RnnProblem = point.problem
         self._cupy, self._point, self.stream = cp, point, session.stream
         self._precision = point.precision
-        data_type, math_precision, math_type = PRECISIONS[point.precision]
-        self._dropout = rl.DropoutDesc(handle)
-        self._rnn = rl.RnnDesc(
-            algo, rl.CELL_MODES[p.cell], rl.DOUBLE_BIAS if p.bias else rl.NO_BIAS,
-            rl.BIDIRECTIONAL if p.bidirectional else rl.UNIDIRECTIONAL, data_type,
-            math_precision, math_type, (p.input_size, p.hidden_size, p.out_size, p.layers),
-            self._dropout, rl.PADDED_IO_ENABLED if p.lengths is not None else 0)
+        data_type, _, math_type = PRECISIONS[point.precision]
+        self._rnn, built_ms = session.descriptors.get(algo, point)
         self.extras: dict[str, Any] = {"math_type": lib.MATH_NAMES[math_type]}
-        if algo == rl.ALGORITHMS["persist_dynamic"]:
-            started = time.perf_counter()
-            rl.call("cudnnBuildRNNDynamic", handle.ptr, self._rnn.ptr, p.batch)
-            self.extras["rnn_build_ms"] = (time.perf_counter() - started) * 1e3
+        if built_ms is not None:
+            self.extras["rnn_build_ms"] = built_ms
         lengths = list(p.lengths) if p.lengths is not None else [p.seq_len] * p.batch
         k = p.layers * p.directions
         self._x = rl.RnnDataDesc(data_type, p.seq_len, p.batch, p.input_size, lengths)

@@ -99,6 +99,7 @@ class RnnDesc(_Owned):
                  dropout: DropoutDesc, aux_flags: int):
         """`sizes`: input, hidden, projection (the hidden size where there is none), layers."""
         super().__init__("cudnnCreateRNNDescriptor")
+        self._dropout = dropout            # cuDNN keeps its pointer: it must outlive this
         call("cudnnSetRNNDescriptor_v8", self.ptr, algo, cell, bias, direction, LINEAR_INPUT,
              data_type, math_precision, math_type, *sizes, dropout.ptr, aux_flags)
 
