@@ -390,3 +390,27 @@ def test_a_step_measured_whole_is_the_training_step_not_its_passes_summed() -> N
     assert list(totals["total_oracle"]) == [4.0] and list(totals["points"]) == [1]
     older = df[df["direction"] != "train_step"]      # results from before the direction
     assert recurrent.answers(older).set_index("passes").loc["training step", "pytorch_ms"] == 6.5
+
+
+def test_the_answer_sets_cudnn_s_own_algorithms_against_pytorch_native_and_the_loop() -> None:
+    from report_fixtures import frame, row
+
+    from harness.analysis import recurrent
+    from harness.report import recurrent as section
+    from harness.report import text
+    rnn = dict(problem="rnn", layer="lstm", descriptor="d", direction="fwd")
+    df = frame(row(backend="cudnn_rnn", algorithm="standard", ms=2.0, family="standard", **rnn),
+               row(backend="cudnn_rnn", algorithm="persist_static", ms=1.0, family="persistent",
+                   **rnn),
+               row(backend="torch_gpu", algorithm="nn_rnn", ms=1.5, family="library", **rnn),
+               row(backend="torch_gpu", algorithm="nn_rnn_native", ms=4.0, family="cudnn_off",
+                   **rnn),
+               row(backend="torch_gpu", algorithm="plain_loop", ms=20.0, family="loop", **rnn))
+    answer = recurrent.answers(df).set_index("passes").loc["inference"]
+    assert (answer["cudnn_algorithm"], answer["cudnn_ms"]) == ("cudnn_rnn:persist_static", 1.0)
+    assert answer["pytorch_ms"] == 1.5 and answer["native_ms"] == 4.0
+    assert answer["cudnn_over_native"] == 4.0 and answer["cudnn_over_plain"] == 20.0
+    rendered = text.render(section.recurrent_blocks(df))
+    assert "cuDNN RNN / native" in rendered and "4.00×" in rendered
+    cpu = text.render(section.recurrent_blocks(_answer_rows())[1:])  # no cuDNN rows: no columns
+    assert "cuDNN RNN" not in cpu and "PyTorch native" not in cpu

@@ -2,8 +2,9 @@
 training step (train_step, the whole step timed as one call; in results without it the sum
 fwd_train + bwd_data + bwd_filter, fwd where fwd_train was not measured, which overstates a
 library whose weight pass reruns its data pass, as PyTorch's does), the
-fastest verified algorithm against what PyTorch runs (its nn.LSTM / GRU / RNN: the pytorch
-policy) and against a plain per-step loop
+fastest verified algorithm and the fastest of cuDNN's own RNN algorithms (cudnn_rnn) against
+what PyTorch runs (its nn.LSTM / GRU / RNN: the pytorch policy), PyTorch with cuDNN switched off
+(native) and a plain per-step loop
 written by hand (torch's plain_loop): each one's time, largest relative error against the
 float64 oracle and the precision it delivered, and the speed-ups. The classic comparison (a
 cuDNN LSTM trained MNIST 7.5x faster than a plain LSTM at the same accuracy) is one row of it.
@@ -17,6 +18,7 @@ import pandas as pd
 
 from harness.analysis.points import ASKED_KEYS, ranked, verified
 from harness.analysis.policies import POLICIES
+from harness.backends.torch.rnn_gpu import CUDNN_OFF
 from harness.families import RNN
 from harness.sweep import TRAINING_FORWARD, TRAINING_STEP
 
@@ -24,6 +26,8 @@ BACKWARD = ("bwd_data", "bwd_filter")
 # A training step's forward pass is `fwd_train` where it was measured, else inference's `fwd`.
 PASSES = {"inference": ("fwd",), "training step": (TRAINING_FORWARD, *BACKWARD)}
 PLAIN = "plain_loop"
+CUDNN_RNN = "cudnn_rnn"        # the backend of cuDNN's own RNN algorithms
+SPEEDUPS = (("best", "plain"), ("pytorch", "plain"), ("cudnn", "native"), ("cudnn", "plain"))
 # What a row is keyed by besides its direction: the layer as the user states it.
 KEYS = [k for k in ASKED_KEYS if k not in ("direction", "op")]
 
@@ -34,7 +38,9 @@ def answers(df: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     candidates = {"best": rows,
+                  "cudnn": rows[rows["backend"].astype(str) == CUDNN_RNN],
                   "pytorch": POLICIES["pytorch"].choose(rows),
+                  "native": rows[rows["family"].astype(str) == CUDNN_OFF],
                   "plain": rows[rows["algorithm"].astype(str) == PLAIN]}
     out = []
     for key, layer in rows.groupby(KEYS, sort=False, dropna=False):
@@ -102,8 +108,11 @@ def _total(rows: pd.DataFrame, directions: tuple[str, ...]) -> dict:
 
 
 def _with_speedups(out: pd.DataFrame) -> pd.DataFrame:
+    """`<who>_over_<other>`: other's ms / who's ms (the issue's question: the fastest cuDNN RNN
+    algorithm against PyTorch without cuDNN and the plain loop)."""
     if out.empty:
         return out
-    for who in ("best", "pytorch"):
-        out[f"{who}_over_plain"] = pd.to_numeric(out["plain_ms"]) / pd.to_numeric(out[f"{who}_ms"])
+    for who, other in SPEEDUPS:
+        out[f"{who}_over_{other}"] = (pd.to_numeric(out[f"{other}_ms"])
+                                      / pd.to_numeric(out[f"{who}_ms"]))
     return out

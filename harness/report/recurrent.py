@@ -18,17 +18,28 @@ INTRO = (
     "where results lack it forward + backward data + backward weights (each candidate's "
     "fastest verified row per direction, summed; this counts PyTorch's data pass twice, since "
     "its weight gradients rerun it; a dash where a direction has none). Best: the fastest verified "
-    "algorithm of any backend. PyTorch: what nn.LSTM / nn.GRU / nn.RNN run by default (the "
-    "pytorch policy: through cuDNN on a GPU; torch_gpu:nn_rnn_native, the same with cuDNN "
-    "switched off, competes only for Best). Plain loop: the textbook cell written by hand as a "
+    "algorithm of any backend. cuDNN RNN: the fastest of cuDNN's own RNN algorithms (cudnn_rnn). "
+    "PyTorch: what nn.LSTM / nn.GRU / nn.RNN run by default (the pytorch policy: through cuDNN "
+    "on a GPU). PyTorch native: the same with cuDNN switched off (torch_gpu:nn_rnn_native). "
+    "Plain loop: the textbook cell written by hand as a "
     "per-step loop of PyTorch tensor ops (plain_loop, on the CPU or the GPU), the \"plain "
     "LSTM\" of the classic comparison. Error: "
     "the largest relative L2 error of the pass's rows against the float64 oracle, with the "
-    "precision that error is within (what the pass delivered). Speed-up: plain loop ms / ms.")
+    "precision that error is within (what the pass delivered). Speed-ups: the other's ms / ms "
+    "(plain loop, or PyTorch native for cuDNN RNN / native).")
 
 
 def has_recurrent(df: pd.DataFrame) -> bool:
     return "problem" in df.columns and bool(df["problem"].astype(str).eq(RNN).any())
+
+
+# (candidate, its columns' title, whether the algorithm's name is shown): a candidate no layer
+# has (cuDNN's own algorithms or PyTorch without cuDNN on a CPU run) is left out
+CANDIDATES = (("best", "Best", True), ("cudnn", "cuDNN RNN", True), ("pytorch", "PyTorch", True),
+              ("native", "PyTorch native", False), ("plain", "Plain loop", False))
+SPEEDUP_TITLES = {("best", "plain"): "Best speed-up", ("pytorch", "plain"): "PyTorch speed-up",
+                  ("cudnn", "native"): "cuDNN RNN / native",
+                  ("cudnn", "plain"): "cuDNN RNN / plain"}
 
 
 def recurrent_blocks(df: pd.DataFrame) -> list[Block]:
@@ -36,14 +47,21 @@ def recurrent_blocks(df: pd.DataFrame) -> list[Block]:
     if table.empty:
         return [Text("No verified recurrent rows.")]
     keys = shown_keys(table, ["precision"])
-    rows = tuple((str(r["layer"]), *[fmt_key(k, r[k]) for k in keys], str(r["passes"]),
-                  *_candidate(r, "best"), *_candidate(r, "pytorch"), *_candidate(r, "plain")[1:],
-                  fmt_ratio(r["best_over_plain"]), fmt_ratio(r["pytorch_over_plain"]))
+    columns = [(HEADERS.get(k, k.capitalize()), False, lambda r, k=k: fmt_key(k, r[k]))
+               for k in keys] + [("Pass", False, lambda r: str(r["passes"]))]
+    for who, title, named in CANDIDATES:
+        if not table[f"{who}_ms"].isna().all():
+            cells = [title] * named + [f"{title} ms", f"{title} error"]
+            columns += [(h, i >= named, lambda r, who=who, j=i + 1 - named: _candidate(r, who)[j])
+                        for i, h in enumerate(cells)]
+    for who, other in recurrent.SPEEDUPS:
+        name = f"{who}_over_{other}"
+        if not table[name].isna().all():
+            columns.append((SPEEDUP_TITLES[who, other], True, lambda r, n=name: fmt_ratio(r[n])))
+    rows = tuple((str(r["layer"]), *[cell(r) for _, _, cell in columns])
                  for _, r in table.iterrows())
-    headers = ("Layer", *[HEADERS.get(k, k.capitalize()) for k in keys], "Pass",
-               "Best", "Best ms", "Best error", "PyTorch", "PyTorch ms", "PyTorch error",
-               "Plain loop ms", "Plain loop error", "Best speed-up", "PyTorch speed-up")
-    numeric = (False,) * (2 + len(keys)) + (False, True, True) * 2 + (True,) * 4
+    headers = ("Layer", *[h for h, _, _ in columns])
+    numeric = (False, *[n for _, n, _ in columns])
     return [Text(INTRO), Table(headers, rows, numeric, "Recurrent layers")]
 
 
