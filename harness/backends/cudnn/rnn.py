@@ -47,12 +47,12 @@ from harness.rnn.problem import RnnProblem
 from harness.sweep import RNN_DIRECTIONS, Point
 
 DESCRIPTIONS = {
-    "standard": "CUDNN_RNN_ALGO_STANDARD: a GEMM for the whole sequence's inputs, then one "
-                "recurrent GEMM and a fused cell kernel per step",
-    "persist_static": "CUDNN_RNN_ALGO_PERSIST_STATIC: one persistent kernel keeps the recurrent "
-                      "weights on chip for every step (small batches)",
-    "persist_dynamic": "CUDNN_RNN_ALGO_PERSIST_DYNAMIC: a persistent kernel compiled at run time "
-                       "for the batch (cudnnBuildRNNDynamic, counted as setup)",
+    "standard": "CUDNN_RNN_ALGO_STANDARD: one GEMM for every step's inputs, then a "
+                "recurrent GEMM and a cell kernel a step",
+    "persist_static": "CUDNN_RNN_ALGO_PERSIST_STATIC: a persistent kernel holds the recurrent "
+                      "weights on chip (small batches)",
+    "persist_dynamic": "CUDNN_RNN_ALGO_PERSIST_DYNAMIC: a persistent kernel compiled for the "
+                       "batch at run time (setup)",
     "persist_static_small_h": "CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H: persistent kernels for "
                               "small hidden sizes",
 }
