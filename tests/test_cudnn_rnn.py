@@ -8,21 +8,12 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from rnn_gpu_cases import CASES, DIRECTIONS  # tests/ is on sys.path
 
 from harness import backends, runner
-from harness.rnn.problem import RnnProblem
 from harness.sweep import AlgorithmChoice, Sweep
 
 pytestmark = pytest.mark.gpu
-CASES = (
-    RnnProblem("lstm", 28, 128, 28, 16, name="mnist_row_lstm"),
-    RnnProblem("lstm", 16, 32, 6, 8, layers=2, bidirectional=True, proj_size=16, name="lstmp"),
-    RnnProblem("gru", 16, 32, 7, 8, layers=2, bidirectional=True, name="gru2bi"),
-    RnnProblem("rnn_tanh", 16, 32, 5, 8, name="tanh"),
-    RnnProblem("rnn_relu", 64, 256, 25, 16, name="relu"),
-    RnnProblem("lstm", 16, 32, 7, 3, lengths=(7, 3, 5), name="lstm_var"),
-)
-DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter", "train_step")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp64")
 ALGORITHMS = {"standard", "persist_static", "persist_dynamic", "persist_static_small_h"}
 

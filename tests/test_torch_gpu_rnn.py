@@ -6,23 +6,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from rnn_gpu_cases import CASES, DIRECTIONS  # tests/ is on sys.path
 
 from harness import backends
-from harness.rnn.problem import RnnProblem
 from harness.sweep import AlgorithmChoice, Sweep
 
 pytestmark = pytest.mark.gpu
-CASES = (
-    RnnProblem("lstm", 28, 128, 28, 16, name="mnist_row_lstm"),
-    RnnProblem("lstm", 16, 32, 6, 8, layers=2, bidirectional=True, proj_size=16, name="lstmp"),
-    RnnProblem("gru", 16, 32, 7, 8, layers=2, bidirectional=True, name="gru2bi"),
-    RnnProblem("rnn_tanh", 16, 32, 5, 8, name="tanh"),
-    # gradients with kinks (precision._KINK_UNITS): at 256 units and 25 steps every path erred
-    # 1.2-3.9% below fp32 before the kink's tolerance
-    RnnProblem("rnn_relu", 64, 256, 25, 16, name="relu"),
-    RnnProblem("lstm", 16, 32, 7, 3, lengths=(7, 3, 5), name="lstm_var"),
-)
-DIRECTIONS = ("fwd", "fwd_train", "bwd_data", "bwd_filter", "train_step")
 PRECISIONS = ("fp32", "fp16")      # bf16 runs fp16's paths (evidence/runs/rnn_quick-gpu-*)
 
 

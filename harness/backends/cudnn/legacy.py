@@ -17,6 +17,7 @@ keeps the 4d / 2d calls. Asymmetric padding, which the legacy API cannot express
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -128,6 +129,21 @@ def cuda_unavailable_reason() -> str | None:
     return None
 
 
+def cudnn_unavailable_reason(load: Callable[[], Any] | None = None) -> str | None:
+    """Why a ctypes cuDNN backend cannot run here (no GPU, no cuDNN 9, or a cuDNN without the
+    calls `load` declares; default lib.library), or None."""
+    reason = cuda_unavailable_reason()
+    if reason:
+        return reason
+    try:
+        (load or lib.library)()
+    except lib.CudnnUnavailable as err:
+        return str(err)
+    except AttributeError as err:       # a library lacking a call the backend declares
+        return f"this cuDNN lacks a call convbench needs: {err}"
+    return None
+
+
 @dataclass
 class CudnnPrepared(DeviceOutput):
     launch_args: tuple
@@ -165,14 +181,7 @@ class CudnnBackend(Backend):
         self._session: _Session | None = None
 
     def unavailable_reason(self) -> str | None:
-        reason = cuda_unavailable_reason()
-        if reason:
-            return reason
-        try:
-            lib.library()
-        except lib.CudnnUnavailable as err:
-            return str(err)
-        return None
+        return cudnn_unavailable_reason()
 
     def algorithms(self) -> list[Algorithm]:
         return list(self._algorithms)

@@ -41,7 +41,7 @@ from harness.backends.cudnn.rnn_setup import (CALL_WORDS, DIRECTION_CALLS, PRECI
                                               Session, refused_or_failed)
 from harness.backends.cudnn.device_buffers import from_storage, poison_value, storage_dtype, \
     to_storage
-from harness.backends.cudnn.legacy import CudnnFailed, cuda_unavailable_reason
+from harness.backends.cudnn.legacy import CudnnFailed, cudnn_unavailable_reason
 from harness.rnn.oracle import RnnData, flat
 from harness.rnn.problem import RnnProblem
 from harness.sweep import RNN_DIRECTIONS, Point
@@ -93,16 +93,7 @@ class CudnnRnnBackend(Backend):
         self._session: Session | None = None
 
     def unavailable_reason(self) -> str | None:
-        reason = cuda_unavailable_reason()
-        if reason:
-            return reason
-        try:
-            rl.library()
-        except lib.CudnnUnavailable as err:
-            return str(err)
-        except AttributeError as err:       # a cuDNN without the v8 RNN calls
-            return f"this cuDNN lacks its RNN API: {err}"
-        return None
+        return cudnn_unavailable_reason(rl.library)       # with the RNN calls declared
 
     def algorithms(self) -> list[Algorithm]:
         return list(self._algorithms)
