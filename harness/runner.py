@@ -15,7 +15,7 @@ from harness.executor import PointExecutor, computed_precision
 from harness.measurement import HungKey, Measurement
 from harness.stats import samples_floor
 from harness.stopping import RACED_OUT
-from harness.sweep import Point, Sweep, TimingOptions
+from harness.sweep import RECURRENT_ONLY, Point, Sweep, TimingOptions
 from harness.threads import ALL as ALL_THREADS
 
 
@@ -68,14 +68,21 @@ def plan(sweep: Sweep) -> Plan:
 
 def _refuse_other_families(sweep: Sweep, kept: list) -> None:
     """PlanError where no algorithm asked computes any of the suite's problem families (a
-    convolution algorithm named for recurrent layers, say): nothing could ever be measured."""
+    convolution algorithm named for recurrent layers, say), or only directions recurrent layers
+    have were asked of convolutions: nothing could ever be measured."""
     kinds = {p.kind for p in sweep.problems}
+
+    def words(found: set[str]) -> str:
+        return " and ".join(families.WORDS[k] for k in sorted(found))
+    if set(sweep.directions) <= set(RECURRENT_ONLY) and families.RNN not in kinds:
+        raise PlanError(f"nothing to measure: {', '.join(sweep.directions)} "
+                        f"{'is a direction' if len(sweep.directions) == 1 else 'are directions'}"
+                        f" of recurrent layers and suite {sweep.name!r} holds {words(kinds)} "
+                        f"layers only (docs/recurrent.md)")
     algorithms = [a for choice in kept for a in backends.get(choice.backend).algorithms()
                   if not choice.algorithms or a.name in choice.algorithms]
     computed = {k for a in algorithms for k in a.problem_kinds}
     if not kinds & computed:
-        def words(found: set[str]) -> str:
-            return " and ".join(families.WORDS[k] for k in sorted(found))
         names = ", ".join(f"{a.backend}:{a.name}" for a in algorithms)
         verb = "computes" if len(algorithms) == 1 else "compute"
         raise PlanError(f"nothing to measure: suite {sweep.name!r} holds {words(kinds)} layers "

@@ -414,3 +414,16 @@ def test_the_answer_sets_cudnn_s_own_algorithms_against_pytorch_native_and_the_l
     assert "cuDNN RNN / native" in rendered and "4.00×" in rendered
     cpu = text.render(section.recurrent_blocks(_answer_rows())[1:])  # no cuDNN rows: no columns
     assert "cuDNN RNN" not in cpu and "PyTorch native" not in cpu
+
+
+def test_recurrent_directions_asked_of_convolutions_alone_are_one_line_exit_2(tmp_path,
+                                                                             capsys) -> None:
+    """`--direction train_step` on a convolution suite measures nothing: one line, exit 2, no
+    results file (it used to write an empty one and exit 0)."""
+    from harness.cli import main
+    out = tmp_path / "x.parquet"
+    assert main(["run", "quick", "--backend", "cpu", "--direction", "train_step",
+                 "--out", str(out)]) == 2
+    assert not out.exists()
+    assert ("nothing to measure: train_step is a direction of recurrent layers and suite "
+            "'quick' holds convolution layers only") in capsys.readouterr().err
