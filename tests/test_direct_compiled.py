@@ -31,6 +31,9 @@ GEOMETRIES = [
                 name="3-D"),
     ConvProblem(1, 2, 4, 4, 3, 5, 5, pad_top=3, pad_left=3, pad_bottom=3, pad_right=3,
                 name="taps-past-the-edge"),
+    # rows of several output tiles, the last one partial, and a last block of two filters
+    ConvProblem(2, 3, 5, 150, 6, 3, 4, stride_w=1, pad_top=1, pad_left=2, pad_bottom=1,
+                pad_right=1, name="several-tiles"),
 ]
 
 
@@ -61,18 +64,27 @@ def test_a_misplaced_tap_in_the_compiled_kernel_is_wrong(monkeypatch) -> None:
     kernels = compiled.kernels()
     real = kernels.forward
 
-    def shifted(xp, w, y, stride, dilation, pad, groups, width, first, last):   # one column over
-        real(xp, w, y, stride, dilation, pad - np.array([0, 0, 1]), groups, width, first, last)
+    def shifted(xp, wp, y, kernel, stride, dilation, pad, *rest):   # one column over
+        real(xp, wp, y, kernel, stride, dilation, pad - np.array([0, 0, 1]), *rest)
     monkeypatch.setattr(kernels, "forward", shifted)
     _, judged = _forward(GEOMETRIES[1], "fp32")
     assert judged.delivered is None and judged.rel_error > 0.1
 
 
-def test_channel_rich_layers_keep_the_per_tap_gemms() -> None:
+def test_channel_rich_narrow_layers_keep_the_per_tap_gemms() -> None:
     problem = ConvProblem(1, direct.FEW_CHANNELS, 6, 6, 4, 3, 3)
     prepared, judged = _forward(problem, "fp32")
-    assert prepared.extras["cpu_kernel"].startswith(f"numpy: {direct.FEW_CHANNELS} input "
-                                                    "channels per group")
+    assert prepared.extras["cpu_kernel"].startswith(
+        f"numpy: {direct.FEW_CHANNELS} input channels per group and 4 output columns, 6% of")
+    assert judged.delivered == "fp32"
+
+
+@needs_numba
+def test_channel_rich_layers_that_fill_the_tiles_run_compiled() -> None:
+    problem = ConvProblem(1, direct.FEW_CHANNELS, 3, compiled.TILE_W, 4, 3, 3, pad_top=1,
+                          pad_left=1, pad_bottom=1, pad_right=1)
+    prepared, judged = _forward(problem, "fp32")
+    assert prepared.extras["cpu_kernel"].startswith("numba ")
     assert judged.delivered == "fp32"
 
 

@@ -219,17 +219,15 @@ class Direct(CpuAlgorithm):
 
 
 # ---- the compiled forward pass (harness/backends/cpu/direct_compiled.py) ------------------------
-# On the CPU threads (2-core AMD EPYC VM, `cpu_compare --algorithm direct --direction fwd
-# --threads 1,all`, three runs, evidence/runs/cpu_compare-direct-fwd-threads-run*): train_02
-# 39.6-41.4 ms on one thread, 20.8-21.6 on two; train_55 24.4-24.7 and 12.3-12.6; VGG-16 conv1_1
-# 43.0-45.5 and 22.8-24.0.
-# Input channels per group below which the compiled kernel runs the forward pass: there it beat
-# the per-tap GEMMs, which have too little to multiply (1-3 channels, on one thread against the
-# GEMMs' two, in cpu_compare sweeps on the 2-core VM: 40 against 104-108 ms, 26 against 99-102,
-# 47 against 50-52); at 32 and 64 channels the GEMMs matched or beat even a two-thread compiled
-# kernel (DeepBench train_06 69.7 against 67.9 ms, ResNet-50 res2a 14.4 against 29.6).
-# evidence/studies/numba_direct has the figures.
+# Where the compiled kernel runs instead of the per-tap GEMMs. In `convbench run cpu_compare
+# --direction fwd` on the 2-core AMD EPYC VM (2026-11-28, two threads, fp32, batch 8) it ran
+# every layer with few input channels faster than the GEMMs and than oneDNN (train_55 6.5 ms,
+# oneDNN 9.6; VGG-16 conv1_1 10.8 against 16.4), and channel-rich layers whose output rows fill
+# its TILE_W-column tiles faster than the GEMMs (res2a 14.2 against 22.7 ms, VGG-16 conv2_1 96
+# against 188, DeepBench train_06 35 against 298), but not res4a, whose 14 columns fill 22% of
+# a tile (49 against 17 ms). evidence/studies/numba_direct has the figures.
 FEW_CHANNELS = 16
+FULL_TILES = 0.75   # the share of its tiles' columns a channel-rich layer's rows must fill
 
 
 def _spans(jobs: int, cores: int) -> list[tuple[int, int]]:
@@ -240,9 +238,12 @@ def _spans(jobs: int, cores: int) -> list[tuple[int, int]]:
 
 def _compiled_reason(p: ConvProblem) -> str | None:
     """Why the NumPy forward pass runs for `p` (None: the compiled one does)."""
-    if p.channels_per_group >= FEW_CHANNELS:
-        return (f"{p.channels_per_group} input channels per group: per-tap BLAS GEMMs "
-                f"(the compiled kernel runs below {FEW_CHANNELS})")
+    use = p.out_w / (-(-p.out_w // compiled.TILE_W) * compiled.TILE_W)
+    if p.channels_per_group >= FEW_CHANNELS and use < FULL_TILES:
+        return (f"{p.channels_per_group} input channels per group and {p.out_w} output columns, "
+                f"{use:.0%} of the compiled kernel's {compiled.TILE_W}-column tiles: per-tap "
+                f"BLAS GEMMs (the compiled kernel runs below {FEW_CHANNELS} channels or from "
+                f"{FULL_TILES:.0%} of its tiles)")
     return compiled.unavailable_reason()
 
 
@@ -262,21 +263,30 @@ def _compiled_fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared |
     y = np.empty(p.output_shape, dtype)
     y5 = kernels.as_5d(y, spatial)
     n, c, d, h, width = x.shape
-    buf = allocate(point, dtype, {"phases": (n, c, d, h, p.stride_w, -(-width // p.stride_w))})
-
+    margin = kernels.margin_of(p.pad_left, p.stride_w)
+    per = kernels.phase_length(width, p.out_w, p.kernel_w, p.dilation_w, p.pad_left, p.stride_w)
     cores = available_cores()       # read once here, not in every timed launch
+    reads = p.channels_per_group * math.prod(a.kernel for a in p.spatial)
+    offsets = [(np.empty(reads, np.int64), np.empty(reads, np.int64)) for _ in range(cores)]
+    buf = allocate(point, dtype, {"phases": (n, c, d, h, p.stride_w, per),
+                                  "weights": kernels.packed_shape(w, p.groups)},
+                   other_bytes=sum(a.nbytes + b.nbytes for a, b in offsets))
+    kernel_size = np.array(w.shape[2:], np.int64)
     phase_spans = _spans(kernels.phase_jobs(x), cores)
-    forward_spans = _spans(kernels.forward_jobs(w, y5, p.groups), cores)
+    forward_spans = _spans(kernels.forward_jobs(buf["weights"], y5), cores)
 
-    def kernel() -> None:       # phases first, then the output rows, each on the CPU threads
+    def kernel() -> None:   # weights packed, phases split, then the output rows, on the threads
+        kernels.pack(w, p.groups, buf["weights"])
         workers.run_chunks(phase_spans, lambda _, span: kernels.phases(
-            x, p.stride_w, buf["phases"], *span), cores)
-        workers.run_chunks(forward_spans, lambda _, span: kernels.forward(
-            buf["phases"], w, y5, stride, dilation, pad, p.groups, width, *span), cores)
+            x, p.stride_w, margin, buf["phases"], *span), cores)
+        workers.run_chunks(forward_spans, lambda slot, span: kernels.forward(
+            buf["phases"], buf["weights"], y5, kernel_size, stride, dilation, pad, margin,
+            *offsets[slot], *span), cores)
     try:
         kernel()                    # compiles (or loads the cache) for this dtype
     except Exception as error:      # numba's typing and lowering errors have no common base
         return compiled.failed(error)
-    prepared = CpuPrepared(y, kernel, workspace_of(buf))
+    prepared = CpuPrepared(y, kernel, workspace_of(buf) + sum(a.nbytes + b.nbytes
+                                                                for a, b in offsets))
     prepared.extras["cpu_kernel"] = compiled.label()
     return prepared

@@ -1,0 +1,45 @@
+"""Where a recurrent GPU row's time goes (issue 40): one rnn_quick layer measured in this process
+for each named algorithm and direction, after a warm measurement, under cProfile. Prints each
+row's wall time and stage times, then the timer functions with the most cumulative time.
+
+    python evidence/studies/rnn_row_profile.py [LAYER] [PRECISION] [DIRECTIONS] [ALGORITHMS]
+
+DIRECTIONS and ALGORITHMS are comma-separated; ALGORITHMS are backend:algorithm.
+"""
+import cProfile
+import pstats
+import sys
+import time
+
+from harness.executor import PointExecutor
+from harness.suite import load_suite
+from harness.sweep import Point, TimingOptions
+
+args = sys.argv[1:] + [None] * 4
+layer = args[0] or "mnist:row_lstm"
+precision = args[1] or "fp16"
+directions = (args[2] or "fwd,train_step").split(",")
+algorithms = (args[3] or "torch_gpu:nn_rnn,torch_gpu:nn_rnn_native,torch_gpu:plain_loop,"
+              "cudnn_rnn:standard").split(",")
+problem = next(p for p in load_suite("rnn_quick").problems if p.name == layer)
+timing = TimingOptions(min_samples=3, noise_target=0.02, gpu_processes=1, budget_ms=25)
+executor = PointExecutor()
+for direction in directions:
+    for name in algorithms:
+        backend, algorithm = name.split(":")
+        point = Point(problem, direction, precision, "NCHW", backend, algorithm, None, timing)
+        executor.measure([point])          # warm: imports, handles, reference
+        profile = cProfile.Profile()
+        start = time.perf_counter()
+        profile.enable()
+        rows = executor.measure([point])
+        profile.disable()
+        wall = time.perf_counter() - start
+        row = rows[0]
+        stages = {k: round(v) for k, v in row.extras.items() if k.startswith("stage_")}
+        print(f"== {layer} {direction} {precision} {name}: {wall * 1e3:.0f} ms, {row.status}, "
+              f"median {row.median_ms} ms, host {row.host_ms} ms, {len(row.samples_ms)} "
+              f"samples, {stages}")
+        stats = pstats.Stats(profile)
+        stats.sort_stats("cumulative").print_stats(
+            r"timer|stream_hold|point_timing|cuda\.py|graphs|rnn_gpu|executor|gc|empty_cache", 22)
