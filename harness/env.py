@@ -19,6 +19,8 @@ ENV_FIELDS = (
     "gpu_name", "gpu_sm_count", "gpu_l2_bytes", "gpu_memory_bytes", "gpu_max_sm_clock_mhz",
     "gpu_sm_clock_mhz", "gpu_max_mem_clock_mhz", "gpu_driver", "cuda_runtime", "gpu_ecc",
     "gpu_mig", "malloc",
+    # set by a run with CPU points (harness/cpu_peaks.py), not by fingerprint()
+    "cpu_fma_peak_gflops", "cpu_fma_peak_1t_gflops",
 )
 # What must match before two runs' timings are compared (compare refuses otherwise).
 COMPARABILITY_FIELDS = ("cpu_model", "gpu_name", "gpu_driver", "cudnn", "cupy", "cuda_runtime")

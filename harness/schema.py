@@ -139,6 +139,13 @@ EXTRA_COLUMNS: dict[str, str] = {
     # cpu:direct: which kernel ran ("numba 0.68.0", the compiled one: harness/backends/cpu/
     # direct_compiled.py) or "numpy: <why>" (few channels without numba, or many channels)
     "cpu_kernel": "string",
+    # cpu:im2col: the time of the GEMM the direction reduces to, operands ready, at the row's
+    # threads (harness/backends/cpu/gemm_floor.py): median_ms over it is the gathers' cost
+    "gemm_floor_ms": "float64",
+    # CPU rows of `run`: the FMA peak their precision and thread count may reach on this machine
+    # and the share of it the row reached (harness/cpu_peaks.py); empty where not measured
+    "peak_gflops": "float64",
+    "peak_pct": "float64",
     "torch_kernels_ms": "float64",
     "torch_pick_stable": "boolean",
     "torch_picks": "string",

@@ -21,12 +21,29 @@ backends.register("fake", "harness.backends.fake:FakeBackend")
 FAST = TimingOptions(budget_ms=5, min_samples=3, max_samples=5, gpu_processes=1)
 
 
+@pytest.fixture(scope="session")
+def cpu_peaks_files(tmp_path_factory) -> list:
+    """This CPU's peaks (harness/cpu_peaks.py), measured once for the session: every run with
+    CPU points stores them, and measuring them in each test's own cache folder would cost each
+    `convbench run` half a second."""
+    from harness import env
+    from harness.backends.cpu import peaks
+    folder = tmp_path_factory.mktemp("cpu_peaks")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CONVBENCH_CACHE_DIR", str(folder))
+        peaks.measure(env.fingerprint())
+    return sorted(folder.glob("cpu-peaks-*.json"))
+
+
 @pytest.fixture(autouse=True)
-def own_hang_cache(tmp_path_factory, monkeypatch):
+def own_hang_cache(tmp_path_factory, monkeypatch, cpu_peaks_files):
     """Each test's runs remember hung engines in a folder of their own (harness/hang_cache.py),
     never in the user's ~/.cache, where one test's planted hang would change the next test's
-    caps."""
-    monkeypatch.setenv("CONVBENCH_CACHE_DIR", str(tmp_path_factory.mktemp("hang_cache")))
+    caps. The session's CPU peaks are copied in."""
+    folder = tmp_path_factory.mktemp("hang_cache")
+    for path in cpu_peaks_files:
+        (folder / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setenv("CONVBENCH_CACHE_DIR", str(folder))
 
 
 def gpu_unavailable_reason() -> str | None:

@@ -17,6 +17,7 @@ from harness.backends.base import WorkspaceExceeded
 from harness.backends.cpu import direct
 from harness.cli import main
 from harness.problem import DEPTH_DEFAULTS, DEPTH_FIELDS, ConvProblem, ProblemError
+from harness.threads import available_cores
 from harness.problem_text import parse_benchdnn, to_benchdnn
 from harness.schema import frame, to_row
 from harness.suite import load_suite, parse_suite
@@ -253,10 +254,16 @@ def test_cpu_direct_3d_workspace_counts_the_padded_volume():
     prepared = algo.prepare(point, data)
     used = prepared.workspace_bytes
     if prepared.extras["cpu_kernel"].startswith("numba"):
-        # the compiled kernel's one buffer: the input split into its stride's column phases
-        # (harness/backends/cpu/direct_compiled.py)
-        phases = p.stride_w * -(-p.in_w // p.stride_w)
-        assert used == 4 * p.batch * p.in_channels * p.in_d * p.in_h * phases
+        # the compiled kernel's buffers (harness/backends/cpu/direct_compiled.py): the input split
+        # into its stride's column phases (with their zero margins and tails), the packed
+        # weights, and each thread's offsets of a row's reads (int64)
+        from harness.backends.cpu import direct_compiled as kernels
+        per = kernels.phase_length(p.in_w, p.out_w, p.kernel_w, p.dilation_w, p.pad_left,
+                                   p.stride_w)
+        phases = p.batch * p.in_channels * p.in_d * p.in_h * p.stride_w * per
+        groups, blocks, reads, block = kernels.packed_shape(data.w, p.groups)
+        offsets = 2 * 8 * reads * available_cores()
+        assert used == 4 * (phases + groups * blocks * reads * block) + offsets
     else:
         padded = p.batch * p.in_channels * p.padded_d * p.padded_h * p.padded_w
         outputs = p.batch * p.out_d * p.out_h * p.out_w

@@ -10,6 +10,7 @@ import pytest
 
 from harness import backends, reference, verdict
 from harness.backends.cpu import compiled, direct
+from harness.backends.cpu.common import TILE_W
 from harness.problem import ConvProblem
 from harness.sweep import Point
 
@@ -81,7 +82,7 @@ def test_channel_rich_narrow_layers_keep_the_per_tap_gemms() -> None:
 
 @needs_numba
 def test_channel_rich_layers_that_fill_the_tiles_run_compiled() -> None:
-    problem = ConvProblem(1, direct.FEW_CHANNELS, 3, compiled.TILE_W, 4, 3, 3, pad_top=1,
+    problem = ConvProblem(1, direct.FEW_CHANNELS, 3, TILE_W, 4, 3, 3, pad_top=1,
                           pad_left=1, pad_bottom=1, pad_right=1)
     prepared, judged = _forward(problem, "fp32")
     assert prepared.extras["cpu_kernel"].startswith("numba ")

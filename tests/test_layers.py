@@ -22,7 +22,7 @@ LAYERS = [
     # rnn: the recurrent problem family and its float64 recurrence; families: which kinds exist;
     # draws: random test data on the process's cores
     {"problem_text", "rnn", "families", "draws"},
-    {"env", "sweep"},
+    {"env", "sweep", "cpu_peaks"},
     {"measurement", "suite.checks", "reference", "verdict", "rnn.oracle", "oracles"},
     {"suite"},                # its loader, axes and overrides
 

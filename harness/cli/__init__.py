@@ -160,6 +160,7 @@ _TABLE_VIEWS = {
                  "samples) and which layers are near-ties",
     "profile": "where the run's time went: stage seconds (prepare, verify against float64, "
                "time) per backend and direction, and the costliest rows",
+    "ceilings": "per CPU point: best own and oneDNN as shares of the FMA peak; im2col / floor",
     "recurrent": "recurrent layers: per layer, precision and pass (inference, training step) "
                  "the fastest verified algorithm, PyTorch's layer and a plain loop, with "
                  "errors and speed-ups",
@@ -202,8 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         shown.add_argument(f"--{view}", action="store_true", help=text)
     table.set_defaults(func=cmd_table)
 
-    sub.add_parser("list", help="backends and algorithms, and why any is unavailable"
-                   ).set_defaults(func=cmd_list)
+    sub.add_parser("list", help="backends and algorithms, or why not").set_defaults(func=cmd_list)
 
     shapes = sub.add_parser("shapes", help="a suite's layers, FLOPs and benchdnn strings")
     shapes.add_argument("suite")
@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("env", help="the environment fingerprint stored with every row"
                    ).set_defaults(func=cmd_env)
-    peaks = sub.add_parser("peaks", help="measure this GPU's matrix rates and bandwidth (cached)")
+    peaks = sub.add_parser("peaks", help="measure the CPU's FMA peak and a GPU's rates (cached)")
     peaks.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     peaks.set_defaults(func=cmd_peaks)
     _add_regression_parsers(sub)

@@ -44,6 +44,9 @@ def cmd_table(args: argparse.Namespace) -> int:
         elif args.recurrent:
             from harness.report import recurrent
             say(text.render(recurrent.recurrent_blocks(part)))
+        elif args.ceilings:
+            from harness.report import ceilings
+            say(text.render(ceilings.ceiling_blocks(part)))
         else:
             print_best(part)
     return EXIT_OK
@@ -115,18 +118,28 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_peaks(args: argparse.Namespace) -> int:
+    """This machine's ceilings: the CPU's always (harness/cpu_peaks.py), the GPU's where there
+    is one (harness/peaks.py)."""
+    from harness import cpu_peaks, peaks
     from harness import env as envmod
-    from harness import peaks
     from harness.backends import get
+    from harness.backends.cpu import peaks as measured_peaks
+    env = envmod.fingerprint()
+    measured = None if args.refresh else cpu_peaks.load_cached(env)
+    if measured is None:
+        say(f"measuring {env.get('cpu_model')} (numba FMA chains, BLAS SGEMM)...")
+        measured = measured_peaks.measure(env)
+    say(f"CPU: {cpu_peaks.describe(measured)}")
+    say(f"cached at {cpu_peaks.cache_path(env)}")
     reason = get("cudnn").unavailable_reason()
     if reason and "cudnn" not in reason.lower():
-        raise UserError(f"peaks needs a CUDA GPU with CuPy: {reason}")
-    env = envmod.fingerprint()
-    measured = None if args.refresh else peaks.load_cached(env)
-    if measured is None:
+        say(f"GPU: not measured ({reason})")
+        return EXIT_OK
+    gpu = None if args.refresh else peaks.load_cached(env)
+    if gpu is None:
         say(f"measuring {env.get('gpu_name')} (cuBLAS GemmEx through CuPy, 1 GiB copy)...")
-        measured = peaks.measure(env)
-    say(peaks.describe(measured))
+        gpu = peaks.measure(env)
+    say(f"GPU: {peaks.describe(gpu)}")
     say(f"cached at {peaks.cache_path(env)}")
     return EXIT_OK
 

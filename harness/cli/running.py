@@ -63,6 +63,10 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
     cpu_memory.keep_freed_memory()     # before the environment that the rows record
     env = envmod.fingerprint()
     use_cache = use_cache and cluster is None
+    from harness import cpu_peaks
+    from harness.backends.cpu import peaks as measured_peaks
+    peaks = measured_peaks.for_run(env, points, say) if cluster is None else None
+    env.update(cpu_peaks.env_fields(peaks) if peaks else {})
     remembered = _remembered_hangs(env) if use_cache else set()
     with writing(output.path):
         writer = store.ResultWriter(output.path, output.mode)
@@ -95,8 +99,10 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
             def on_result(m, measured_on: dict[str, Any] = env,
                           finished_at: str | None = None) -> None:
                 stamp = finished_at or store.finished_now()
+                row = store.to_row(m, run_id, sweep.name, measured_on, stamp)
+                row.update(measured_peaks.row_columns(row, peaks))
                 with writing(output.path, kept):
-                    writer.append(store.to_row(m, run_id, sweep.name, measured_on, stamp))
+                    writer.append(row)
                 progress.advance(m)
             try:
                 if cluster is None:

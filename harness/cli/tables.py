@@ -22,16 +22,34 @@ def print_best(df) -> None:
         limit=best["workspace_limit"].map(limit_text),
         ms=best["best_median_ms"].map(lambda v: f"{v:.4g}"),
         gflops=best["best_gflops"].map(lambda v: f"{v:.1f}"),
-        vs_next=best["speedup_runner"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"))
+        vs_next=best["speedup_runner"].map(lambda v: "" if v != v or v is None else f"{v:.2f}x"),
+        of_peak=_share_of_peak(df, best))
     columns = ["layer", "direction", "effective_precision", "layout", "limit",
                *_varying(best, ["threads", "op", "output"]), "best_candidate",
-               "ms", "gflops", "runner_candidate", "vs_next"]
+               "ms", "gflops", *(["of_peak"] if _shown_any(shown, "of_peak") else []),
+               "runner_candidate", "vs_next"]
     say(shown[columns].rename(columns={"effective_precision": "precision", "best_candidate": "best",
                                         "runner_candidate": "runner_up"}).to_string(index=False))
     _print_step_totals(df)
     _print_versus_pytorch(df)
     _print_recurrent(df)
     _print_sharing(df)
+
+
+def _share_of_peak(df, best):
+    """The best CPU algorithm's share of its machine's FMA peak at the point's precision and
+    thread count (the rows' `peak_gflops`, harness/cpu_peaks.py), as text; "" elsewhere."""
+    from harness import analysis
+    if "peak_gflops" not in df.columns or df["peak_gflops"].isna().all():
+        return ""
+    peaks = df.groupby(analysis.POINT_KEYS, dropna=False)["peak_gflops"].max()
+    peak = best.join(peaks, on=analysis.POINT_KEYS)["peak_gflops"]
+    share = best["best_gflops"] / peak
+    return share.map(lambda v: "" if v != v else f"{v:.0%}")
+
+
+def _shown_any(frame, column: str) -> bool:
+    return bool(frame.get(column) is not None and (frame[column].astype(str) != "").any())
 
 
 def _print_recurrent(df) -> None:

@@ -8,9 +8,10 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis import policies
+from harness.analysis.ceilings import has_ceilings
 from harness.analysis.policies import meaning
-from harness.report import (answers, computed, depth, figures, fusion, quantized, recurrent,
-                            tables)
+from harness.report import (answers, ceilings, computed, depth, figures, fusion, quantized,
+                            recurrent, tables)
 from harness.report import sharing as shared_cpu
 from harness.report.document import Block, Document, Fold, Image, Section, Text
 from harness.report.figures.recurrent import MOST_PANELS
@@ -40,6 +41,8 @@ def build(df: pd.DataFrame, fig_dir: Path, baseline: str | None,
                    tuple(quantized.quantized_blocks(df)))]
           if quantized.has_quantized(df) else []),
         *([recurrent_section(df, fig_dir, rel, renderer)] if recurrent.has_recurrent(df) else []),
+        *([Section("CPU algorithms against their ceilings", "ceilings",
+                   tuple(ceilings.ceiling_blocks(df)))] if has_ceilings(df) else []),
         best_section(df, baseline),
         heatmap_section(df, fig_dir, rel, renderer),
         workspace_section(df, totals, fig_dir, rel, renderer),

@@ -11,6 +11,7 @@ import pandas as pd
 from harness.analysis import policies
 from harness.measurement import Status
 from harness.report import computed
+from harness import threads
 from harness.report.document import Block, Fold, Table
 from harness.workspace_limit import limit_text
 
@@ -71,6 +72,8 @@ def fmt_total(total: Any, missing: int, points: int) -> str:
 
 
 def fmt_key(name: str, value: Any) -> str:
+    if name == "threads":
+        return threads.label(int(value))        # 0: every core ("all"), as --threads says it
     return fmt_limit(value) if name == "workspace_limit" else str(value)
 
 

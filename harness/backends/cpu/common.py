@@ -18,6 +18,9 @@ from harness.reference import ProblemData
 from harness.sweep import Point
 
 COMPUTE_DTYPES = {"fp32": np.float32, "fp64": np.float64}
+# Output columns of the compiled direct kernel's register tile (direct_compiled.py says why 64):
+# here, apart from numba, so that the NumPy side can tell which layers fill the tiles.
+TILE_W = 64
 _PRECISION_REASONS = {
     "fp16": "NumPy has no fp16 arithmetic (it would compute in float32)",
     "bf16": "NumPy has no bfloat16 type",

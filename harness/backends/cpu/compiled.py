@@ -12,9 +12,6 @@ from __future__ import annotations
 import importlib.util
 from types import ModuleType
 
-# Output columns of the compiled direct kernel's register tile (direct_compiled.py says why 64);
-# here, apart from numba, so that the NumPy side can tell which layers fill their tiles.
-TILE_W = 64
 MISSING = "numba is not installed (pip install 'convbench[compiled]')"
 _state: dict[str, object] = {}
 

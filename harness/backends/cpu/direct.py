@@ -18,7 +18,7 @@ from itertools import product
 import numpy as np
 
 from harness.backends.cpu import compiled, workers
-from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior,
+from harness.backends.cpu.common import (TILE_W, CpuAlgorithm, CpuPrepared, allocate, interior,
                                          padded_shape, split, tap_major_weights, workspace_of)
 from harness.problem import Axis, ConvProblem
 from harness.reference import ProblemData
@@ -238,10 +238,10 @@ def _spans(jobs: int, cores: int) -> list[tuple[int, int]]:
 
 def _compiled_reason(p: ConvProblem) -> str | None:
     """Why the NumPy forward pass runs for `p` (None: the compiled one does)."""
-    use = p.out_w / (-(-p.out_w // compiled.TILE_W) * compiled.TILE_W)
+    use = p.out_w / (-(-p.out_w // TILE_W) * TILE_W)
     if p.channels_per_group >= FEW_CHANNELS and use < FULL_TILES:
         return (f"{p.channels_per_group} input channels per group and {p.out_w} output columns, "
-                f"{use:.0%} of the compiled kernel's {compiled.TILE_W}-column tiles: per-tap "
+                f"{use:.0%} of the compiled kernel's {TILE_W}-column tiles: per-tap "
                 f"BLAS GEMMs (the compiled kernel runs below {FEW_CHANNELS} channels or from "
                 f"{FULL_TILES:.0%} of its tiles)")
     return compiled.unavailable_reason()

@@ -33,26 +33,17 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
-from harness.backends.cpu.compiled import TILE_W   # four 16-lane vectors at fp32
+from harness.backends.cpu.common import TILE_W   # four 16-lane vectors at fp32
+from harness.backends.cpu.numba_stack import stack_array
 
 FLAGS = {"contract", "reassoc"}
 BLOCK_K = 4        # output channels of a tile, each input load feeding all four
 TILE = TILE_W * BLOCK_K
 
 
-@intrinsic
-def _stack_tile(typingctx, like):
-    """A pointer to TILE elements of `like`'s dtype on the stack (an LLVM alloca of constant
-    size): unlike an np.empty, which LLVM must keep in memory, it can live in registers."""
-    dtype = like.dtype
-
-    def codegen(context, builder, signature, args):
-        return cgutils.alloca_once(builder, context.get_value_type(dtype), size=TILE)
-    return types.CPointer(dtype)(like), codegen
+# A tile's accumulators: an LLVM alloca (numba_stack.py), which LLVM keeps in registers.
+_stack_tile = stack_array(TILE)
 
 
 def margin_of(pad_w: int, stride_w: int) -> int:

@@ -41,6 +41,7 @@ from itertools import product
 
 import numpy as np
 
+from harness.backends.cpu import gemm_floor
 from harness.backends.cpu.blas import gemm_into
 from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
                                          tap_cols, tap_rows, workspace_of)
@@ -353,6 +354,15 @@ class Im2col(CpuAlgorithm):
     family = "gemm"
     description = ("receptive fields as a column matrix (copied, or read in place per tap), "
                    "then GEMMs")
+
+    def prepare(self, point: Point, data: ProblemData) -> CpuPrepared:
+        """Also the direction's GEMM floor (gemm_floor.py): the row's time over it is what the
+        gathers and copies cost."""
+        prepared = super().prepare(point, data)
+        dtype = prepared.result.dtype
+        prepared.extras["gemm_floor_ms"] = gemm_floor.floor_ms(point.problem, point.direction,
+                                                               dtype, point.threads)
+        return prepared
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
