@@ -135,3 +135,19 @@ def test_the_pages_and_the_cli_say_the_same_numbers(tmp_path, capsys):
 def _titled(tables: list[tuple[str, list[list[str]]]], title: str) -> list[list[str]]:
     # the Markdown reader gives a title to the untitled tables after it too: take the first
     return next(rows for name, rows in tables if name == title)
+
+
+def test_a_layer_timed_as_one_training_step_has_a_column_of_its_own():
+    # a recurrent layer measured only as train_step: no fwd / bwd split, but in the total
+    whole = [row(layer="R1", direction="train_step", algorithm="fast", ms=7.0, suite="netA",
+                 precision="fp16", multiplicity=1, env_gpu_name="NVIDIA H100 80GB HBM3")]
+    df = frame(*_network("netA", "fp16", 1.0), *whole)
+    best = _long(df).loc[("netA", "fp16", "oracle")]
+    assert (best["fwd_ms"], best["bwd_ms"], best["step_ms"], best["total_ms"]) == pytest.approx(
+        (3.0, 15.0, 7.0, 25.0))
+    table = answers.networks_table(networks.network_table(df))
+    cells = dict(zip(table.headers, table.rows[0]))
+    assert cells["best verified fwd / bwd / whole steps / total ms"] == "3 / 15 / 7 / 25"
+    # without such a layer the column is not shown
+    plain = answers.networks_table(networks.network_table(frame(*_network("netA", "fp16", 1.0))))
+    assert "best verified fwd / bwd / total ms" in plain.headers

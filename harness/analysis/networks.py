@@ -14,13 +14,16 @@ import pandas as pd
 
 from harness.analysis import policies
 from harness.analysis.points import GPU, NETWORK_KEYS, STEP_KEYS, one_step_per_layer, own_output
-from harness.sweep import LAYOUTS, PRECISIONS, TRAINING_FORWARD
+from harness.sweep import LAYOUTS, PRECISIONS, TRAINING_FORWARD, TRAINING_STEP
 
 SOURCE = "source"                       # which results file a row came from, where told
 MACHINE = "machine"
 BACKWARD = ("bwd_data", "bwd_filter")   # one training step's backward pass: both gradients
 FORWARD = ("fwd", TRAINING_FORWARD)     # ... and its forward pass (a recurrent layer's own)
-PARTS = ("fwd", "bwd", "total")
+# A recurrent layer measured as one whole training step (train_step) cannot be split into its
+# forward and backward passes: it is a part of its own, so that fwd + bwd + step = total.
+STEP = "step"
+PARTS = ("fwd", "bwd", STEP)
 
 
 def machine_names(df: pd.DataFrame) -> pd.Series:
@@ -48,11 +51,11 @@ def _split(df: pd.DataFrame) -> list[str]:
 
 
 def network_table(df: pd.DataFrame, names: Iterable[str] | None = None) -> pd.DataFrame:
-    """Long form, one row per network setting and policy: `fwd_ms`, `bwd_ms`, `total_ms` (each
-    layer's pick x multiplicity; NaN where nothing was comparable), `fwd_missing` ... `missing`
-    (points without a comparable pick: the sum is then a lower bound), `fwd_points` ...
-    `points`, and `saves_ms`, `saves_pct`: what the best saves over the policy (NaN where
-    either total misses points)."""
+    """Long form, one row per network setting and policy: `fwd_ms`, `bwd_ms`, `step_ms` (layers
+    timed as one whole training step), `total_ms` (each layer's pick x multiplicity; NaN where
+    nothing was comparable), `fwd_missing` ... `missing` (points without a comparable pick: the
+    sum is then a lower bound), `fwd_points` ... `points`, and `saves_ms`, `saves_pct`: what
+    the best saves over the policy (NaN where either total misses points)."""
     df = df.assign(**{MACHINE: machine_names(df)})
     names = table_policies(df) if names is None else list(names)
     # the oracle's total is what every saving is measured from
@@ -81,13 +84,13 @@ def _one_network(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     per_direction = policies.network_totals(one_step_per_layer(df), names, NETWORK_KEYS)
     per_direction = per_direction[own_output(per_direction)]    # as the step total counts
     step = policies.network_totals(df, names, STEP_KEYS).set_index(STEP_KEYS)
-    # a recurrent layer measured as one whole step (train_step) is in the total alone
     part = per_direction["direction"].map(lambda d: "fwd" if d in FORWARD else
-                                          "bwd" if d in BACKWARD else "other")
+                                          "bwd" if d in BACKWARD else
+                                          STEP if d == TRAINING_STEP else "other")
     rows = []
     for policy in names:
         sums = {}
-        for name in ("fwd", "bwd"):
+        for name in PARTS:
             mine = per_direction[part == name].groupby(STEP_KEYS, dropna=False)
             sums[f"{name}_ms"] = mine[f"total_{policy}"].sum(min_count=1)
             sums[f"{name}_missing"] = mine[f"missing_{policy}"].sum()

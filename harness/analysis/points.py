@@ -96,7 +96,8 @@ def one_step_per_layer(df: pd.DataFrame) -> pd.DataFrame:
     direction = df["direction"].astype(str)
     if not direction.isin((TRAINING_FORWARD, TRAINING_STEP)).any():
         return df
-    keys = df[LAYER_KEYS].astype(str).agg("|".join, axis=1)
+    # pandas 3's str keeps a missing descriptor missing (a `--problem` row may have none)
+    keys = df[LAYER_KEYS].astype(str).fillna("").agg("|".join, axis=1)
     stepped = keys.isin(set(keys[direction == TRAINING_STEP]))
     trained = keys.isin(set(keys[direction == TRAINING_FORWARD]))
     dropped = (stepped & (direction != TRAINING_STEP)) | (trained & (direction == "fwd"))

@@ -44,13 +44,15 @@ STABILITY_TEXT = (
     "among the tied candidates does not matter. The samples come from one window of one run, so "
     "run-to-run scatter is not in them: P(change) is a lower bound.")
 NETWORKS_TEXT = (
-    "One row per network (suite or imported model) at one precision, layout and machine; never "
-    "summed across machines or results files. Cells: forward / backward (bwd_data + "
+    "One row per network (suite or imported model) at one precision, layout and machine; "
+    "never summed across machines or results files. Cells: forward / backward (bwd_data + "
     "bwd_filter) / total ms of one training step's convolutions, each layer's pick x its "
-    "multiplicity. ≥ and (k of n missing): points where the policy had no verified pick at the "
-    "precision asked (the sum is a lower bound); n/a: direction not measured. Best saves: what "
-    "the fastest verified algorithm per layer saves over the policy, in ms and % of the "
-    "policy's total, only where both totals are complete.")
+    "multiplicity; where a recurrent layer was timed as one whole training step (train_step),"
+    " those steps have a column of their own before the total. ≥ and (k of n missing): points"
+    " where the policy had no verified pick at the precision asked (the sum is a lower "
+    "bound); n/a: direction not measured. Best saves: what the fastest verified algorithm per"
+    " layer saves over the policy, in ms and % of the policy's total, only where both totals "
+    "are complete.")
 
 
 def _label(policy: str) -> str:
@@ -75,22 +77,34 @@ def networks_table(long: pd.DataFrame) -> Table:
     keys = shown_keys(long, [*split, "effective_precision", "layout"])
     names = list(dict.fromkeys(long["policy"]))
     headers = [HEADERS[k] for k in keys] + ["Layer-dirs"]
-    headers += [f"{_label(p)} fwd / bwd / total ms" for p in names]
+    parts = _parts(long)
+    headers += [f"{_label(p)} {' / '.join(_PART_NAMES[x] for x in parts)} / total ms"
+                for p in names]
     headers += [f"best saves vs {p}" for p in names if p != policies.ORACLE]
     rows = []
     for _, group in long.groupby([*split, *STEP_KEYS], sort=False, dropna=False):
         by_policy = group.set_index("policy")
         first = group.iloc[0]
         cells = [fmt_key(k, first[k]) for k in keys] + [str(int(first["points"]))]
-        cells += [_network_cell(by_policy.loc[p]) for p in names]
+        cells += [_network_cell(by_policy.loc[p], parts) for p in names]
         cells += [_saves(by_policy.loc[p]) for p in names if p != policies.ORACLE]
         rows.append(tuple(cells))
     numeric = (False,) * len(keys) + (True,) * (len(headers) - len(keys))
     return Table(tuple(headers), tuple(rows), numeric, "Network table")
 
 
-def _network_cell(r: pd.Series) -> str:
-    parts = [_part(r[f"{p}_ms"], r[f"{p}_missing"], r[f"{p}_points"]) for p in ("fwd", "bwd")]
+_PART_NAMES = {"fwd": "fwd", "bwd": "bwd", networks.STEP: "whole steps"}
+
+
+def _parts(long: pd.DataFrame) -> tuple[str, ...]:
+    """fwd and bwd, and the layers timed as whole training steps where any was."""
+    steps = f"{networks.STEP}_points"
+    whole = steps in long.columns and long[steps].fillna(0).gt(0).any()
+    return networks.PARTS if whole else networks.PARTS[:2]
+
+
+def _network_cell(r: pd.Series, shown: tuple[str, ...]) -> str:
+    parts = [_part(r[f"{p}_ms"], r[f"{p}_missing"], r[f"{p}_points"]) for p in shown]
     parts.append(_part(r["total_ms"], r["missing"], r["points"]))
     missing = int(r["missing"])
     counted = f" ({missing} of {int(r['points'])} missing)" if missing else ""

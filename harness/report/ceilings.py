@@ -15,7 +15,9 @@ TEXT = ("Per CPU point: the fastest own algorithm and oneDNN (PyTorch's conv2d) 
         "of this machine's fused multiply-add peak each reached (`convbench peaks`, stored with "
         "the run), the first over the second, and im2col over its own GEMM floor: the time of "
         "the product it reduces to, operands ready, at the same threads. A row over its floor "
-        "pays for gathers and copies; a floor far under the peak is BLAS's on that shape.")
+        "pays for gathers and copies; a floor far under the peak is BLAS's on that shape. Rates "
+        "count a direct convolution's multiply-adds, so Winograd and FFT, which do fewer, can "
+        "pass 100%.")
 _ALWAYS = ["layer_label", "direction", "effective_precision", "threads"]
 
 
