@@ -107,3 +107,17 @@ def test_loading_the_cpu_backend_does_not_import_numba() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "False"
+
+
+def test_convbench_list_says_whether_the_compiled_kernels_run(monkeypatch, capsys) -> None:
+    from harness.cli import main
+    assert main(["list"]) == 0
+    line = next(s for s in capsys.readouterr().out.splitlines() if "compiled kernels" in s)
+    assert (compiled.version() in line) if HAS_NUMBA else (compiled.MISSING in line)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "numba" else real(name, *a))
+    monkeypatch.setattr(compiled, "_state", {})
+    assert main(["list"]) == 0
+    line = next(s for s in capsys.readouterr().out.splitlines() if "compiled kernels" in s)
+    assert line.endswith(f"not run: {compiled.MISSING})")

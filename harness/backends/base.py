@@ -232,6 +232,11 @@ class Backend:
         """None when usable on this machine, else why not (e.g. 'cupy is not installed')."""
         return None
 
+    def notes(self) -> list[str]:
+        """What `convbench list` should say of this backend here beyond its algorithms (an
+        optional part that runs or does not, and why)."""
+        return []
+
     def algorithms(self) -> list[Algorithm]:
         raise NotImplementedError
 

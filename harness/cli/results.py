@@ -61,6 +61,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         for algo in backend.algorithms():
             say(f"    {algo.name:<22} {algo.family:<14} {algo.description}")
         say(f"    {_beyond_plain_2d(backend.algorithms())}")
+        for note in backend.notes():
+            say(f"    ({note})")
     return EXIT_OK
 
 

@@ -6,6 +6,7 @@ Adding an algorithm is one class (a CpuAlgorithm subclass in its own module) and
 from __future__ import annotations
 
 from harness.backends.base import Algorithm, Backend
+from harness.backends.cpu import compiled
 from harness.backends.cpu.direct import Direct
 from harness.backends.cpu.fft.algorithm import Fft
 from harness.backends.cpu.im2col.algorithm import Im2col
@@ -23,3 +24,8 @@ class CpuBackend(Backend):
 
     def algorithms(self) -> list[Algorithm]:
         return [cls() for cls in ALGORITHMS]
+
+    def notes(self) -> list[str]:
+        reason = compiled.unavailable_reason()
+        return [f"compiled kernels (direct fwd, the FMA peak): "
+                f"{compiled.version() if reason is None else 'not run: ' + reason}"]

@@ -44,6 +44,12 @@ def failed(error: BaseException) -> str:
     return str(_state["failed"])
 
 
+def version() -> str:
+    """The installed numba, read without importing it (a second's import for `convbench list`)."""
+    from importlib import metadata
+    return f"numba {metadata.version('numba')}"
+
+
 def label() -> str:
     """What a compiled row says it ran."""
     import numba

@@ -90,8 +90,8 @@ def _window(axes: tuple[Axis, ...], xpad: np.ndarray, block: Block,
 class Direct(CpuAlgorithm):
     name = "direct"
     family = "direct"
-    description = ("one GEMM per kernel tap over a strided window; fwd with few input channels "
-                   "compiled by numba where installed")
+    description = ("one GEMM per kernel tap over a strided window; fwd compiled by numba where "
+                   "installed (few channels or wide rows)")
     runs_3d = True  # the loops run over `problem.spatial`, so depth is one more axis
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
