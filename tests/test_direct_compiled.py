@@ -121,3 +121,63 @@ def test_convbench_list_says_whether_the_compiled_kernels_run(monkeypatch, capsy
     assert main(["list"]) == 0
     line = next(s for s in capsys.readouterr().out.splitlines() if "compiled kernels" in s)
     assert line.endswith(f"not run: {compiled.MISSING})")
+
+
+# Stride-1 layers whose input gradient the compiled forward kernel computes (turned_round):
+# channel-rich wide rows, asymmetric pads, groups with dilation, 3-D, few channels.
+BACKWARD_DATA = [
+    ConvProblem(2, 16, 9, 70, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                name="wide"),
+    ConvProblem(2, 6, 9, 80, 8, 3, 4, pad_top=2, pad_left=0, pad_bottom=1, pad_right=3,
+                name="asymmetric"),
+    ConvProblem(1, 6, 7, 70, 9, 3, 3, dilation_h=2, dilation_w=2, pad_top=2, pad_left=2,
+                pad_bottom=2, pad_right=2, groups=3, name="grouped-dilated"),
+    ConvProblem(1, 4, 5, 70, 6, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1, in_d=4,
+                kernel_d=3, pad_front=1, pad_back=0, name="3-D"),
+    ConvProblem(2, 16, 9, 20, 8, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                name="few-filters"),
+]
+
+
+def _backward_data(problem: ConvProblem, precision: str):
+    point = Point(problem, "bwd_data", precision, "NCHW", "cpu", "direct")
+    data = reference.make_data(problem, precision, seed=2)
+    prepared = DIRECT.prepare(point, data)
+    prepared.poison()
+    prepared.launch()
+    judged = verdict.check(problem, "bwd_data", data, prepared.output(), precision)
+    return prepared, judged
+
+
+@needs_numba
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+@pytest.mark.parametrize("problem", BACKWARD_DATA, ids=lambda p: p.name)
+def test_stride_1_input_gradients_run_compiled_and_match_the_reference(problem,
+                                                                        precision) -> None:
+    prepared, judged = _backward_data(problem, precision)
+    assert prepared.extras["cpu_kernel"].startswith("numba ")
+    assert judged.delivered == precision, (judged.rel_error, judged.tolerance)
+    if precision == "fp64":
+        assert judged.rel_error < 1e-13
+
+
+@needs_numba
+def test_filters_not_turned_round_are_wrong(monkeypatch) -> None:
+    problem = BACKWARD_DATA[0]
+    point = Point(problem, "bwd_data", "fp32", "NCHW", "cpu", "direct")
+    data = reference.make_data(problem, "fp32", seed=2)
+    with monkeypatch.context() as planted:      # the kernel axes kept as they are
+        planted.setattr(np, "flip", lambda array, axes: array)
+        prepared = DIRECT.prepare(point, data)
+        prepared.launch()
+    judged = verdict.check(problem, "bwd_data", data, prepared.output(), "fp32")
+    assert prepared.extras["cpu_kernel"].startswith("numba ")
+    assert judged.delivered is None and judged.rel_error > 0.1
+
+
+def test_strided_input_gradients_keep_the_numpy_kernel() -> None:
+    problem = ConvProblem(1, 2, 9, 70, 4, 3, 3, stride_h=2, stride_w=2)
+    prepared, judged = _backward_data(problem, "fp32")
+    assert prepared.extras["cpu_kernel"].startswith("numpy: stride above 1")
+    assert judged.delivered == "fp32"
+    assert direct.turned_round(problem) is None

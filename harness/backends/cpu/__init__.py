@@ -27,5 +27,5 @@ class CpuBackend(Backend):
 
     def notes(self) -> list[str]:
         reason = compiled.unavailable_reason()
-        return [f"compiled kernels (direct fwd, the FMA peak): "
+        return [f"compiled kernels (direct, the FMA peak): "
                 f"{compiled.version() if reason is None else 'not run: ' + reason}"]

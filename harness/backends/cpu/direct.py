@@ -90,8 +90,8 @@ def _window(axes: tuple[Axis, ...], xpad: np.ndarray, block: Block,
 class Direct(CpuAlgorithm):
     name = "direct"
     family = "direct"
-    description = ("one GEMM per kernel tap over a strided window; fwd compiled by numba where "
-                   "installed (few channels or wide rows)")
+    description = ("a GEMM per kernel tap over a strided window; fwd and stride-1 bwd_data "
+                   "compiled (numba): few channels, wide rows")
     runs_3d = True  # the loops run over `problem.spatial`, so depth is one more axis
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
@@ -142,6 +142,22 @@ class Direct(CpuAlgorithm):
         return CpuPrepared(y, kernel, workspace_of(buf))
 
     def bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
+        """A stride-1 layer's input gradient is a forward correlation of dy with the filters
+        turned round (`turned_round`): the compiled forward kernel runs it where it would run a
+        forward pass of that shape; else the NumPy kernel below."""
+        turned = turned_round(point.problem)
+        kernel_note = (_compiled_reason(turned) if turned is not None else
+                       "stride above 1 or a pad beyond the kernel's reach: the NumPy kernel")
+        if kernel_note is None:
+            prepared = _compiled_bwd_data(point, turned, data, dtype)
+            if isinstance(prepared, CpuPrepared):
+                return prepared
+            kernel_note = prepared
+        prepared = self._numpy_bwd_data(point, data, dtype)
+        prepared.extras["cpu_kernel"] = f"numpy: {kernel_note}"
+        return prepared
+
+    def _numpy_bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         """Per block of images: dy block times each tap's transposed weights, added into the
         input positions that tap read."""
         p = point.problem
@@ -250,16 +266,57 @@ def _compiled_reason(p: ConvProblem) -> str | None:
 def _compiled_fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared | str:
     """The compiled forward pass, compiled here (its cost is the point's setup); the reason the
     NumPy one runs instead where numba fails to load or compile."""
+    return _compiled(point, point.problem, data.x.astype(dtype), data.w.astype(dtype), dtype)
+
+
+def turned_round(p: ConvProblem) -> ConvProblem | None:
+    """The forward problem whose output is `p`'s input gradient, where `p` has stride 1: dy
+    (K channels) correlated with the filters turned round (each group's K x C swapped, every
+    kernel axis reversed), padded by the kernel's reach less `p`'s pad on each side. None for
+    a stride above 1 or a pad beyond the reach (a negative pad)."""
+    axes = (p.axis_d, p.axis_h, p.axis_w)      # a 2-D problem's depth axis: size 1, kernel 1
+    rd, rh, rw = ((a.kernel - 1) * a.dilation for a in axes)
+    if any(a.stride != 1 or max(a.pad_begin, a.pad_end) > r
+           for a, r in zip(axes, (rd, rh, rw))):
+        return None
+    return ConvProblem(p.batch, p.out_channels, p.out_h, p.out_w, p.in_channels, p.kernel_h,
+                       p.kernel_w, pad_top=rh - p.pad_top, pad_bottom=rh - p.pad_bottom,
+                       pad_left=rw - p.pad_left, pad_right=rw - p.pad_right,
+                       dilation_h=p.dilation_h, dilation_w=p.dilation_w, groups=p.groups,
+                       in_d=p.out_d, kernel_d=p.kernel_d, pad_front=rd - p.pad_front,
+                       pad_back=rd - p.pad_back, dilation_d=p.dilation_d)
+
+
+def _compiled_bwd_data(point: Point, turned: ConvProblem, data: ProblemData,
+                       dtype: type) -> CpuPrepared | str:
+    """dx as the compiled forward pass of `turned` (turned_round) over dy; the filters are
+    turned round at every launch, as a training step's new weights would be."""
+    p = point.problem
+    g, kg, cg = p.groups, p.filters_per_group, p.channels_per_group
+    w = data.w.astype(dtype)
+    kernel_axes = tuple(range(3, w.ndim + 1))
+    turned_w = np.empty((p.in_channels, kg, *w.shape[2:]), dtype)
+
+    def turn() -> None:
+        grouped = w.reshape(g, kg, cg, *w.shape[2:]).swapaxes(1, 2)
+        np.copyto(turned_w.reshape(g, cg, kg, *w.shape[2:]), np.flip(grouped, kernel_axes))
+    turn()
+    return _compiled(point, turned, data.dy.astype(dtype), turned_w, dtype, turn)
+
+
+def _compiled(point: Point, p: ConvProblem, x_in: np.ndarray, w_in: np.ndarray, dtype: type,
+              refresh=None) -> CpuPrepared | str:
+    """The compiled forward kernel computing `p` (the point's problem, or the forward problem a
+    backward pass is) from x_in and w_in; `refresh`, where given, runs first in every launch."""
     kernels = compiled.kernels()
     if kernels is None:
         return str(compiled.unavailable_reason())
-    p = point.problem
     spatial = len(p.spatial)
     axes = (p.axis_d, p.axis_h, p.axis_w)       # a 2-D problem's depth axis: size 1, kernel 1
     stride, dilation, pad = (np.array([getattr(a, f) for a in axes], np.int64)
                              for f in ("stride", "dilation", "pad_begin"))
-    x = kernels.as_5d(data.x.astype(dtype), spatial)
-    w = kernels.as_5d(data.w.astype(dtype), spatial)
+    x = kernels.as_5d(x_in, spatial)
+    w = kernels.as_5d(w_in, spatial)
     y = np.empty(p.output_shape, dtype)
     y5 = kernels.as_5d(y, spatial)
     n, c, d, h, width = x.shape
@@ -276,6 +333,8 @@ def _compiled_fwd(point: Point, data: ProblemData, dtype: type) -> CpuPrepared |
     forward_spans = _spans(kernels.forward_jobs(buf["weights"], y5), cores)
 
     def kernel() -> None:   # weights packed, phases split, then the output rows, on the threads
+        if refresh is not None:
+            refresh()
         kernels.pack(w, p.groups, buf["weights"])
         workers.run_chunks(phase_spans, lambda _, span: kernels.phases(
             x, p.stride_w, margin, buf["phases"], *span), cores)
