@@ -80,6 +80,15 @@ def test_channel_rich_narrow_layers_keep_the_per_tap_gemms() -> None:
     assert judged.delivered == "fp32"
 
 
+def test_layers_of_very_many_channels_keep_the_per_tap_gemms() -> None:
+    problem = ConvProblem(1, direct.MOST_CHANNELS * 2, 3, TILE_W, 4, 3, 3, pad_top=1,
+                          pad_left=1, pad_bottom=1, pad_right=1)
+    prepared, judged = _forward(problem, "fp32")
+    assert prepared.extras["cpu_kernel"].startswith(
+        f"numpy: {direct.MOST_CHANNELS * 2} input channels per group: per-tap BLAS GEMMs")
+    assert judged.delivered == "fp32"
+
+
 @needs_numba
 def test_channel_rich_layers_that_fill_the_tiles_run_compiled() -> None:
     problem = ConvProblem(1, direct.FEW_CHANNELS, 3, TILE_W, 4, 3, 3, pad_top=1,

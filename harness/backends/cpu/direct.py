@@ -235,15 +235,19 @@ class Direct(CpuAlgorithm):
 
 
 # ---- the compiled forward pass (harness/backends/cpu/direct_compiled.py) ------------------------
-# Where the compiled kernel runs instead of the per-tap GEMMs. In `convbench run cpu_compare
-# --direction fwd` on the 2-core AMD EPYC VM (2026-11-28, two threads, fp32, batch 8) it ran
-# every layer with few input channels faster than the GEMMs and than oneDNN (train_55 6.5 ms,
+# Where the compiled kernel runs instead of the per-tap GEMMs. In `convbench run cpu_compare` on
+# the 2-core AMD EPYC VM (2026-11-28, fp32, batch 8; ms, two threads unless said) it ran every
+# forward pass with few input channels faster than the GEMMs and than oneDNN (train_55 6.5 ms,
 # oneDNN 9.6; VGG-16 conv1_1 10.8 against 16.4), and channel-rich layers whose output rows fill
-# its TILE_W-column tiles faster than the GEMMs (res2a 14.2 against 22.7 ms, VGG-16 conv2_1 96
-# against 188, DeepBench train_06 35 against 298), but not res4a, whose 14 columns fill 22% of
-# a tile (49 against 17 ms). evidence/studies/numba_direct has the figures.
+# its TILE_W-column tiles faster than the GEMMs up to 64 channels (res2a 14.2 against 22.7 ms,
+# VGG-16 conv2_1 96 against 188, DeepBench train_06 35 against 298), but not res4a, whose 14
+# columns fill 22% of a tile (49 against 17 ms). At 128 channels it split (VGG-16 conv3_1 fwd
+# 102 against 119 ms on two threads, 203 against 166 on one), at 256 it lost (conv3_1's input
+# gradient, 256 channels turned round: 104 against 99, 202 against 173 on one thread): BLAS's
+# GEMMs grow better with the channels. evidence/studies/numba_direct has the figures.
 FEW_CHANNELS = 16
-FULL_TILES = 0.75   # the share of its tiles' columns a channel-rich layer's rows must fill
+FULL_TILES = 0.75        # the share of its tiles' columns a channel-rich layer's rows must fill
+MOST_CHANNELS = 128      # ... and the most channels per group it may have
 
 
 def _spans(jobs: int, cores: int) -> list[tuple[int, int]]:
@@ -254,12 +258,15 @@ def _spans(jobs: int, cores: int) -> list[tuple[int, int]]:
 
 def _compiled_reason(p: ConvProblem) -> str | None:
     """Why the NumPy forward pass runs for `p` (None: the compiled one does)."""
+    cg = p.channels_per_group
     use = p.out_w / (-(-p.out_w // TILE_W) * TILE_W)
-    if p.channels_per_group >= FEW_CHANNELS and use < FULL_TILES:
-        return (f"{p.channels_per_group} input channels per group and {p.out_w} output columns, "
-                f"{use:.0%} of the compiled kernel's {TILE_W}-column tiles: per-tap "
-                f"BLAS GEMMs (the compiled kernel runs below {FEW_CHANNELS} channels or from "
-                f"{FULL_TILES:.0%} of its tiles)")
+    rule = (f"(the compiled kernel runs below {FEW_CHANNELS} channels, or up to "
+            f"{MOST_CHANNELS} from {FULL_TILES:.0%} of its tiles)")
+    if cg >= FEW_CHANNELS and use < FULL_TILES:
+        return (f"{cg} input channels per group and {p.out_w} output columns, {use:.0%} of the "
+                f"compiled kernel's {TILE_W}-column tiles: per-tap BLAS GEMMs {rule}")
+    if cg > MOST_CHANNELS:
+        return f"{cg} input channels per group: per-tap BLAS GEMMs {rule}"
     return compiled.unavailable_reason()
 
 
