@@ -45,7 +45,10 @@ def for_run(env: dict[str, Any], points: Iterable, say) -> dict[str, Any] | None
         return None
     peaks = cpu_peaks.load_cached(env)
     if peaks is None:
-        say("measuring this CPU's FMA peak and SGEMM rate (once per machine, cached)")
+        reason = compiled.unavailable_reason()
+        what = ("FMA peak and SGEMM rate" if reason is None else
+                f"SGEMM rate (not its FMA peak: {reason})")
+        say(f"measuring this CPU's {what} (once per machine, cached)")
         peaks = measure(env)
     return peaks
 
