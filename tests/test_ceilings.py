@@ -42,7 +42,7 @@ def test_the_best_own_algorithm_against_onednn_and_im2col_against_its_floor() ->
     assert row["own_peak_pct"] == pytest.approx(100 * gflops / 200.0)
     assert ceilings.has_ceilings(df)
     shown = text.render(ceiling_report.ceiling_blocks(df))
-    assert "1.20x" in shown and "1.50x" in shown
+    assert "1.20×" in shown and "1.50×" in shown
 
 
 def test_without_onednn_or_a_floor_the_cells_are_empty() -> None:

@@ -139,7 +139,7 @@ def determinism_blocks(df: pd.DataFrame) -> list[Block]:
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], str(r["points"]),
                   fmt_total(r["total_oracle"], r["missing_oracle"], r["points"]),
                   fmt_total(r["total_deterministic"], r["missing_deterministic"], r["points"]),
-                  DASH if is_missing(r["cost_ms"]) else fmt_ms(r["cost_ms"]), _pct(r["cost_pct"]),
+                  fmt_ms(r["cost_ms"]), _pct(r["cost_pct"]),
                   *[str(r[f"nondeterministic_{p}"]) for p in marked])
                  for _, r in cost.iterrows())
     headers = (*[HEADERS[k] for k in keys], "Layer-dirs", "Best ms", "Deterministic ms",

@@ -9,7 +9,7 @@ import pandas as pd
 from harness.analysis import ceilings, layer_labels
 from harness.report.answers import HEADERS, shown_keys
 from harness.report.document import Block, Table, Text
-from harness.report.tables import DASH, fmt_candidate, fmt_key, fmt_ms, is_missing
+from harness.report.tables import DASH, fmt_candidate, fmt_key, fmt_ms, fmt_ratio, is_missing
 
 TEXT = ("Per CPU point: the fastest own algorithm and oneDNN (PyTorch's conv2d) with the share "
         "of this machine's fused multiply-add peak each reached (`convbench peaks`, stored with "
@@ -25,14 +25,6 @@ def _pct(value: Any) -> str:
     return DASH if is_missing(value) else f"{value:.0f}%"
 
 
-def _ratio(value: Any) -> str:
-    return DASH if is_missing(value) else f"{value:.2f}x"
-
-
-def _ms(value: Any) -> str:
-    return DASH if is_missing(value) else fmt_ms(value)
-
-
 def ceiling_blocks(df: pd.DataFrame) -> list[Block]:
     table = ceilings.ceilings(df)
     if table.empty:
@@ -40,9 +32,10 @@ def ceiling_blocks(df: pd.DataFrame) -> list[Block]:
     table = table.assign(layer_label=layer_labels(table))
     keys = shown_keys(table, _ALWAYS)
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], fmt_candidate(r["own_candidate"]),
-                  _ms(r["own_ms"]), _pct(r["own_peak_pct"]), _ms(r["onednn_ms"]),
-                  _pct(r["onednn_peak_pct"]), _ratio(r["own_over_onednn"]),
-                  _ms(r["im2col_ms"]), _ms(r["floor_ms"]), _ratio(r["im2col_over_floor"]))
+                  fmt_ms(r["own_ms"]), _pct(r["own_peak_pct"]), fmt_ms(r["onednn_ms"]),
+                  _pct(r["onednn_peak_pct"]), fmt_ratio(r["own_over_onednn"]),
+                  fmt_ms(r["im2col_ms"]), fmt_ms(r["floor_ms"]),
+                  fmt_ratio(r["im2col_over_floor"]))
                  for _, r in table.iterrows())
     headers = (*[HEADERS[k] for k in keys], "Best own", "ms", "of peak", "oneDNN ms",
                "of peak", "own / oneDNN", "im2col ms", "GEMM floor ms", "im2col / floor")

@@ -22,7 +22,7 @@ REASON_CHARS = 60
 def _cell(value: Any) -> str:
     if isinstance(value, str):
         return value if len(value) <= REASON_CHARS else value[:REASON_CHARS - 1] + "…"
-    return DASH if is_missing(value) else fmt_ms(value)
+    return fmt_ms(value)        # a dash where missing
 
 
 def conv3d_blocks(df: pd.DataFrame) -> list[Block]:

@@ -40,7 +40,7 @@ def fusion_blocks(df: pd.DataFrame) -> list[Block]:
     totals = fusion.network_savings(points)
     keys = shown_keys(totals, _ALWAYS, _OPTIONAL)
     rows = tuple((*[fmt_key(k, r[k]) for k in keys], f"{r['points_compared']} of {r['points']}",
-                  *[DASH if is_missing(r[f"{w}_total"]) else fmt_ms(r[f"{w}_total"])
+                  *[fmt_ms(r[f"{w}_total"])
                     for w in fusion.WAYS],
                   *[_saves(r[f"saves_vs_{w}_ms"], r[f"saves_vs_{w}_pct"])
                     for w in fusion.WAYS[1:]])
