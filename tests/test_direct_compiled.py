@@ -38,14 +38,19 @@ GEOMETRIES = [
 ]
 
 
-def _forward(problem: ConvProblem, precision: str):
-    point = Point(problem, "fwd", precision, "NCHW", "cpu", "direct")
-    data = reference.make_data(problem, precision, seed=3)
+def _run(problem: ConvProblem, direction: str, precision: str, seed: int):
+    """cpu:direct prepared, launched over a poisoned output, and judged against float64."""
+    point = Point(problem, direction, precision, "NCHW", "cpu", "direct")
+    data = reference.make_data(problem, precision, seed=seed)
     prepared = DIRECT.prepare(point, data)
     prepared.poison()
     prepared.launch()
-    judged = verdict.check(problem, "fwd", data, prepared.output(), precision)
+    judged = verdict.check(problem, direction, data, prepared.output(), precision)
     return prepared, judged
+
+
+def _forward(problem: ConvProblem, precision: str):
+    return _run(problem, "fwd", precision, seed=3)
 
 
 @needs_numba
@@ -149,13 +154,7 @@ BACKWARD_DATA = [
 
 
 def _backward_data(problem: ConvProblem, precision: str):
-    point = Point(problem, "bwd_data", precision, "NCHW", "cpu", "direct")
-    data = reference.make_data(problem, precision, seed=2)
-    prepared = DIRECT.prepare(point, data)
-    prepared.poison()
-    prepared.launch()
-    judged = verdict.check(problem, "bwd_data", data, prepared.output(), precision)
-    return prepared, judged
+    return _run(problem, "bwd_data", precision, seed=2)
 
 
 @needs_numba

@@ -13,6 +13,7 @@ axis, and a block's unit along the outermost axis is a depth slice instead of a 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from itertools import product
 
 import numpy as np
@@ -95,15 +96,9 @@ class Direct(CpuAlgorithm):
     runs_3d = True  # the loops run over `problem.spatial`, so depth is one more axis
 
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
-        kernel_note = _compiled_reason(point.problem)
-        if kernel_note is None:
-            prepared = _compiled_fwd(point, data, dtype)
-            if isinstance(prepared, CpuPrepared):
-                return prepared
-            kernel_note = prepared
-        prepared = self._numpy_fwd(point, data, dtype)
-        prepared.extras["cpu_kernel"] = f"numpy: {kernel_note}"
-        return prepared
+        return _compiled_else_numpy(_compiled_reason(point.problem),
+                                    lambda: _compiled_fwd(point, data, dtype),
+                                    lambda: self._numpy_fwd(point, data, dtype))
 
     def _numpy_fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
@@ -146,16 +141,11 @@ class Direct(CpuAlgorithm):
         turned round (`turned_round`): the compiled forward kernel runs it where it would run a
         forward pass of that shape; else the NumPy kernel below."""
         turned = turned_round(point.problem)
-        kernel_note = (_compiled_reason(turned) if turned is not None else
-                       "stride above 1 or a pad beyond the kernel's reach: the NumPy kernel")
-        if kernel_note is None:
-            prepared = _compiled_bwd_data(point, turned, data, dtype)
-            if isinstance(prepared, CpuPrepared):
-                return prepared
-            kernel_note = prepared
-        prepared = self._numpy_bwd_data(point, data, dtype)
-        prepared.extras["cpu_kernel"] = f"numpy: {kernel_note}"
-        return prepared
+        return _compiled_else_numpy(
+            _compiled_reason(turned) if turned is not None else
+            "stride above 1 or a pad beyond the kernel's reach: the NumPy kernel",
+            lambda: _compiled_bwd_data(point, turned, data, dtype),
+            lambda: self._numpy_bwd_data(point, data, dtype))
 
     def _numpy_bwd_data(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         """Per block of images: dy block times each tap's transposed weights, added into the
@@ -248,6 +238,20 @@ class Direct(CpuAlgorithm):
 FEW_CHANNELS = 16
 FULL_TILES = 0.75        # the share of its tiles' columns a channel-rich layer's rows must fill
 MOST_CHANNELS = 128      # ... and the most channels per group it may have
+
+
+def _compiled_else_numpy(reason: str | None, compiled_kernel: Callable[[], CpuPrepared | str],
+                         numpy_kernel: Callable[[], CpuPrepared]) -> CpuPrepared:
+    """The compiled kernel where `reason` is None and it builds (it returns why not where numba
+    fails to load or compile); else the NumPy one, its row saying why (`cpu_kernel`)."""
+    if reason is None:
+        prepared = compiled_kernel()
+        if isinstance(prepared, CpuPrepared):
+            return prepared
+        reason = prepared
+    prepared = numpy_kernel()
+    prepared.extras["cpu_kernel"] = f"numpy: {reason}"
+    return prepared
 
 
 def _spans(jobs: int, cores: int) -> list[tuple[int, int]]:
