@@ -28,7 +28,7 @@ def test_a_sliced_floor_is_scaled_to_every_pixel(monkeypatch) -> None:
     # large enough (0.3 GFLOP) that the product, not BLAS's fixed cost, takes the time
     problem = ConvProblem(8, 16, 64, 64, 32, 3, 3)
     whole = gemm_floor.floor_ms(problem, "fwd", float, 1)
-    monkeypatch.setattr(gemm_floor, "FULL_BYTES", 1 << 20)  # 630 of 30,752 pixels a product
+    monkeypatch.setattr(gemm_floor, "FULL_BYTES", 1 << 20)  # 744 of 30,752 pixels a product
     gemm_floor._floor_ms.cache_clear()
     try:
         sliced = gemm_floor.floor_ms(problem, "fwd", float, 1)

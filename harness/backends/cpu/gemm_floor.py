@@ -48,10 +48,9 @@ def floor_ms(p: ConvProblem, direction: str, dtype: type, threads: int) -> float
 def _floor_ms(groups: int, kg: int, crs: int, direction: str, dtype: str, threads: int,
               pixels: int) -> float:
     item = np.dtype(dtype).itemsize
-    # bytes a pixel adds to the operands and the product (bwd_filter's product stays K x CRS)
-    per_pixel = item * (crs + kg if direction != "bwd_filter" else kg + crs) * groups
-    per_pixel += item * groups * (kg if direction == "fwd" else crs if direction == "bwd_data"
-                                  else 0)
+    # a pixel adds CRS values to one side of the product and K to the other (an operand, or
+    # the result), whichever the direction
+    per_pixel = item * groups * (crs + kg)
     taken = max(1, min(pixels, int(FULL_BYTES // per_pixel)))
     a_shape, b_shape = operand_shapes(groups, kg, crs, direction, taken)
     rng = np.random.default_rng(0)
