@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import cache_dir
+from harness.env import installed_version
 from harness.threads import ALL
 
 CACHE_KEY = ("cpu_model", "cpu_cores", "numpy", "blas")
@@ -22,7 +23,7 @@ PRECISIONS = {"fp32": "float32", "fp64": "float64"}
 
 
 def cache_path(env: dict[str, Any]) -> Path:
-    key = "|".join(str(env.get(k)) for k in CACHE_KEY) + f"|numba {_numba_version()}"
+    key = "|".join(str(env.get(k)) for k in CACHE_KEY) + f"|numba {installed_version('numba')}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir.folder() / f"cpu-peaks-{digest}.json"
 
@@ -66,11 +67,3 @@ def describe(peaks: dict[str, Any]) -> str:
     gemm = peaks["sgemm"]
     return (f"{fma}; BLAS SGEMM {peaks['gemm_size']}: {gemm['1']:.0f} on one thread, "
             f"{gemm['all']:.0f} on {peaks['cores']}")
-
-
-def _numba_version() -> str | None:
-    from importlib import metadata
-    try:
-        return metadata.version("numba")
-    except metadata.PackageNotFoundError:
-        return None

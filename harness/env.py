@@ -47,10 +47,11 @@ def _host() -> dict[str, Any]:
     return {
         "hostname": platform.node(), "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(), "cpu_model": _cpu_model(),
-        "cpu_cores": os.cpu_count(), **_quietly(_blas), "numpy": _version("numpy"),
-        "pandas": _version("pandas"), "torch": _version("torch"),
-        "cupy": _version("cupy-cuda13x") or _version("cupy-cuda12x") or _version("cupy"),
-        "cudnn_frontend": _version("nvidia-cudnn-frontend"), "git_commit": _git_commit(),
+        "cpu_cores": os.cpu_count(), **_quietly(_blas), "numpy": installed_version("numpy"),
+        "pandas": installed_version("pandas"), "torch": installed_version("torch"),
+        "cupy": (installed_version("cupy-cuda13x") or installed_version("cupy-cuda12x")
+                 or installed_version("cupy")),
+        "cudnn_frontend": installed_version("nvidia-cudnn-frontend"), "git_commit": _git_commit(),
     }
 
 
@@ -61,7 +62,8 @@ def _quietly(probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {}
 
 
-def _version(distribution: str) -> str | None:
+def installed_version(distribution: str) -> str | None:
+    """An installed distribution's version, read without importing it; None where absent."""
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:

@@ -46,8 +46,8 @@ def failed(error: BaseException) -> str:
 
 def version() -> str:
     """The installed numba, read without importing it (a second's import for `convbench list`)."""
-    from importlib import metadata
-    return f"numba {metadata.version('numba')}"
+    from harness.env import installed_version
+    return f"numba {installed_version('numba')}"
 
 
 def label() -> str:
