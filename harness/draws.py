@@ -10,14 +10,27 @@ every problem and precision by each of a point's two timing processes: about 15%
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 
 from harness.threads import available_cores
 
 BLOCK = 1 << 20    # values a stream draws: large enough that threads pay off, fixed for repeats
+_cap: list[int] = []    # at_most's limits, innermost last
+
+
+@contextmanager
+def at_most(threads: int) -> Iterator[None]:
+    """Draw on at most `threads` threads inside the block (a worker drawing ahead while its
+    sibling times the GPU leaves it cores). The values do not depend on it."""
+    _cap.append(threads)
+    try:
+        yield
+    finally:
+        _cap.pop()
 
 
 def normal(seed: np.random.SeedSequence, shape: tuple[int, ...],
@@ -34,7 +47,7 @@ def normal(seed: np.random.SeedSequence, shape: tuple[int, ...],
         if transform is not None:
             block[...] = transform(block)
 
-    workers = min(blocks, available_cores())
+    workers = min(blocks, available_cores(), *_cap[-1:])
     if workers == 1:
         for i in range(blocks):
             fill(i)

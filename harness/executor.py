@@ -25,11 +25,11 @@ from harness import (backends, cpu_memory, memory, oracles, precision, reference
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
-from harness.point_timing import sm_clock, time_cpu_alone, time_gpu, timing_extras, timing_notes
+from harness.point_timing import PointTimer, timing_extras, timing_notes
 from harness.reference import ProblemData
 from harness.race import Race
 from harness.sweep import Point, TimingOptions
-from harness.timer import CpuCacheFlusher, Timing
+from harness.timer import Timing
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,12 @@ def _rows_of(rows: Iterable[Measurement]) -> Unit:
     return Unit(None, lambda: known)
 
 
-def _tightest(points: list[Point]) -> int | None:
-    limits = [p.workspace_limit for p in points if p.workspace_limit is not None]
+def _tightest(points: list[Point], workspace_bytes: int) -> int | None:
+    """The tightest of the group's limits that the candidate's workspace fits: the race's bar
+    must fit it (harness/race.py). Where the candidate does not fit, its row is over the limit
+    whatever its time, so a rival that fits no tighter limit can still race it."""
+    limits = [p.workspace_limit for p in points
+              if p.workspace_limit is not None and fits(workspace_bytes, p.workspace_limit)]
     return min(limits) if limits else None
 
 
@@ -83,7 +87,7 @@ class PointExecutor:
         self._references: OrderedDict[tuple, Any] = OrderedDict()
         self._scales: OrderedDict[tuple, reference.TermScales] = OrderedDict()
         self._cache_size = cache_size
-        self._flushers: dict[str, Callable[[], None]] = {}
+        self._timer = PointTimer()
         self._verified: dict[str, verified_once.Verified] = {}   # the group's, from process 1
         self._races: OrderedDict[str, Race] = OrderedDict()     # by point, all but algorithm
 
@@ -98,6 +102,10 @@ class PointExecutor:
 
     def measure(self, group: list[Point]) -> list[Measurement]:
         return [row for unit in self.units(group) for row in unit.measure()]
+
+    def prefetch(self, group: list[Point]) -> None:
+        """Draw the group's test data into the cache now (harness.worker's prefetch)."""
+        self.cached_data(_loosest(group))
 
     def units(self, group: list[Point], skip: frozenset[str] = frozenset(),
               verified: dict[str, verified_once.Verified] | None = None) -> Iterator[Unit]:
@@ -128,7 +136,7 @@ class PointExecutor:
     def _variant_units(self, group: list[Point], point: Point, algo: Algorithm,
                        skip: frozenset[str]) -> Iterator[Unit]:
         try:
-            variants = algo.variants(point, self._cached_data(point))
+            variants = algo.variants(point, self.cached_data(point))
         except Unsupported as err:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, str(err), algo.family)
                            for p in group)
@@ -156,7 +164,7 @@ class PointExecutor:
 
     def _measure_supported(self, group: list[Point], point: Point, algo: Algorithm,
                            race: Race | None = None) -> list[Measurement]:
-        data = self._cached_data(point)
+        data = self.cached_data(point)
         started = time.perf_counter()
         try:
             prepared = algo.prepare(point, data)
@@ -215,7 +223,7 @@ class PointExecutor:
                  for p in group if common[p.precision]["effective_precision"] is None}
         if delivered is None:
             return list(wrong.values())
-        tightest = _tightest(group)
+        tightest = _tightest(group, prepared.workspace_bytes)
         options = point.timing if race is None else race.timing(point.timing, delivered,
                                                                  tightest)
         timing_started = time.perf_counter()
@@ -283,26 +291,11 @@ class PointExecutor:
         return _cached(self._races, key, RACES_KEPT, Race)
 
     def _time(self, prepared: Prepared, options: TimingOptions) -> Timing:
-        own = prepared.own_timing(options)
-        if own is not None:
-            return own
-        flush = self._flusher(prepared.device) if options.mode == "cold" else None
-        if prepared.device == "cuda":
-            return replace(time_gpu(prepared, options, flush), sm_clock_mhz=sm_clock())
-        return time_cpu_alone(prepared, options, flush)
+        return self._timer.time(prepared, options)
 
-    def _flusher(self, device: str) -> Callable[[], None]:
-        if device not in self._flushers:
-            if device == "cuda":
-                import cupy
-                from harness.timer import GpuL2Flusher
-                l2 = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
-                self._flushers[device] = GpuL2Flusher(l2)
-            else:
-                self._flushers[device] = CpuCacheFlusher()
-        return self._flushers[device]
-
-    def _cached_data(self, point: Point) -> ProblemData:
+    def cached_data(self, point: Point) -> ProblemData:
+        """The point's test data, drawn once for its neighbours (and ahead of its group where
+        the worker was asked to prefetch it)."""
         return _cached(self._data, (point.problem, point.precision, point.op), self._cache_size,
                        lambda: oracles.of(point.problem).make_data(
                            point.problem, point.precision, self.seed, point.op))

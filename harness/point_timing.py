@@ -5,12 +5,13 @@ are harness/timer.py's.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from harness import contention, threads
 from harness.backends.base import Prepared
-from harness.timer import Timing, time_cpu
+from harness.timer import CpuCacheFlusher, Timing, time_cpu
 
 
 # Stream-ordered samples that check a self-capturing library's replay (time_gpu): the check's
@@ -118,3 +119,31 @@ def timing_notes(timing: Timing) -> list[str]:
     """What the row's reason says about how an ok point was timed: the CPU it shared, the stream
     it could not hold."""
     return [note for note in (timing.contention, timing.timer_note) if note]
+
+
+class PointTimer:
+    """Times a verified point on its device, keeping one cache flusher a device for cold
+    timing."""
+
+    def __init__(self) -> None:
+        self._flushers: dict[str, Callable[[], None]] = {}
+
+    def time(self, prepared: Prepared, options) -> Timing:
+        own = prepared.own_timing(options)
+        if own is not None:
+            return own
+        flush = self._flusher(prepared.device) if options.mode == "cold" else None
+        if prepared.device == "cuda":
+            return replace(time_gpu(prepared, options, flush), sm_clock_mhz=sm_clock())
+        return time_cpu_alone(prepared, options, flush)
+
+    def _flusher(self, device: str) -> Callable[[], None]:
+        if device not in self._flushers:
+            if device == "cuda":
+                import cupy
+                from harness.timer import GpuL2Flusher
+                l2 = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
+                self._flushers[device] = GpuL2Flusher(l2)
+            else:
+                self._flushers[device] = CpuCacheFlusher()
+        return self._flushers[device]

@@ -204,20 +204,22 @@ class Measurer:
         def skipped(group: list[Point]) -> frozenset[str]:
             return frozenset(variant for p in group
                              for variant in (measured_variants or {}).get(p.point_id, ()))
-        held = _HeldLayer()
-        for batch in _cpu_batches(groups(points)):
+        held = runoff.HeldLayer()
+        for batch, following in _with_next(_batches(groups(points))):
             first = batch[0][0]
             on_gpu = backends.get(first.backend).device == "cuda"
             if held.groups and (not on_gpu or runoff.layer_key(first) != held.key):
                 self._settle(held, on_result, done)
+            skips = [skipped(g) for g in batch]
             if not on_gpu:
-                self._measure_cpu(batch, [skipped(g) for g in batch], on_result, done)
+                self._measure_cpu(batch, skips, on_result, done)
                 continue
+            ahead = following[0] if following and _on_gpu(following[0]) else None
             if not runoff.wanted(first):
-                self._measure(batch[0], skipped(batch[0]), on_result)
-                done(batch[0])
+                self._measure_gpu(batch, skips, on_result, ahead, done)
                 continue
-            held.add(batch[0], self._measure(batch[0], skipped(batch[0]), None))
+            for group, rows in zip(batch, self._measure_gpu(batch, skips, None, ahead)):
+                held.add(group, rows)
         self._settle(held, on_result, done)
 
     def _measure_cpu(self, batch: list[list[Point]], skips: list[frozenset[str]],
@@ -240,32 +242,55 @@ class Measurer:
             _emit_all(process_split.merge(group, measured) if k > 1 else measured[0], emit)
             done(group)
 
-    def _measure(self, group: list[Point], skip: frozenset[str],
-                 emit: Callable[[Measurement], None] | None) -> list[Measurement]:
-        """The group's merged rows, each also handed to `emit` (None: only returned, for the
-        runoff, which may still change them)."""
+    def _measure_gpu(self, batch: list[list[Point]], skips: list[frozenset[str]],
+                     emit: Callable[[Measurement], None] | None, ahead: list[Point] | None,
+                     done: Callable[[list[Point]], None] | None = None
+                     ) -> list[list[Measurement]]:
+        """A point's candidate groups (`_batches`), each group's merged rows handed to `emit`
+        (None: only returned, for the runoff, which may still change them) and then to `done`.
+        The groups go to each timing process in one message; while one process measures, the
+        other draws test data: this batch's for the second, `ahead`'s (the next batch's first
+        group) for the first."""
         from harness import process_split
-        k = process_split.replicates(group[0], "cuda")
+        from harness.worker import Request
+        k = process_split.replicates(batch[0][0], "cuda")
         pools = self._pools(k)
         if len(pools) == 1:     # nothing to merge with: each plan's rows are final as they come
-            streamed = None if emit is None else (
-                lambda rows: _emit_all(process_split.merge(group, [rows]), emit))
-            return process_split.merge(group, [pools[0].measure(group, skip, on_rows=streamed)])
-        measured: list[list[Measurement]] = []
+            def streamed(group: list[Point]) -> Callable[[list[Measurement]], None] | None:
+                return None if emit is None else (
+                    lambda rows: _emit_all(process_split.merge(group, [rows]), emit))
+            def finished(group: list[Point]) -> Callable[[], None] | None:
+                return None if done is None else (lambda: done(group))
+            measured = pools[0].measure_groups(
+                [Request(g, skip, on_rows=streamed(g), on_done=finished(g))
+                 for g, skip in zip(batch, skips)])
+            return [process_split.merge(g, [rows]) for g, rows in zip(batch, measured)]
+        per_group: list[list[list[Measurement]]] = [[] for _ in batch]
         # One process after another, never at once: they share the GPU being timed.
         for replicate, pool in enumerate(pools):
-            verified = verified_once.from_rows(measured[0]) if measured else {}
-            measured.append(pool.measure(process_split.shared_group(group, k, replicate),
-                                         skip=skip | _settled_variants(measured),
-                                         verified=verified))
-            if not any(_could_be_best(m) for m in measured[-1]):
+            sibling = pools[(replicate + 1) % k]
+            wanted = [i for i, measured in enumerate(per_group)
+                      if not measured or any(_could_be_best(m) for m in measured[-1])]
+            if not wanted:
                 break   # nothing a later process measures can make these rows ok, or the best
-                        # (below)
-        merged = process_split.merge(group, measured)
-        _emit_all(merged, emit or (lambda row: None))
+            if replicate + 1 < k:
+                sibling.prefetch(batch[wanted[0]])
+            elif ahead is not None:
+                sibling.prefetch(ahead)
+            requests = [Request(process_split.shared_group(batch[i], k, replicate),
+                                skips[i] | _settled_variants(per_group[i]),
+                                verified_once.from_rows(per_group[i][0]) if per_group[i]
+                                else {}) for i in wanted]
+            for i, rows in zip(wanted, pool.measure_groups(requests)):
+                per_group[i].append(rows)
+        merged = [process_split.merge(g, measured) for g, measured in zip(batch, per_group)]
+        for group, rows in zip(batch, merged):
+            _emit_all(rows, emit or (lambda row: None))
+            if done is not None:
+                done(group)
         return merged
 
-    def _settle(self, held: _HeldLayer, emit: Callable[[Measurement], None],
+    def _settle(self, held: runoff.HeldLayer, emit: Callable[[Measurement], None],
                 done: Callable[[list[Point]], None]) -> None:
         """A layer's held GPU rows after their runoff (harness/runoff.py), out, and the held
         groups done."""
@@ -295,34 +320,35 @@ class Measurer:
         self._remotes = []
 
 
-class _HeldLayer:
-    """One layer's GPU groups and their rows, held back until the layer's runoff."""
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self.key: tuple | None = None
-        self.groups: list[list[Point]] = []
-        self.rows: list[Measurement] = []
-
-    def add(self, group: list[Point], rows: list[Measurement]) -> None:
-        self.key = runoff.layer_key(group[0])
-        self.groups.append(group)
-        self.rows.extend(rows)
-
-
-def _cpu_batches(all_groups: Iterable[list[Point]]) -> Iterator[list[list[Point]]]:
+def _batches(all_groups: Iterable[list[Point]]) -> Iterator[list[list[Point]]]:
     """Consecutive CPU groups of one backend sharing test data (one problem at one precision:
-    the executor's caches hold its data and references across the rounds) as one batch; each
-    GPU group a batch of its own."""
+    the executor's caches hold its data and references across the rounds) as one batch; on a
+    GPU, consecutive groups of one point's candidates (one backend's algorithms of a problem,
+    precision, layout and direction: they share test data and race each other) as one batch,
+    sent to a worker process in one message."""
     def key(group: list[Point]) -> tuple:
         p = group[0]
-        if backends.get(p.backend).device == "cuda":
-            return (id(group),)
+        if _on_gpu(p):
+            return ("cuda", replace(p, algorithm="*", workspace_limit=None).point_id)
         return (p.backend, p.problem, p.precision, p.op)
     for _, batch in groupby(all_groups, key=key):
         yield list(batch)
+
+
+def _on_gpu(group_or_point: list[Point] | Point) -> bool:
+    p = group_or_point[0] if isinstance(group_or_point, list) else group_or_point
+    return backends.get(p.backend).device == "cuda"
+
+
+def _with_next(batches: Iterable[list[list[Point]]]
+               ) -> Iterator[tuple[list[list[Point]], list[list[Point]] | None]]:
+    """Each batch with the one after it (None for the last)."""
+    batches = iter(batches)
+    current = next(batches, None)
+    while current is not None:
+        following = next(batches, None)
+        yield current, following
+        current = following
 
 
 def _emit_all(rows: Iterable[Measurement], emit: Callable[[Measurement], None]) -> None:

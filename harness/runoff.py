@@ -198,3 +198,20 @@ def _replayed(rows: Sequence[Measurement]) -> set[str]:
             timers.setdefault(measured_as(m.point).point_id, set()).add(
                 m.extras.get("gpu_timer"))
     return {key for key, seen in timers.items() if seen == {"cuda_graph"}}
+
+
+class HeldLayer:
+    """One layer's GPU groups and their rows, held back until the layer's runoff."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.key: tuple | None = None
+        self.groups: list[list[Point]] = []
+        self.rows: list[Measurement] = []
+
+    def add(self, group: list[Point], rows: list[Measurement]) -> None:
+        self.key = layer_key(group[0])
+        self.groups.append(group)
+        self.rows.extend(rows)

@@ -39,8 +39,9 @@ def _lost_context(measurements: list[Measurement]) -> bool:
 
 
 def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
-    """Measures groups unit by unit, saying which unit it starts before it starts it, so the
-    pool knows what hung or took the process down."""
+    """Measures the groups of each message one after another, unit by unit, saying which unit it
+    starts before it starts it, so the pool knows what hung or took the process down; a
+    `prefetch` message draws a point's test data ahead of its group (WorkerPool.prefetch)."""
     from harness import backends, cpu_memory
     from harness.executor import PointExecutor
     backends.register_all(registry)
@@ -49,19 +50,51 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
         message = connection.recv()
         if message is None:
             return
-        group, skip, hung_here, verified = message
-        for unit in executor.units(group, skip, verified):
-            connection.send(("start", (unit.variant, unit.engine)))
-            if unit.engine in hung_here:
-                connection.send(("rows", _not_tried(group, unit.variant, hung_here[unit.engine])))
-                continue
-            rows = unit.measure()
-            connection.send(("rows", rows))
-            if _lost_context(rows):
+        kind, payload = message
+        if kind == PREFETCH:
+            _prefetch(executor, payload)
+            continue
+        for group, skip, hung_here, verified in payload:
+            if not _measure_group(connection, executor, group, skip, hung_here, verified):
                 return  # the context is unusable: the pool goes on in a fresh process
-        connection.send(("done", None))
-        _return_cached_memory()
-        cpu_memory.trim()
+            _return_cached_memory()
+            cpu_memory.trim()
+
+
+def _measure_group(connection: Any, executor: Any, group: list[Point], skip: frozenset[str],
+                   hung_here: dict[str, str], verified: dict) -> bool:
+    """One group's units, their rows sent as each finishes; False once the CUDA context is
+    lost."""
+    for unit in executor.units(group, skip, verified):
+        connection.send(("start", (unit.variant, unit.engine)))
+        if unit.engine in hung_here:
+            connection.send(("rows", _not_tried(group, unit.variant, hung_here[unit.engine])))
+            continue
+        rows = unit.measure()
+        connection.send(("rows", rows))
+        if _lost_context(rows):
+            return False
+    connection.send(("done", None))
+    return True
+
+
+PREFETCH, MEASURE = "prefetch", "measure"
+# The share of the cores a prefetch draws test data on: the sibling process is timing the GPU
+# meanwhile, and its threads must never wait for a core (shared/design/measurement.md).
+PREFETCH_CORE_SHARE = 0.5
+
+
+def _prefetch(executor: Any, group: list[Point]) -> None:
+    """The group's test data drawn into the executor's cache while the sibling timing process
+    measures (runner.Measurer): the later group finds it there. A failure here is left for the
+    group itself to meet and report."""
+    from harness import draws
+    from harness.threads import available_cores
+    try:
+        with draws.at_most(max(1, int(available_cores() * PREFETCH_CORE_SHARE))):
+            executor.prefetch(group)
+    except Exception:  # the group's own measurement meets it again and makes it a row
+        pass
 
 
 # Cached, unused GPU memory a worker keeps for its next group; beyond it the pool's free blocks
@@ -109,6 +142,36 @@ def _hung_key(group: list[Point], engine: str) -> HungKey:
                     engine)
 
 
+@dataclass(frozen=True)
+class Request:
+    """One group for a worker: the variants to leave out, the verdicts an earlier timing process
+    settled (harness/verified_once.py), and who takes each unit's rows as they arrive."""
+    group: list[Point]
+    skip: frozenset[str] = frozenset()
+    verified: dict | None = None
+    on_rows: Callable[[list[Measurement]], None] | None = None
+    on_done: Callable[[], None] | None = None      # once the group's rows are all in
+
+
+class _Group:
+    """A request under way: its rows so far and what a fresh process must leave out."""
+
+    def __init__(self, request: Request):
+        self.group = request.group
+        self.rows = _Rows(request.on_rows)
+        self.on_done = request.on_done
+        self.verified = request.verified or {}
+        # plans measured before (by the run being resumed, by another process): the point has
+        # returned, so its plans get the plan cap from the start
+        self.returned_before = bool(request.skip)
+        self.skip = set(request.skip)
+        self.hung_here: dict[str, str] = {}    # engine -> its knob setting that hung here
+
+    def finished(self) -> None:
+        if self.on_done is not None:
+            self.on_done()
+
+
 class WorkerPool:
     """One worker process at a time, restarted whenever it dies or hangs."""
 
@@ -139,44 +202,71 @@ class WorkerPool:
                 verified: dict | None = None) -> list[Measurement]:
         """Every row of `group` (variants in `skip` left out), each unit's rows also handed to
         `on_rows` as they arrive; `verified`: the verdicts an earlier timing process settled
-        (harness/verified_once.py). A plan that hangs or takes the process down costs that
-        plan's rows, never the rows measured before it or the plans after it: those are
-        measured in a fresh process."""
-        rows = _Rows(on_rows)
-        # plans measured before (by the run being resumed, by another process): the point has
-        # returned, so its plans get the plan cap from the start
-        returned_before = bool(skip)
-        skip = set(skip)
-        hung_here: dict[str, str] = {}    # engine -> its knob setting that hung on this group
-        while True:
+        (harness/verified_once.py)."""
+        return self.measure_groups([Request(group, skip, verified, on_rows)])[0]
+
+    def measure_groups(self, requests: list[Request]) -> list[list[Measurement]]:
+        """Every row of each request's group, the groups sent to the worker in one message (a
+        point's candidates: the worker goes from one to the next without waiting for this
+        process). A plan that hangs or takes the process down costs that plan's rows (a plain
+        algorithm's: its group's), never the rows measured before it or the plans and groups
+        after it: those are measured in a fresh process."""
+        states = [_Group(r) for r in requests]
+        pending = states
+        while pending:
             if self._process is None or not self._process.is_alive():
                 self._start()
-            stopped = self._stream(group, skip, hung_here, rows, returned_before,
-                                   verified or {})
+            pending = self._stream(pending)
+        return [list(state.rows) for state in states]
+
+    def prefetch(self, group: list[Point]) -> None:
+        """Ask the (idle) worker to draw `group`'s test data now, not when the group comes."""
+        if self._process is None or not self._process.is_alive():
+            self._start()
+        try:
+            self._connection.send((PREFETCH, group))
+        except (BrokenPipeError, OSError):
+            self._kill()    # measure_groups starts a fresh one
+
+    def _stream(self, pending: list[_Group]) -> list[_Group]:
+        """Sends the pending groups in one message and collects their rows; the groups still to
+        measure in a fresh process if the worker stopped (hung, died, lost its context)."""
+        try:
+            self._connection.send((MEASURE, [(s.group, frozenset(s.skip), dict(s.hung_here),
+                                              s.verified) for s in pending]))
+        except (BrokenPipeError, OSError):
+            self._kill()
+            return pending
+        for at, state in enumerate(pending):
+            stopped = self._collect(state)
             if stopped is None:
-                return list(rows)
+                state.finished()
+                continue
             self._kill()
             hung_engine = stopped.engine if stopped.hung else None
             if hung_engine is not None:
-                self.hung_engines.add(_hung_key(group, hung_engine))
-                hung_here.setdefault(hung_engine, stopped.variant)
+                self.hung_engines.add(_hung_key(state.group, hung_engine))
+                state.hung_here.setdefault(hung_engine, stopped.variant)
             if stopped.reason is not None:
-                rows.add(_crashed(group, stopped.reason, stopped.variant, hung_engine))
+                state.rows.add(_crashed(state.group, stopped.reason, stopped.variant,
+                                        hung_engine))
             if stopped.variant is None:
-                return list(rows)    # nothing to skip past: the group ends with its crash
-            skip.add(stopped.variant)
+                state.finished()
+                return pending[at + 1:]   # nothing to skip past: the group ends with its crash
+            state.skip.add(stopped.variant)
+            return pending[at:]
+        return []
 
-    def _stream(self, group: list[Point], skip: set[str], hung_here: dict[str, str],
-                rows: _Rows, returned_before: bool, verified: dict) -> _Stopped | None:
-        """Appends the worker's rows for `group` as its units finish (the knob settings of the
+    def _collect(self, state: _Group) -> _Stopped | None:
+        """Appends the worker's rows for the group as its units finish (the knob settings of the
         engines in `hung_here` as not tried), and each finished variant to `skip`; None once the
         group is done."""
         variant = engine = None
+        group, rows = state.group, state.rows
         try:
-            self._connection.send((group, frozenset(skip), dict(hung_here), verified))
             while True:
-                cap, why = self._cap(group, variant, engine,
-                                     returned_before or any(m.ok and m.of_variant for m in rows))
+                cap, why = self._cap(group, variant, engine, state.returned_before
+                                     or any(m.ok and m.of_variant for m in rows))
                 if not self._connection.poll(cap):
                     return _Stopped(variant, engine,
                                     f"no result within {cap:.0f} s{why}: worker killed", hung=True)
@@ -190,7 +280,7 @@ class WorkerPool:
                 if _lost_context(payload):
                     return _Stopped(variant, engine, None)
                 if variant is not None:
-                    skip.add(variant)
+                    state.skip.add(variant)
                 variant = engine = None   # between units: a stop now is the group's, not a plan's
         except (EOFError, BrokenPipeError, ConnectionResetError):
             self._process.join(timeout=10)    # the pipe closes before the exit code is known

@@ -30,3 +30,13 @@ def test_a_problems_tensors_differ_and_repeat_for_the_same_seed():
     assert not np.array_equal(first.x.reshape(-1)[:16], first.dy.reshape(-1)[:16])
     as_bf16 = first.x.astype(np.float32).view(np.uint32) & 0xFFFF
     assert not as_bf16.any()                                     # rounded to bf16
+
+
+def test_a_cap_on_threads_leaves_the_values_alone(monkeypatch):
+    pools: list[int] = []
+    real = draws.ThreadPoolExecutor
+    monkeypatch.setattr(draws, "ThreadPoolExecutor", lambda n: pools.append(n) or real(n))
+    many = _drawn(monkeypatch, 8, shape=(3 * draws.BLOCK,))
+    with draws.at_most(2):
+        capped = _drawn(monkeypatch, 8, shape=(3 * draws.BLOCK,))
+    assert np.array_equal(many, capped) and pools == [3, 2]

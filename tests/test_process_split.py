@@ -246,16 +246,24 @@ def test_planted_fault_without_the_process_rule_the_jump_is_slower_again(monkeyp
     assert row.verdict is Verdict.SLOWER
 
 
+def _per_group(monkeypatch, measure) -> None:
+    """Worker pools that answer each group of a message with `measure(pool, group, skip)`, and
+    start no process to draw test data ahead."""
+    from harness.worker import WorkerPool
+    monkeypatch.setattr(WorkerPool, "measure_groups", lambda self, requests: [
+        measure(self, r.group, r.skip) for r in requests])
+    monkeypatch.setattr(WorkerPool, "prefetch", lambda self, group: None)
+
+
 def test_a_group_that_crashes_one_process_is_not_sent_to_the_next(process_gpu, monkeypatch):
     """A crash (or a hang, killed after the unit timeout) would repeat in the next process:
     the rows are crashes either way, and a hung point must not cost the timeout twice."""
-    from harness.worker import WorkerPool
     calls = []
 
     def crash(self, group, skip=frozenset(), **_):
         calls.append(self)
         return [Measurement(p, "crashed", "worker process died (exit code -9)") for p in group]
-    monkeypatch.setattr(WorkerPool, "measure", crash)
+    _per_group(monkeypatch, crash)
     rows: list[Measurement] = []
     runner.run_points([_point()], rows.append)
     assert [r.status for r in rows] == ["crashed"] and len(calls) == 1
@@ -265,7 +273,6 @@ def test_rows_that_are_not_ok_in_one_process_are_not_measured_in_the_next(proces
                                                                          monkeypatch):
     """The merged row is as bad as the worst process's, so a plan (or a whole group) with no
     ok row in process 1 is not set up, checked and timed again in process 2."""
-    from harness.worker import WorkerPool
     skips = []
     point = _point()
 
@@ -279,13 +286,13 @@ def test_rows_that_are_not_ok_in_one_process_are_not_measured_in_the_next(proces
                 for p in group for plan, status in (("p_wrong", "wrong"), ("p_ok", "ok"))
                 if plan not in skip]
         return rows
-    monkeypatch.setattr(WorkerPool, "measure", measure)
+    _per_group(monkeypatch, measure)
     rows: list[Measurement] = []
     runner.run_points([point], rows.append)
     assert skips == [frozenset(), frozenset({"p_wrong"})]
     assert {r.point.algorithm: r.status for r in rows} == {"p_wrong": "wrong", "p_ok": "ok"}
     skips.clear()
-    monkeypatch.setattr(WorkerPool, "measure", lambda self, group, skip=frozenset(), **_: (
+    _per_group(monkeypatch, lambda self, group, skip=frozenset(), **_: (
         skips.append(skip) or [Measurement(p, "wrong", "planted") for p in group]))
     rows.clear()
     runner.run_points([point], rows.append)

@@ -137,6 +137,17 @@ def test_a_plan_raced_out_in_one_process_says_by_how_much_it_lost_in_the_worst()
         assert row.extras["raced_out_by"] == 1.6 and stopping.RACED_OUT in row.stop_reason
 
 
+def test_a_plan_over_the_tight_limit_is_raced_at_the_limits_it_fits(plans):
+    # Both plans need 64 MiB: at limit 0 neither is ok, so the slow plan's only standing is
+    # at the unlimited limit, where the fast one beats it: it is raced out there.
+    plans(("fast_hungry", 300.0, 64 * MiB, 0.0), ("slow_hungry", 30.0, 64 * MiB, 0.0))
+    rows = _rows(limits=(0, None))
+    assert rows["slow_hungry", 0].status == "workspace_exceeded"
+    slow = rows["slow_hungry", None]
+    assert slow.ok and slow.stop_reason == stopping.RACED_OUT
+    assert slow.extras["raced_against"] == "fast_hungry"
+
+
 # ---- a GPU backend's plain algorithms race across their groups ---------------------------------
 @pytest.fixture
 def racing_gpu():

@@ -21,7 +21,7 @@ from harness.executor import PointExecutor
 from harness.measurement import Status
 from harness.problem import ConvProblem
 from harness.sweep import Point, TimingOptions
-from harness.worker import WorkerPool
+from harness.worker import Request, WorkerPool
 
 PROBLEM = ConvProblem(1, 4, 6, 6, 4, 3, 3, name="w")
 FAST = TimingOptions(min_samples=3, max_samples=3, budget_ms=10.0)
@@ -266,12 +266,12 @@ def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypat
     from harness import runner, worker
     monkeypatch.setattr(worker, "PLAN_TIMEOUT_S", 3.0)
     skipped = []
-    measure = worker.WorkerPool.measure
+    measure_groups = worker.WorkerPool.measure_groups
 
-    def recording(self, group, skip=frozenset(), **kwargs):
-        skipped.append(skip)
-        return measure(self, group, skip, **kwargs)
-    monkeypatch.setattr(worker.WorkerPool, "measure", recording)
+    def recording(self, requests):
+        skipped.extend(r.skip for r in requests)
+        return measure_groups(self, requests)
+    monkeypatch.setattr(worker.WorkerPool, "measure_groups", recording)
     point = replace(_point("hanging_plans"),
                     timing=replace(FAST, gpu_processes=2, runoff=False))
     rows: list = []
@@ -343,3 +343,78 @@ def test_a_hung_engine_is_remembered_per_precision_and_result_type(tmp_path):
     resumed = store.ResultWriter(path, store.WriteMode.RESUME)
     assert resumed.resume_state().hung_engines == {keys[2]}
     resumed.close()
+
+
+# ---- a point's candidates in one message (issue 39) ---------------------------------------------
+def test_a_points_groups_go_in_one_message_and_a_fault_costs_its_own_group_only():
+    """context_lost, hangs and quotes_a_fault are one point's three plain algorithms: one
+    message carries their groups; the lost context and the hang each end their own group, and
+    the groups after them are measured in fresh processes."""
+    pool = WorkerPool(unit_timeout_s=3.0)
+    try:
+        requests = [Request([_point(name), _point(name, 0)])
+                    for name in ("context_lost", "hangs", "quotes_a_fault")]
+        lost, hung, quoted = pool.measure_groups(requests)
+        assert [m.status for m in lost] == [Status.CRASHED] * 2 and lost[0].reason == LOST
+        assert [m.reason for m in hung] == ["no result within 3 s: worker killed"] * 2
+        assert [m.status for m in quoted] == [Status.FAILED] * 2
+    finally:
+        pool.close()
+
+
+def test_the_runner_sends_each_process_a_points_candidates_at_once(monkeypatch):
+    """Two timing processes: each gets the point's groups in one message (one round trip each,
+    not one a group), and each group is marked done once its merged rows are out."""
+    from harness import runner, worker
+    sent: list = []
+    measure_groups = worker.WorkerPool.measure_groups
+
+    def recording(self, requests):
+        sent.append([r.group[0].algorithm for r in requests])
+        return measure_groups(self, requests)
+    monkeypatch.setattr(worker.WorkerPool, "measure_groups", recording)
+    timing = replace(FAST, gpu_processes=2, runoff=False)
+    points = [replace(_point(name), timing=timing) for name in ("quotes_a_fault", "plans")]
+    events: list = []
+    runner.run_points(points, lambda m: events.append(m.point.algorithm),
+                      on_group_done=lambda ids: events.append("done"))
+    assert sent == [["quotes_a_fault", "plans"], ["plans"]]   # nothing ok to time again in the
+    assert events == ["quotes_a_fault", "done", "plan_ok", "plan_faulty", "plan_after", "done"]
+
+
+def test_the_idle_process_draws_test_data_ahead(monkeypatch):
+    """While one timing process measures a point, the other draws test data: the second process
+    this point's, the first the next point's."""
+    from harness import runner, worker
+    asked: list = []
+    prefetch = worker.WorkerPool.prefetch
+
+    def recording(self, group):
+        asked.append((pools.index(self), group[0].problem.name))
+        return prefetch(self, group)
+    pools: list = []
+    start = worker.WorkerPool.__init__
+
+    def tracked(self, *args, **kwargs):
+        pools.append(self)
+        start(self, *args, **kwargs)
+    monkeypatch.setattr(worker.WorkerPool, "prefetch", recording)
+    monkeypatch.setattr(worker.WorkerPool, "__init__", tracked)
+    timing = replace(FAST, gpu_processes=2, runoff=False)
+    other = replace(PROBLEM, name="v", in_channels=8)
+    points = [replace(_point("plans"), timing=timing),
+              replace(_point("plans"), problem=other, timing=timing)]
+    rows: list = []
+    runner.run_points(points, rows.append)
+    assert asked == [(1, "w"), (0, "v"), (1, "v")]
+    assert {m.point.algorithm for m in rows if m.ok} == {"plan_ok", "plan_after"}
+
+
+def test_a_prefetched_points_data_is_not_drawn_again(monkeypatch):
+    from harness import draws
+    executor = PointExecutor()
+    group = [_point("quotes_a_fault")]
+    executor.prefetch(group)
+    calls: list = []
+    monkeypatch.setattr(draws, "normal", lambda *args, **kwargs: calls.append(args))
+    assert executor.cached_data(group[0]).x.shape == PROBLEM.input_shape and calls == []

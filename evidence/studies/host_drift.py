@@ -70,7 +70,7 @@ def main() -> None:
     executor = PointExecutor(0)
     launches = {}
     for p in points:
-        prepared = algorithm_for(p).prepare(p, executor._cached_data(p))
+        prepared = algorithm_for(p).prepare(p, executor.cached_data(p))
         prepared.launch()
         launches[f"{p.problem.name.split(':')[-1]} {p.direction} {p.algorithm}"] = prepared.launch
     probes = _probes()
