@@ -83,13 +83,14 @@ def test_other_bits_or_an_output_that_does_not_repeat_are_verified_in_full(point
 def test_the_second_worker_process_is_handed_the_first_ones_verdicts(point, monkeypatch):
     from harness.worker import WorkerPool
     handed, returned = [], []
-    measure = WorkerPool.measure
+    measure_groups = WorkerPool.measure_groups
 
-    def recording(self, group, skip=frozenset(), on_rows=None, verified=None):
-        handed.append(verified)
-        returned.append(measure(self, group, skip, on_rows, verified))
-        return returned[-1]
-    monkeypatch.setattr(WorkerPool, "measure", recording)
+    def recording(self, requests):
+        (request,) = requests
+        handed.append(request.verified)
+        returned.extend(measure_groups(self, requests))
+        return returned[-1:]
+    monkeypatch.setattr(WorkerPool, "measure_groups", recording)
     rows: list = []
     runner.run_points([point], rows.append)
     assert handed[0] == {} and set(handed[1]) == {point.point_id}
