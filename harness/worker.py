@@ -38,6 +38,9 @@ def _lost_context(measurements: list[Measurement]) -> bool:
     return any(m.status == Status.CRASHED for m in measurements)
 
 
+PREFETCH, MEASURE = "prefetch", "measure"
+
+
 def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
     """Measures the groups of each message one after another, unit by unit, saying which unit it
     starts before it starts it, so the pool knows what hung or took the process down; a
@@ -77,8 +80,6 @@ def _measure_group(connection: Any, executor: Any, group: list[Point], skip: fro
     connection.send(("done", None))
     return True
 
-
-PREFETCH, MEASURE = "prefetch", "measure"
 # The share of the cores a prefetch draws test data on: the sibling process is timing the GPU
 # meanwhile, and its threads must never wait for a core (shared/design/measurement.md).
 PREFETCH_CORE_SHARE = 0.5
@@ -189,6 +190,10 @@ class WorkerPool:
         self._process = None
         self._connection = None
 
+    def _ensure_started(self) -> None:
+        if self._process is None or not self._process.is_alive():
+            self._start()
+
     def _start(self) -> None:
         parent, child = self._context.Pipe()
         self._process = self._context.Process(
@@ -214,15 +219,13 @@ class WorkerPool:
         states = [_Group(r) for r in requests]
         pending = states
         while pending:
-            if self._process is None or not self._process.is_alive():
-                self._start()
+            self._ensure_started()
             pending = self._stream(pending)
         return [list(state.rows) for state in states]
 
     def prefetch(self, group: list[Point]) -> None:
         """Ask the (idle) worker to draw `group`'s test data now, not when the group comes."""
-        if self._process is None or not self._process.is_alive():
-            self._start()
+        self._ensure_started()
         try:
             self._connection.send((PREFETCH, group))
         except (BrokenPipeError, OSError):
@@ -235,8 +238,8 @@ class WorkerPool:
             self._connection.send((MEASURE, [(s.group, frozenset(s.skip), dict(s.hung_here),
                                               s.verified) for s in pending]))
         except (BrokenPipeError, OSError):
-            self._kill()
-            return pending
+            pass    # the worker is gone: collecting the first group meets the closed pipe and
+                    # makes it that group's crash, as a death mid-group would (never a retry loop)
         for at, state in enumerate(pending):
             stopped = self._collect(state)
             if stopped is None:

@@ -418,3 +418,26 @@ def test_a_prefetched_points_data_is_not_drawn_again(monkeypatch):
     calls: list = []
     monkeypatch.setattr(draws, "normal", lambda *args, **kwargs: calls.append(args))
     assert executor.cached_data(group[0]).x.shape == PROBLEM.input_shape and calls == []
+
+
+def test_a_worker_gone_before_its_message_makes_the_group_crashed_not_a_retry():
+    """A send into a dead worker is that group's crash, as a death mid-group is: retrying in
+    fresh processes could loop for ever on a worker that dies every time."""
+    pool = WorkerPool(unit_timeout_s=10.0)
+    try:
+        pool._ensure_started()
+        real = pool._connection
+
+        class Gone:
+            def send(self, message):
+                pool._process.kill()
+                pool._process.join()
+                raise BrokenPipeError
+
+            def __getattr__(self, name):
+                return getattr(real, name)
+        pool._connection = Gone()
+        (row,) = pool.measure([_point("quotes_a_fault")])
+        assert row.status == Status.CRASHED and "worker process died" in row.reason
+    finally:
+        pool.close()
