@@ -207,14 +207,14 @@ class Measurer:
         held = runoff.HeldLayer()
         for batch, following in _with_next(_batches(groups(points))):
             first = batch[0][0]
-            on_gpu = backends.get(first.backend).device == "cuda"
+            on_gpu = _on_gpu(first)
             if held.groups and (not on_gpu or runoff.layer_key(first) != held.key):
                 self._settle(held, on_result, done)
             skips = [skipped(g) for g in batch]
             if not on_gpu:
                 self._measure_cpu(batch, skips, on_result, done)
                 continue
-            ahead = following[0] if following and _on_gpu(following[0]) else None
+            ahead = following[0] if following and _on_gpu(following[0][0]) else None
             if not runoff.wanted(first):
                 self._measure_gpu(batch, skips, on_result, ahead, done)
                 continue
@@ -335,9 +335,8 @@ def _batches(all_groups: Iterable[list[Point]]) -> Iterator[list[list[Point]]]:
         yield list(batch)
 
 
-def _on_gpu(group_or_point: list[Point] | Point) -> bool:
-    p = group_or_point[0] if isinstance(group_or_point, list) else group_or_point
-    return backends.get(p.backend).device == "cuda"
+def _on_gpu(point: Point) -> bool:
+    return backends.get(point.backend).device == "cuda"
 
 
 def _with_next(batches: Iterable[list[list[Point]]]
