@@ -27,7 +27,7 @@ from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsuppo
 from harness.measurement import Measurement, Status
 from harness.point_timing import PointTimer, timing_extras, timing_notes
 from harness.reference import ProblemData
-from harness.race import Race
+from harness.race import Race, measuring_order
 from harness.sweep import Point, TimingOptions
 from harness.timer import Timing
 
@@ -102,6 +102,11 @@ class PointExecutor:
 
     def measure(self, group: list[Point]) -> list[Measurement]:
         return [row for unit in self.units(group) for row in unit.measure()]
+
+    def race_order(self, groups: list[list[Point]]) -> list[int]:
+        """The order to measure a point's candidate groups in (race.measuring_order)."""
+        points = [_loosest(group) for group in groups]
+        return measuring_order([(algorithm_for(point), point) for point in points])
 
     def prefetch(self, group: list[Point]) -> None:
         """Draw the group's test data into the cache now (harness.worker's prefetch)."""

@@ -11,9 +11,9 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.backends.base import fits
+from harness.backends.base import Algorithm, fits
 from harness.stopping import RACE_MARGIN, RACED_OUT
-from harness.sweep import TimingOptions
+from harness.sweep import Point, TimingOptions
 from harness.timer import Timing
 
 
@@ -68,3 +68,25 @@ class Race:
                 f"{lost:.2f}x the fastest plan timed before it ({best.plan}, "
                 f"{best.median_ms:.4g} ms); a plan within {RACE_MARGIN:.0%} of that is timed "
                 f"in full")
+
+
+def measuring_order(candidates: list[tuple[Algorithm, Point]]) -> list[int]:
+    """The order to measure a point's candidates in (harness.worker gets them in one message):
+    the library's likeliest fastest first (Algorithm.race_rank), unranked ones after in the
+    order given. The first candidate timed in full sets the bar; in cuDNN's enum order that was
+    often a slow one, timed in full because nothing had set a bar yet (bwd_data algo_0 on
+    ResNet-50's strided 1x1 layers, ~0.9 s a row: 40 of the 237 s a selection sweep's time
+    stage took, `evidence/logs/selection-eb3dc29-...`)."""
+    ranks = [_rank(algo, point) for algo, point in candidates]
+    return sorted(range(len(candidates)), key=lambda i: (ranks[i] is None, ranks[i] or 0, i))
+
+
+def _rank(algo: Algorithm, point: Point) -> int | None:
+    """The candidate's place in its library's ranking; None where it has none, is refused,
+    or asking failed (its own measurement then meets and reports whatever went wrong)."""
+    if algo.refusal(point):
+        return None
+    try:
+        return algo.race_rank(point)
+    except Exception:
+        return None

@@ -38,12 +38,13 @@ def _lost_context(measurements: list[Measurement]) -> bool:
     return any(m.status == Status.CRASHED for m in measurements)
 
 
-PREFETCH, MEASURE = "prefetch", "measure"
+PREFETCH, MEASURE, ORDER = "prefetch", "measure", "order"
 
 
 def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
-    """Measures the groups of each message one after another, unit by unit, saying which unit it
-    starts before it starts it, so the pool knows what hung or took the process down; a
+    """Measures the groups of each message one after another, in the order it names first
+    (PointExecutor.race_order), unit by unit, saying which unit it starts before it starts it,
+    so the pool knows what hung or took the process down; a
     `prefetch` message draws a point's test data ahead of its group (WorkerPool.prefetch)."""
     from harness import backends, cpu_memory
     from harness.executor import PointExecutor
@@ -57,7 +58,9 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
         if kind == PREFETCH:
             _prefetch(executor, payload)
             continue
-        for group, skip, hung_here, verified in payload:
+        order = executor.race_order([group for group, *_ in payload])
+        connection.send((ORDER, order))
+        for group, skip, hung_here, verified in (payload[i] for i in order):
             if not _measure_group(connection, executor, group, skip, hung_here, verified):
                 return  # the context is unusable: the pool goes on in a fresh process
             _return_cached_memory()
@@ -240,6 +243,7 @@ class WorkerPool:
         except (BrokenPipeError, OSError):
             pass    # the worker is gone: collecting the first group meets the closed pipe and
                     # makes it that group's crash, as a death mid-group would (never a retry loop)
+        pending = self._in_worker_order(pending)
         for at, state in enumerate(pending):
             stopped = self._collect(state)
             if stopped is None:
@@ -259,6 +263,20 @@ class WorkerPool:
             state.skip.add(stopped.variant)
             return pending[at:]
         return []
+
+    def _in_worker_order(self, pending: list[_Group]) -> list[_Group]:
+        """The groups in the order the worker measures them, which it names before the first
+        (_worker_main). A worker that dies or hangs before naming it is stopped, and the first
+        group meets the closed pipe: its rows are that crash, as for a death mid-group."""
+        try:
+            if self._connection.poll(self.unit_timeout_s):
+                kind, order = self._connection.recv()
+                if kind == ORDER:
+                    return [pending[i] for i in order]
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            pass
+        self._process.kill()    # the process stays known: _collect reads its exit code
+        return pending
 
     def _collect(self, state: _Group) -> _Stopped | None:
         """Appends the worker's rows for the group as its units finish (the knob settings of the

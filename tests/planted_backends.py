@@ -8,7 +8,7 @@ import hashlib
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.backends.base import Prepared
 from harness.backends.cpu import CpuBackend
@@ -238,6 +238,46 @@ class RacingGpuBackend(FakeBackend):
 
     def algorithms(self):
         return [_Hungry(), _Fast(), _Slow()]
+
+
+class _Ranked(_Speed):
+    """A plain algorithm its library ranks (Algorithm.race_rank): `rank`, or a ranking that
+    fails (`rank` an exception class) or hangs (`rank` "hangs")."""
+    backend = "ranked_gpu"
+    rank: ClassVar[Any] = None
+
+    def race_rank(self, point):
+        if self.rank == "hangs":
+            time.sleep(60)
+        if isinstance(self.rank, type):
+            raise self.rank("planted: the library could not rank")
+        return self.rank
+
+
+class _RankedSlow(_Ranked):
+    name, gflops, rank = "slow", 30.0, 1
+
+
+class _RankedFast(_Ranked):
+    name, gflops, rank = "fast", 300.0, 0
+
+
+class _RankFails(_Ranked):
+    name, gflops, rank = "rank_fails", 300.0, RuntimeError
+
+
+class _RankHangs(_Ranked):
+    name, gflops, rank = "rank_hangs", 300.0, "hangs"
+
+
+class RankedGpuBackend(FakeBackend):
+    """Plain 'cuda' algorithms with a library ranking: the worker measures a point's groups in
+    its order (PointExecutor.race_order)."""
+    name = "ranked_gpu"
+    device = "cuda"
+
+    def algorithms(self):
+        return [_RankedSlow(), _RankedFast(), _RankFails(), _RankHangs()]
 
 
 class _FailsAtLaunch(_Forwarding):

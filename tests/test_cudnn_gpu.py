@@ -76,6 +76,19 @@ def test_workspace_limit_and_cudnn_choices(run_fast):
     assert any(m.status == "ok" and m.workspace_bytes > 0 for m in free)
 
 
+def test_the_race_order_is_cudnns_heuristic_order(run_fast):
+    """A point's algorithms are measured in cuDNN's _v7 order (race.measuring_order): its pick
+    first, as the rows' heuristic_rank column says."""
+    from harness.executor import PointExecutor
+    problem = ConvProblem(32, 256, 56, 56, 128, 1, 1, stride_h=2, stride_w=2, name="strided1x1")
+    rows = [m for m in run_fast(_sweep(problem, directions=("bwd_data",)))
+            if m.point.algorithm in ("algo_0", "algo_1")]
+    assert len(rows) == 2 and all(m.ok for m in rows)
+    order = PointExecutor().race_order([[m.point] for m in rows])
+    ranks = [rows[i].extras["heuristic_rank"] for i in order]
+    assert ranks == sorted(ranks) and ranks[0] is not None
+
+
 def test_int8_forward_runs_as_int8_ext_config_and_the_rest_is_refused(run_fast):
     """SMALL has 16 channels in and out (multiples of 4): NHWC implicit_precomp_gemm computes it
     exactly (int32 sums, fp32 y); every other algorithm and NCHW give a reason; fp8 is refused

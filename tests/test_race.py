@@ -212,3 +212,49 @@ def test_a_second_process_times_only_what_the_first_did_not_race_out(racing_gpu)
     assert slow.extras["process_samples"] == str(stopping.RACE_SAMPLES)
     assert process_split.process_groups(slow.samples_ms, slow.extras["process_samples"]) == [
         list(slow.samples_ms)]
+
+
+# ---- a point's candidates measured in their library's order (issue 39) -------------------------
+@pytest.fixture
+def ranked_gpu():
+    backends.register("ranked_gpu", "planted_backends:RankedGpuBackend")
+
+
+def _ranked(names, timing=TIMING):
+    from harness.worker import Request
+    return [Request([Point(PROBLEM, "fwd", "fp32", "NCHW", "ranked_gpu", name, None, timing)])
+            for name in names]
+
+
+def test_the_worker_measures_first_what_the_library_ranks_first(ranked_gpu):
+    """Given slow before fast, the worker times fast first (cuDNN ranks it first), so slow is
+    raced out after its heat; each request still gets its own rows."""
+    from harness.worker import WorkerPool
+    pool = WorkerPool()
+    try:
+        (slow,), (fast,) = pool.measure_groups(_ranked(["slow", "fast"]))
+    finally:
+        pool.close()
+    assert (slow.point.algorithm, fast.point.algorithm) == ("slow", "fast")
+    assert fast.ok and len(fast.samples_ms) >= 12
+    assert slow.ok and slow.stop_reason == stopping.RACED_OUT
+    assert slow.extras["raced_against"] == "fast"
+
+
+def test_a_ranking_that_fails_leaves_the_order_given(ranked_gpu):
+    from harness.executor import PointExecutor
+    groups = [r.group for r in _ranked(["rank_fails", "slow", "fast"])]
+    assert PointExecutor().race_order(groups) == [2, 1, 0]
+    assert PointExecutor().race_order(groups[:1] + groups[:1]) == [0, 1]
+
+
+def test_a_ranking_that_hangs_costs_its_groups_not_the_sweep(ranked_gpu):
+    from harness.worker import WorkerPool
+    pool = WorkerPool(unit_timeout_s=2.0)
+    try:
+        (hung,), (fast,) = pool.measure_groups(_ranked(["rank_hangs", "fast"]))
+    finally:
+        pool.close()
+    # the hang is the batch's, and the first group sent takes it; the rest go on afresh
+    assert hung.status == "crashed" and "worker process died" in hung.reason
+    assert fast.ok

@@ -204,6 +204,12 @@ class Algorithm:
         layer, so after one hung the worker gives its siblings a short cap (harness.worker)."""
         return None
 
+    def race_rank(self, point: Point) -> int | None:
+        """Where the library ranks this algorithm for the point (0: its likeliest fastest), or
+        None where it has no ranking: a point's candidates are measured in this order
+        (PointExecutor.race_order), so a fast one sets the race's bar early."""
+        return None
+
     def supports(self, point: Point) -> str | None:
         """None when this algorithm can run the point, else the reason it cannot."""
         raise NotImplementedError

@@ -87,6 +87,9 @@ class CudnnAlgorithm(Algorithm):
     def prepare(self, point: Point, data: ProblemData) -> CudnnPrepared:
         return self._owner.prepare(self, point, data)
 
+    def race_rank(self, point: Point) -> int | None:
+        return self._owner.heuristic_rank(self, point)
+
 
 class CudnnFailed(AlgorithmFailed):
     """A cuDNN call failed with `status` (None where the library named no status we know)."""
@@ -187,9 +190,22 @@ class CudnnBackend(Backend):
         return list(self._algorithms)
 
     def prepare(self, algo: CudnnAlgorithm, point: Point, data: ProblemData) -> CudnnPrepared:
+        return self._started().prepare(algo, point, data)
+
+    def heuristic_rank(self, algo: CudnnAlgorithm, point: Point) -> int | None:
+        """The algorithm's place in cuDNN's _v7 heuristic list for the point (CudnnChoices)."""
+        ranked = CudnnChoices(self._started().heuristic(point), [])
+        return ranked.heuristic_rank(lib.ALGOS[point.direction][algo.name])
+
+    def _started(self) -> _Session:
         if self._session is None:
             self._session = _Session()
-        return self._session.prepare(algo, point, data)
+        return self._session
+
+
+def _problem_key(point: Point) -> tuple:
+    """What cuDNN's picks for a point depend on (all but the algorithm and workspace limit)."""
+    return (point.problem, point.direction, point.precision, point.output, point.layout)
 
 
 # A later timing process's stand-in for cuDNN's picks (_Session._cached_choices).
@@ -207,6 +223,7 @@ class _Session:
         self.handle = lib.Handle(self.stream.ptr)
         self.tensors = DeviceTensors(cupy)
         self._choices: dict[tuple, CudnnChoices] = {}
+        self._heuristics: dict[tuple, list[tuple[int, int, int]]] = {}
 
     def prepare(self, algo: CudnnAlgorithm, point: Point, data: ProblemData) -> CudnnPrepared:
         tensors = self.tensors.get(point, data)
@@ -251,10 +268,29 @@ class _Session:
         process's Find (28 ms a problem on an H100, twice) would only delay its timing."""
         if point.timing.replicate > 0:
             return NO_CHOICES
-        key = (point.problem, point.direction, point.precision, point.output, point.layout)
+        key = _problem_key(point)
         if key not in self._choices:
             self._choices[key] = self._ask_cudnn(point, descs, tensors, needed)
         return self._choices[key]
+
+    def heuristic(self, point: Point) -> list[tuple[int, int, int]]:
+        """cuDNN's _v7 heuristic list for the point, (algo, status, memory), its likeliest
+        fastest first; asked once a problem, by race_rank before any algorithm is prepared or
+        by the first prepare. A configuration with no heuristic (int8 may have none) gets an
+        empty list: "no heuristic pick", as a failing Find leaves; the rows still run."""
+        key = _problem_key(point)
+        if key not in self._heuristics:
+            descs = _Descriptors(point)
+            in_a, in_b, out = descs.in_order(point.direction)
+            try:
+                self._heuristics[key] = [
+                    (p.algo, p.status, p.memory) for p in lib.heuristic(
+                        point.direction, self.handle, in_a, in_b, descs.conv, out)]
+            except lib.CudnnError as err:
+                if err.context_lost:
+                    raise
+                self._heuristics[key] = []
+        return self._heuristics[key]
 
     def _ask_cudnn(self, point: Point, descs: _Descriptors, tensors,
                    needed: int) -> CudnnChoices:
@@ -262,16 +298,7 @@ class _Session:
         heuristic names nothing that runs (int8's one algorithm, IMPLICIT_PRECOMP_GEMM, needs a
         small workspace: with none, Find would report it failed and leave no Find pick)."""
         in_a, in_b, out = descs.in_order(point.direction)
-        try:
-            heuristic = [(p.algo, p.status, p.memory)
-                         for p in lib.heuristic(point.direction, self.handle, in_a, in_b,
-                                                descs.conv, out)]
-        except lib.CudnnError as err:
-            if err.context_lost:
-                raise
-            # No heuristic for this configuration (int8 may have none) leaves "no heuristic
-            # pick", as a failing Find below does; the algorithm's own row still runs.
-            heuristic = []
+        heuristic = self.heuristic(point)
         fitting = [m for _, status, m in heuristic if status == 0] or [needed]
         size = min(max(fitting), FIND_WORKSPACE_CAP)
         workspace = self.cupy.empty(max(size, 1), dtype=self.cupy.uint8)
