@@ -28,7 +28,7 @@ from harness.measurement import Measurement, Status
 from harness.point_timing import PointTimer, timing_extras, timing_notes
 from harness.reference import ProblemData
 from harness.race import Race, measuring_order
-from harness.sweep import Point, TimingOptions
+from harness.sweep import Point
 from harness.timer import Timing
 
 
@@ -140,6 +140,7 @@ class PointExecutor:
 
     def _variant_units(self, group: list[Point], point: Point, algo: Algorithm,
                        skip: frozenset[str]) -> Iterator[Unit]:
+        listing = time.perf_counter()
         try:
             variants = algo.variants(point, self.cached_data(point))
         except Unsupported as err:
@@ -153,18 +154,22 @@ class PointExecutor:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, "the backend offered no variant",
                                        algo.family) for p in group)
         race, offered = self._race_for(point, algo), len(variants)  # race: across the units
-        for variant in variants[:point.timing.plan_limit]:   # None: every one
-            if variant not in skip:
-                yield Unit(variant, partial(self._measure_variant, group, point, algo, variant,
-                                            race, offered), algo.engine_of(variant))
+        chosen = [v for v in variants[:point.timing.plan_limit] if v not in skip]  # None: all
+        # each row's share of the listing (its test data and plans), so a run's stages add up
+        listed = {"stage_list_ms": (time.perf_counter() - listing) * 1e3
+                  / max(1, len(chosen) * len(group))}
+        for variant in chosen:
+            yield Unit(variant, partial(self._measure_variant, group, point, algo, variant,
+                                        race, {"plans_offered": offered, **listed}),
+                       algo.engine_of(variant))
 
     def _measure_variant(self, group: list[Point], point: Point, algo: Algorithm,
-                         variant: str, race: Race | None, offered: int) -> list[Measurement]:
+                         variant: str, race: Race | None,
+                         extras: dict[str, Any]) -> list[Measurement]:
         members = [replace(p, algorithm=variant) for p in group]
         measured = self._measure_supported(members, replace(point, algorithm=variant), algo,
                                            race)
-        return [replace(m, planned_point_id=planned.point_id,
-                        extras={**m.extras, "plans_offered": offered})
+        return [replace(m, planned_point_id=planned.point_id, extras={**m.extras, **extras})
                 for m, planned in zip(measured, group)]
 
     def _measure_supported(self, group: list[Point], point: Point, algo: Algorithm,
@@ -233,7 +238,7 @@ class PointExecutor:
                                                                  tightest)
         timing_started = time.perf_counter()
         try:
-            timing = self._time(prepared, options)
+            timing = self._timer.time(prepared, options)
         except Exception as err:  # backend failure while timing: a failed row
             return [wrong.get(p.point_id) or _failed(p, algo, err) for p in group]
         stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3
@@ -294,9 +299,6 @@ class PointExecutor:
             return Race() if algo.expands else None
         key = replace(point, algorithm="*", workspace_limit=None).point_id
         return _cached(self._races, key, RACES_KEPT, Race)
-
-    def _time(self, prepared: Prepared, options: TimingOptions) -> Timing:
-        return self._timer.time(prepared, options)
 
     def cached_data(self, point: Point) -> ProblemData:
         """The point's test data, drawn once for its neighbours (and ahead of its group where

@@ -58,11 +58,13 @@ class ReadOnlyDict(dict):
         return (type(self), (dict(self),))
 
 
-# Where a row's wall time went, host clock, in its worker process(es): building the algorithm's
-# call (plan, workspace, descriptors), running it twice and checking the output against the
-# float64 reference, and timing it (host probes, warm-up, samples, the SM clock read). Summed over
-# a row's processes or rounds (harness/process_split.py); `convbench run` prints their totals.
-STAGE_COLUMNS = ("stage_prepare_ms", "stage_verify_ms", "stage_time_ms")
+# Where a row's wall time went, host clock, in its worker process(es): listing an expanding
+# algorithm's variants (a graph-API point's plans: its share of the point's listing), building
+# the algorithm's call (plan, workspace, descriptors), running it twice and checking the output
+# against the float64 reference, and timing it (host probes, warm-up, samples, the SM clock
+# read). Summed over a row's processes or rounds (harness/process_split.py); `convbench run`
+# prints their totals.
+STAGE_COLUMNS = ("stage_list_ms", "stage_prepare_ms", "stage_verify_ms", "stage_time_ms")
 
 
 @dataclass(frozen=True)

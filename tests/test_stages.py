@@ -3,9 +3,12 @@ preparing, verifying and timing each row, a row measured in two processes sums t
 ends with one line of totals."""
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 
 from harness import backends, process_split
+from harness.backends.fake import FakeBackend, FakeExact
 from harness.cli.tables import print_stages
 from harness.executor import PointExecutor
 from harness.measurement import STAGE_COLUMNS, Measurement
@@ -22,9 +25,39 @@ def test_each_row_records_prepare_verify_and_time_and_a_slow_prepare_shows():
                   TimingOptions(budget_ms=5, min_samples=3, max_samples=5))
     (row,) = PointExecutor().measure([point])
     assert row.status == "ok"
-    stages = {name: row.extras[name] for name in STAGE_COLUMNS}
+    stages = {name: row.extras[name] for name in STAGE_COLUMNS if name != "stage_list_ms"}
     assert all(ms > 0 for ms in stages.values()), stages
+    assert "stage_list_ms" not in row.extras      # a plain algorithm lists no variants
     assert stages["stage_prepare_ms"] >= 30 > stages["stage_verify_ms"]
+
+
+class SlowListing(FakeExact):
+    """Expanding: listing its two variants takes 40 ms (a graph-API point's plan enumeration)."""
+    backend, name, expands = "slow_listing", "all", True
+
+    def variants(self, point, data):
+        time.sleep(0.04)
+        return ["plan_a", "plan_b"]
+
+
+class SlowListingBackend(FakeBackend):
+    name = "slow_listing"
+
+    def algorithms(self):
+        return [SlowListing()]
+
+
+def test_listing_the_variants_is_shared_by_their_rows():
+    """A graph-API point's plans are listed before its first plan is prepared: each row of the
+    listing's variants and limits carries its share, so the run's stages count it once."""
+    backends.register("slow_listing", f"{__name__}:SlowListingBackend")
+    timing = TimingOptions(budget_ms=5, min_samples=3, max_samples=5)
+    group = [Point(PROBLEM, "fwd", "fp32", "NCHW", "slow_listing", "all", limit, timing)
+             for limit in (0, None)]
+    rows = PointExecutor().measure(group)
+    assert len(rows) == 4 and all(m.ok for m in rows)
+    shares = [m.extras["stage_list_ms"] for m in rows]
+    assert len(set(shares)) == 1 and 40 <= sum(shares) < 400
 
 
 def test_a_wrong_row_keeps_what_it_spent_before_it_was_refused():
@@ -45,8 +78,9 @@ def test_two_processes_sum_their_stages():
                          effective_precision="fp32", deterministic=True, extras=stages)]
             for stages in (one, two)]
     (row,) = process_split.merge([point], rows)
-    assert {name: row.extras[name] for name in STAGE_COLUMNS} == {
-        "stage_prepare_ms": 3.0, "stage_verify_ms": 7.0, "stage_time_ms": 22.0}
+    assert {name: row.extras.get(name) for name in STAGE_COLUMNS} == {
+        "stage_list_ms": None, "stage_prepare_ms": 3.0, "stage_verify_ms": 7.0,
+        "stage_time_ms": 22.0}
 
 
 def test_run_ends_with_where_the_time_went(capsys):
