@@ -213,10 +213,11 @@ def test_poison_then_launch_overwrites_everything(name: str, direction: str) -> 
     point = _point(problem, direction, "fp32", name)
     prepared = CPU.algorithm(name).prepare(point, reference.make_data(problem, "fp32"))
     assert (prepared.device, prepared.stream) == ("cpu", None)
-    # only direct's forward and input-gradient passes say which kernel ran (compiled or NumPy:
-    # harness.schema), and
-    # im2col's rows carry their GEMM floor
+    # only direct's forward and input-gradient passes and im2col's col2im say which kernel ran
+    # (compiled or NumPy: harness.schema), and im2col's rows carry their GEMM floor
     assert set(prepared.extras) <= ({"cpu_kernel"} if name == "direct" and direction != "bwd_filter"
+                                    else {"gemm_floor_ms", "cpu_kernel"} if name == "im2col"
+                                    and direction == "bwd_data"
                                     else {"gemm_floor_ms"} if name == "im2col" else set())
     prepared.poison()
     assert np.isnan(prepared.output()).all()

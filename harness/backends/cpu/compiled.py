@@ -23,19 +23,19 @@ def unavailable_reason() -> str | None:
     return None if importlib.util.find_spec("numba") is not None else MISSING
 
 
-def kernels() -> ModuleType | None:
-    """harness/backends/cpu/direct_compiled.py, imported with numba set up first; None where
+def kernels(module: str = "harness.backends.cpu.direct_compiled") -> ModuleType | None:
+    """A module of numba kernels (the compiled direct convolution's by default; im2col's
+    col2im: harness.backends.cpu.im2col.col2im_compiled), imported on first use; None where
     unavailable_reason() says why."""
     if unavailable_reason() is not None:
         return None
-    if "module" not in _state:
+    if module not in _state:
         try:
-            from harness.backends.cpu import direct_compiled
+            _state[module] = importlib.import_module(module)
         except Exception as error:      # a broken numba install: one reason, the NumPy path
             _state["failed"] = f"numba could not be loaded: {type(error).__name__}: {error}"
             return None
-        _state["module"] = direct_compiled
-    return _state["module"]     # type: ignore[return-value]
+    return _state[module]     # type: ignore[return-value]
 
 
 def failed(error: BaseException) -> str:

@@ -30,8 +30,9 @@ Backward data reuses all of this: output phase (a, b) of dx (the elements whose 
 coordinates are a, b modulo the stride) receives only the taps r with r*dilation = a (mod
 stride), so it is a stride-1 forward correlation of dy with that sub-kernel rotated by 180
 degrees, channel axes swapped per group (at stride 1, one phase and the whole kernel). col2im
-(dcol = W^T dy, then strided adds) remains where K >= 2C, or 8C at stride 1 where the
-correlations are shifted GEMMs (`Im2col.bwd_data` says why).
+(dcol = W^T dy, then its taps added into dx: col2im.py, compiled where numba is) remains where
+K >= 2C, or 8C at stride 1 where the correlations are shifted GEMMs (`Im2col.bwd_data` says
+why).
 """
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ import numpy as np
 
 from harness.backends.cpu import gemm_floor
 from harness.backends.cpu.blas import gemm_into
-from harness.backends.cpu.common import (CpuAlgorithm, CpuPrepared, allocate, interior, split,
-                                         tap_cols, tap_rows, workspace_of)
+from harness.backends.cpu.common import CpuAlgorithm, CpuPrepared, allocate, split, workspace_of
 from harness.backends.cpu.im2col import bwd_filter as filter_gemms
+from harness.backends.cpu.im2col import col2im
 from harness.backends.cpu.im2col import in_place as in_place_gemm
 from harness.backends.cpu.im2col import shifted as shifted_gemms
 from harness.backends.cpu.im2col.columns import AxisPhase, Columns, axis_phases
@@ -281,37 +282,8 @@ def _data_parts(p: ConvProblem, dtype: type, w: np.ndarray, dy: np.ndarray, dx: 
 
 def _col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: type
             ) -> CpuPrepared:
-    """dcol = W^T dy per block of images, then one strided add per tap into padded dx."""
-    g, kg = p.groups, p.filters_per_group
-    crs = p.in_channels * p.kernel_h * p.kernel_w
-    images, _ = _blocks(p, crs * p.out_w * np.dtype(dtype).itemsize, True)
-    length = _max_len(images) * p.out_h * p.out_w
-    wmat_t = w.reshape(g, kg, crs // g).swapaxes(1, 2)
-    dx = np.empty(p.input_shape, dtype)
-    buf = allocate(point, dtype, {
-        "dxpad": (p.batch, p.in_channels, p.padded_h, p.padded_w),
-        "dcol": (crs * length,), "dy": (p.out_channels * length,)})
-    dxpad, dcol_flat, dy_flat = buf["dxpad"], buf["dcol"], buf["dy"]
-    rows_in, cols_in = interior(p)
-
-    def kernel() -> None:
-        dxpad.fill(0)
-        for n0, ni in images:
-            cols = ni * p.out_h * p.out_w
-            dyb = dy_flat[:p.out_channels * cols]
-            np.copyto(dyb.reshape(p.out_channels, ni, p.out_h, p.out_w),
-                      dy[n0:n0 + ni].transpose(1, 0, 2, 3))
-            dcol = dcol_flat[:crs * cols]
-            np.matmul(wmat_t, dyb.reshape(g, kg, cols), out=dcol.reshape(g, crs // g, cols))
-            taps = dcol.reshape(p.in_channels, p.kernel_h, p.kernel_w, ni, p.out_h, p.out_w)
-            for r in range(p.kernel_h):
-                row_slice = tap_rows(p, r, 0, p.out_h)
-                for s in range(p.kernel_w):
-                    target = dxpad[n0:n0 + ni, :, row_slice, tap_cols(p, s)]
-                    target += taps[:, r, s].transpose(1, 0, 2, 3)
-        np.copyto(dx, dxpad[:, :, rows_in, cols_in])
-
-    return CpuPrepared(dx, kernel, workspace_of(buf))
+    """dcol = W^T dy, then its taps added into dx (col2im.py: compiled, or NumPy's)."""
+    return col2im.col2im(point, p, w, dy, dtype, BLOCK_BYTES)
 
 
 def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray,
