@@ -16,7 +16,6 @@ run. `--no-cache` neither reads nor writes it. Where: harness/cache_dir.py.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -27,16 +26,10 @@ from harness import cache_dir
 from harness.measurement import HungKey
 
 FORMAT = 1
-SCOPE_FIELDS = ("gpu_name", "gpu_driver", "cuda_runtime", "cudnn", "cudnn_frontend")
-
-
-def scope(env: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: env.get(name) for name in SCOPE_FIELDS}
 
 
 def path(env: Mapping[str, Any]) -> Path:
-    digest = hashlib.sha256(json.dumps(scope(env), sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir.folder() / f"hung-engines-{digest}.json"
+    return cache_dir.scoped(env, "hung-engines", ".json")
 
 
 def load(env: Mapping[str, Any]) -> tuple[set[HungKey], str | None]:
@@ -57,7 +50,7 @@ def load(env: Mapping[str, Any]) -> tuple[set[HungKey], str | None]:
 def _keys(body: Any, env: Mapping[str, Any]) -> set[HungKey]:
     if body.get("format") != FORMAT:
         raise ValueError(f"format {body.get('format')!r}, not {FORMAT}")
-    if body.get("scope") != scope(env):
+    if body.get("scope") != cache_dir.scope(env):
         raise ValueError("written for another GPU, driver or library version")
     keys = {tuple(key) for key in body["hung_engines"]}
     if not all(len(key) == 5 and all(isinstance(part, str) for part in key) for key in keys):
@@ -74,7 +67,7 @@ def save(env: Mapping[str, Any], hung: Iterable[HungKey]) -> Path | None:
     where = path(env)
     where.parent.mkdir(parents=True, exist_ok=True)
     partial = where.with_name(f".{where.name}.{os.getpid()}")
-    partial.write_text(json.dumps({"format": FORMAT, "scope": scope(env),
+    partial.write_text(json.dumps({"format": FORMAT, "scope": cache_dir.scope(env),
                                    "hung_engines": [list(key) for key in keys]}, indent=1))
     os.replace(partial, where)
     return where

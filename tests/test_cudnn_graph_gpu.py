@@ -232,3 +232,25 @@ def test_tf32_rows_are_the_fp32_plans_measured_once_and_judged_at_tf32(run_fast)
         assert tf32.samples_ms == fp32.samples_ms and tf32.status == fp32.status
         if fp32.ok:
             assert tf32.effective_precision == "tf32" and tf32.tolerance > fp32.tolerance
+
+
+def test_a_later_session_takes_the_plan_labels_from_the_cache(tmp_path, monkeypatch):
+    """harness/plan_cache.py: a second process lists the same plans with the same notes and
+    ranks without asking the heuristics for notes or mode A's ranking."""
+    from harness import plan_cache
+    from harness.backends.cudnn import graph
+    from harness.sweep import Point, TimingOptions
+    monkeypatch.setenv("CONVBENCH_CACHE_DIR", str(tmp_path))
+    plan_cache.use({"gpu_name": "this GPU"})
+    try:
+        point = Point(SMALL, "bwd_data", "fp16", "NHWC", "cudnn_graph", "engines", None,
+                      TimingOptions())
+        first = graph._Session().plan_set(point).plans
+        later = graph._Session()
+        monkeypatch.setattr(later, "_notes", lambda *a: pytest.fail("notes asked again"))
+        monkeypatch.setattr(later, "_mode_a_ranks", lambda *a: pytest.fail("ranks asked again"))
+        assert later.plan_set(point).plans == first and len(first) > 1
+        assert any(info.notes for info in first.values())
+        assert plan_cache.check({"gpu_name": "this GPU"})[0] == 1
+    finally:
+        plan_cache.use(None)

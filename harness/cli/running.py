@@ -56,10 +56,12 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
             use_cache: bool = True) -> tuple[Any, bool]:
     """Run `points` here or on `cluster` (harness.cluster.Cluster), appending rows to the output
     as they finish; (this run's rows, interrupted). `use_cache`: start from the engines that
-    hung in earlier runs on this GPU and libraries, and remember this run's (harness/hang_cache.py;
-    not on a cluster, whose workers keep no memory of hangs)."""
+    hung in earlier runs on this GPU and libraries, and remember this run's (harness/hang_cache.py),
+    and keep the graph API's plan labels (harness/plan_cache.py); not on a cluster, whose
+    workers keep no memory."""
     from harness import cpu_memory, runner, store
     from harness import env as envmod
+    from harness.cli import caches
     cpu_memory.keep_freed_memory()     # before the environment that the rows record
     env = envmod.fingerprint()
     use_cache = use_cache and cluster is None
@@ -67,7 +69,8 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
     from harness.backends.cpu import peaks as measured_peaks
     peaks = measured_peaks.for_run(env, points, say) if cluster is None else None
     env.update(cpu_peaks.env_fields(peaks) if peaks else {})
-    remembered = _remembered_hangs(env) if use_cache else set()
+    remembered = caches.remembered_hangs(env) if use_cache else set()
+    caches.use_plan_cache(env if use_cache else None)
     with writing(output.path):
         writer = store.ResultWriter(output.path, output.mode)
     # A full disk (or a folder made read-only) mid-run: one line, and the rows so far are kept.
@@ -114,6 +117,8 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
                                         mark_done)
             except KeyboardInterrupt:
                 interrupted = True
+            finally:
+                caches.use_plan_cache(None)     # for this run's workers only
     except BaseException:
         writer.close()       # the journal stays: --resume carries on from it
         raise
@@ -123,34 +128,8 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
     say(f"wrote {writer.rows_written} rows to {output.path}{total}")
     mine = df[df["run_id"] == run_id] if len(df) else df    # not an appended file's others
     if use_cache:
-        _remember_hangs(env, remembered, store.hung_engines(mine) if len(mine) else set())
+        caches.remember_hangs(env, remembered, store.hung_engines(mine) if len(mine) else set())
     return mine, interrupted
-
-
-def _remembered_hangs(env: dict[str, Any]) -> set:
-    from harness import hang_cache, worker
-    remembered, note = hang_cache.load(env)
-    if note:
-        warn(f"note: hang cache {note}")
-    if remembered:
-        say(f"{len(remembered)} engine(s) hung in earlier runs on this GPU and these libraries "
-            f"({hang_cache.path(env)}): their plans get a {worker.HUNG_ENGINE_TIMEOUT_S:.0f} s "
-            "cap from the start (--no-cache forgets them)")
-    return remembered
-
-
-def _remember_hangs(env: dict[str, Any], remembered: set, seen: set) -> None:
-    from harness import hang_cache
-    if seen <= remembered:
-        return
-    try:
-        where = hang_cache.save(env, remembered | seen)
-    except OSError as err:
-        warn(f"note: could not remember the engines that hung ({err}); the next run waits "
-             "out their caps again")
-        return
-    say(f"remembered {len(seen - remembered)} engine(s) that hung, for the next run on this "
-        f"GPU and these libraries: {where}")
 
 
 def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int,

@@ -45,6 +45,7 @@ from harness.backends.cudnn.graph_epilogue import UnfusedAlgorithm, epilogue_pac
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
 from harness.backends.cudnn.legacy import CudnnFailed, DeviceOutput, cuda_unavailable_reason
+from harness.plan_cache import PlanCache
 from harness.precision import output_precision
 from harness.problem import ConvProblem
 from harness.reference import ProblemData
@@ -210,30 +211,32 @@ class _Session:
         self.handle = cudnn.create_handle()
         cudnn.set_stream(handle=self.handle, stream=self.stream.ptr)
         self.tensors = DeviceTensors(self.cupy)
-        self._plan_sets: OrderedDict[tuple, PlanSet] = OrderedDict()
+        self._plan_sets: OrderedDict[str, PlanSet] = OrderedDict()
+        self._plan_cache = PlanCache()      # the run's, where it keeps one
 
     # ---- graphs and plans ---------------------------------------------------------------------
     def plan_set(self, point: Point) -> PlanSet:
-        # by op too: a fused point must never be given the plain convolution's plans
-        key = (point.problem, point.direction, point.op, PRECISION_TYPES[point.precision],
-               point.result_precision, point.layout)
+        key = _plan_set_key(point)
         if key not in self._plan_sets:
-            self._plan_sets[key] = self._enumerate(point)
+            self._plan_sets[key] = self._enumerate(point, key)
             while len(self._plan_sets) > GRAPH_CACHE_SIZE:
                 self._plan_sets.popitem(last=False)
         self._plan_sets.move_to_end(key)
         return self._plan_sets[key]
 
-    def _enumerate(self, point: Point) -> PlanSet:
+    def _enumerate(self, point: Point, key: str) -> PlanSet:
         graph = self._candidates(point, HEURISTIC_MODES)
         names: dict[str, int] = {}
         for index in range(graph.get_execution_plan_count()):
             # A + B + FALLBACK repeat configurations; the first occurrence stands for them.
             names.setdefault(graph.get_plan_name_at_index(index), index)
-        ranks = self._mode_a_ranks(point)
-        notes = self._notes(point, set(names))
-        plans = {name: PlanInfo(index, _engine_id(name), tuple(sorted(notes[name])),
-                                self._behavior(graph, index), ranks.get(name))
+        labels = self._plan_cache.lookup(key, list(names))
+        if labels is None:      # asked afresh: 30 of a plan set's 36 ms (harness/plan_cache)
+            ranks, notes = self._mode_a_ranks(point), self._notes(point, set(names))
+            labels = {name: (tuple(sorted(notes[name])), self._behavior(graph, index),
+                             ranks.get(name)) for name, index in names.items()}
+            self._plan_cache.store(key, labels)
+        plans = {name: PlanInfo(index, _engine_id(name), *labels[name])
                  for name, index in names.items()}
         return PlanSet(graph, plans, point.op)
 
@@ -366,6 +369,14 @@ def _variant_pack(direction: str, tensors: dict[str, Any],
     out = {"fwd": "y", "bwd_data": "dx", "bwd_filter": "dw"}[direction]
     pack = {uid: tensors[name].data.ptr for uid, name in zip((UID_X, UID_W, UID_Y), roles)}
     return {**pack, **epilogue_pack(op, tensors)}, tensors[out]
+
+
+def _plan_set_key(point: Point) -> str:
+    """What a point's plans depend on, in this process and across runs (harness/plan_cache):
+    by op too, so a fused point is never given the plain convolution's plans."""
+    storage = "/".join(PRECISION_TYPES[point.precision])
+    return "|".join((point.problem.shape_id(), point.direction, point.op, storage,
+                     str(point.result_precision), point.layout))
 
 
 def _engine_id(plan_name: str) -> int | None:
