@@ -140,9 +140,10 @@ class PointExecutor:
 
     def _variant_units(self, group: list[Point], point: Point, algo: Algorithm,
                        skip: frozenset[str]) -> Iterator[Unit]:
-        listing = time.perf_counter()
         try:
-            variants = algo.variants(point, self.cached_data(point))
+            data = self.cached_data(point)      # test data: no stage's (worker.prefetch)
+            listing = time.perf_counter()
+            variants = algo.variants(point, data)
         except Unsupported as err:
             yield _rows_of(Measurement(p, Status.UNSUPPORTED, str(err), algo.family)
                            for p in group)

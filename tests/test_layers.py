@@ -28,7 +28,7 @@ LAYERS = [
 
     {"models"},
     {"schema"},
-    {"timer", "stopping", "stream_hold", "backends.base", "store", "hang_cache"},
+    {"timer", "stopping", "stream_hold", "backends.base", "store", "hang_cache", "plan_cache"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.torch", "backends.fake"},
     # race: the plans of a point; verified_once: a later process takes the first's verdict
     {"executor", "point_timing", "process_split", "race", "verified_once"},

@@ -258,3 +258,21 @@ def test_a_ranking_that_hangs_costs_its_groups_not_the_sweep(ranked_gpu):
     # the hang is the batch's, and the first group sent takes it; the rest go on afresh
     assert hung.status == "crashed" and "worker process died" in hung.reason
     assert fast.ok
+
+
+def test_a_legacy_algorithms_rank_is_its_place_among_what_cudnn_offers():
+    """CudnnAlgorithm.race_rank, without a GPU: the _v7 list (algo, status, memory) ranks the
+    algorithms it offers with status 0; one it lists as failing, or not at all, is unranked."""
+    from harness.backends.cudnn.legacy import CudnnAlgorithm
+
+    class Session:
+        def heuristic(self, point):
+            return [(1, 0, 0), (0, 0, 64), (2, 3, 0)]      # algo_1, algo_0, then fft failing
+
+    class Owner:
+        def session(self):
+            return Session()
+    point = Point(PROBLEM, "bwd_data", "fp32", "NCHW", "cudnn", "algo_0")
+    ranks = {name: CudnnAlgorithm(name, Owner()).race_rank(point)
+             for name in ("algo_0", "algo_1", "fft", "winograd")}
+    assert ranks == {"algo_0": 1, "algo_1": 0, "fft": None, "winograd": None}

@@ -88,7 +88,9 @@ class CudnnAlgorithm(Algorithm):
         return self._owner.prepare(self, point, data)
 
     def race_rank(self, point: Point) -> int | None:
-        return self._owner.heuristic_rank(self, point)
+        """Its place in cuDNN's _v7 heuristic list for the point (CudnnChoices)."""
+        ranked = CudnnChoices(self._owner.session().heuristic(point), [])
+        return ranked.heuristic_rank(lib.ALGOS[point.direction][self.name])
 
 
 class CudnnFailed(AlgorithmFailed):
@@ -190,14 +192,9 @@ class CudnnBackend(Backend):
         return list(self._algorithms)
 
     def prepare(self, algo: CudnnAlgorithm, point: Point, data: ProblemData) -> CudnnPrepared:
-        return self._started().prepare(algo, point, data)
+        return self.session().prepare(algo, point, data)
 
-    def heuristic_rank(self, algo: CudnnAlgorithm, point: Point) -> int | None:
-        """The algorithm's place in cuDNN's _v7 heuristic list for the point (CudnnChoices)."""
-        ranked = CudnnChoices(self._started().heuristic(point), [])
-        return ranked.heuristic_rank(lib.ALGOS[point.direction][algo.name])
-
-    def _started(self) -> _Session:
+    def session(self) -> _Session:
         if self._session is None:
             self._session = _Session()
         return self._session
