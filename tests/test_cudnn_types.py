@@ -167,6 +167,7 @@ def _session_without_gpu() -> cudnn._Session:
     session.stream = SimpleNamespace(synchronize=lambda: None)
     session.handle = SimpleNamespace(ptr=None)
     session._choices = {}
+    session._heuristics = {}
     return session
 
 

@@ -270,14 +270,14 @@ class _Session:
             self._choices[key] = self._ask_cudnn(point, descs, tensors, needed)
         return self._choices[key]
 
-    def heuristic(self, point: Point) -> list[tuple[int, int, int]]:
-        """cuDNN's _v7 heuristic list for the point, (algo, status, memory), its likeliest
-        fastest first; asked once a problem, by race_rank before any algorithm is prepared or
-        by the first prepare. A configuration with no heuristic (int8 may have none) gets an
-        empty list: "no heuristic pick", as a failing Find leaves; the rows still run."""
+    def heuristic(self, point: Point, descs: _Descriptors | None = None
+                  ) -> list[tuple[int, int, int]]:
+        """cuDNN's _v7 list for the point, (algo, status, memory), likeliest fastest first,
+        asked once a problem (by race_rank, or the first prepare); a configuration with none
+        (int8 may have none) gets [], "no heuristic pick", as a failing Find; rows still run."""
         key = _problem_key(point)
         if key not in self._heuristics:
-            descs = _Descriptors(point)
+            descs = descs or _Descriptors(point)
             in_a, in_b, out = descs.in_order(point.direction)
             try:
                 self._heuristics[key] = [
@@ -295,7 +295,7 @@ class _Session:
         heuristic names nothing that runs (int8's one algorithm, IMPLICIT_PRECOMP_GEMM, needs a
         small workspace: with none, Find would report it failed and leave no Find pick)."""
         in_a, in_b, out = descs.in_order(point.direction)
-        heuristic = self.heuristic(point)
+        heuristic = self.heuristic(point, descs)
         fitting = [m for _, status, m in heuristic if status == 0] or [needed]
         size = min(max(fitting), FIND_WORKSPACE_CAP)
         workspace = self.cupy.empty(max(size, 1), dtype=self.cupy.uint8)
