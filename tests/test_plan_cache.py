@@ -105,3 +105,20 @@ def test_a_cpu_run_leaves_no_plan_file_and_no_variable_behind(tmp_path, cache_di
     assert not cache_dir.exists() or not list(cache_dir.glob("plan-sets-*"))
     import os
     assert plan_cache.ENV_VAR not in os.environ
+
+
+def test_a_run_names_an_unusable_file_and_what_it_remembers(capsys):
+    """What `convbench run` says (harness/cli/caches.py): a corrupt file in a note, then gone;
+    a good one by how many plan sets it holds; --no-cache nothing."""
+    from harness.cli import caches
+    where = plan_cache.path(ENV)
+    where.parent.mkdir(parents=True)
+    where.write_text("{garbage\n")
+    caches.use_plan_cache(ENV)
+    err = capsys.readouterr().err
+    assert f"note: plan cache {where}" in err and "afresh" in err and not where.exists()
+    PlanCache().store(KEY, LABELS)
+    caches.use_plan_cache(ENV)
+    assert "1 graph-API plan set(s) labelled in earlier runs" in capsys.readouterr().out
+    caches.use_plan_cache(None)
+    assert capsys.readouterr() == ("", "") and PlanCache().where is None

@@ -113,9 +113,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_cache_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true",
-                   help="neither read nor write the engines that hung in earlier runs on this "
-                        "GPU and these libraries (by default their plans get a 10 s cap from "
-                        "the start; ~/.cache/convbench, or $CONVBENCH_CACHE_DIR)")
+                   help="neither read nor write what earlier runs on this GPU and these "
+                        "libraries learnt: the engines that hung (their plans get a 10 s cap "
+                        "from the start) and graph-API plan labels (~/.cache/convbench)")
 
 
 def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
