@@ -92,6 +92,10 @@ def test_run_ends_with_where_the_time_went(capsys):
     for part in ("prepare 2.0 s (17%)", "verify 0.5 s (4%)", "time 7.5 s (62%)",
                  "other 2.0 s (17%)"):
         assert part in line
+    print_stages(df.assign(stage_list_ms=0.0), 12.0)      # nothing listed (CPU): not said
+    assert "list 0.0 s" not in capsys.readouterr().out
+    print_stages(df.assign(stage_list_ms=[500.0, 0.0]), 12.0)
+    assert "list 0.5 s (4%), prepare 2.0 s" in capsys.readouterr().out
     print_stages(pd.DataFrame({"status": ["ok"]}), 3.0)     # files from before: nothing said
     assert capsys.readouterr().out == ""
 

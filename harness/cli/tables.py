@@ -156,6 +156,7 @@ def print_stages(df, wall_s: float) -> None:
     present = [c for c in STAGE_COLUMNS if c in df.columns]
     totals = {c.removeprefix("stage_").removesuffix("_ms"): float(df[c].fillna(0).sum()) / 1e3
               for c in present}
+    totals = {name: s for name, s in totals.items() if s > 0 or name != "list"}  # CPU runs
     if not totals or wall_s <= 0:
         return
     parts = [f"{name} {seconds:.1f} s ({seconds / wall_s:.0%})" for name, seconds in totals.items()]
