@@ -59,7 +59,9 @@ def check(env: Mapping[str, Any]) -> tuple[int, str | None]:
     then removed: the workers write it afresh)."""
     where = path(env)
     try:
-        text = where.read_text()
+        with open(where) as source:
+            fcntl.flock(source, fcntl.LOCK_SH)     # no worker appends while it is read
+            text = source.read()
     except FileNotFoundError:
         return 0, None
     except (OSError, UnicodeDecodeError) as err:
@@ -77,6 +79,8 @@ def check(env: Mapping[str, Any]) -> tuple[int, str | None]:
 def _entries(text: str, env: Mapping[str, Any]) -> dict[str, dict[str, Labels]]:
     """Every entry of a whole file, checked: the header's format and scope, then each line."""
     lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()         # a line another run's worker is still writing: not this check's
     if not lines:
         return {}
     head = json.loads(lines[0])
@@ -102,8 +106,9 @@ def _text(value: Any, number: int) -> str:
 def _plans(plans: Any, number: int) -> dict[str, Labels]:
     labelled: dict[str, Labels] = {}
     for name, (notes, behavior, rank) in plans.items():
-        if not (all(isinstance(n, str) for n in (*notes, *behavior))
-                and (rank is None or isinstance(rank, int))):
+        if not (isinstance(notes, list) and isinstance(behavior, list)
+                and all(isinstance(n, str) for n in (*notes, *behavior))
+                and (rank is None or (isinstance(rank, int) and not isinstance(rank, bool)))):
             raise ValueError(f"line {number}: plan {name!r} is not labelled as a plan is")
         labelled[name] = (tuple(notes), tuple(behavior), rank)
     return labelled

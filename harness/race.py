@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.backends.base import Algorithm, fits
+from harness.backends.base import Algorithm, context_lost, fits
 from harness.stopping import RACE_MARGIN, RACED_OUT
 from harness.sweep import Point, TimingOptions
 from harness.timer import Timing
@@ -83,10 +83,15 @@ def measuring_order(candidates: list[tuple[Algorithm, Point]]) -> list[int]:
 
 def _rank(algo: Algorithm, point: Point) -> int | None:
     """The candidate's place in its library's ranking; None where it has none, is refused,
-    or asking failed (its own measurement then meets and reports whatever went wrong)."""
-    if algo.refusal(point):
+    asking failed (its own measurement then meets and reports whatever went wrong), or in a
+    later timing process, which times only what the first did not race out. The ranking only
+    orders the candidates, so a failure to rank changes no row; a lost CUDA context is
+    raised, so the worker is replaced (harness.worker)."""
+    if point.timing.replicate > 0:
         return None
     try:
-        return algo.race_rank(point)
-    except Exception:
+        return None if algo.refusal(point) else algo.race_rank(point)
+    except Exception as err:
+        if context_lost(err):
+            raise
         return None

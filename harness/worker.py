@@ -39,6 +39,9 @@ def _lost_context(measurements: list[Measurement]) -> bool:
 
 
 PREFETCH, MEASURE, ORDER = "prefetch", "measure", "order"
+# How long a worker may take to name the order of a message's groups (one cuDNN heuristic call a
+# point, after the library's start-up: well under a second); past it, the ranking is what hung.
+ORDER_TIMEOUT_S = 30.0
 
 
 def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
@@ -58,9 +61,11 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
         if kind == PREFETCH:
             _prefetch(executor, payload)
             continue
-        order = executor.race_order([group for group, *_ in payload])
+        groups, rank = payload
+        order = (executor.race_order([group for group, *_ in groups]) if rank
+                 else list(range(len(groups))))
         connection.send((ORDER, order))
-        for group, skip, hung_here, verified in (payload[i] for i in order):
+        for group, skip, hung_here, verified in (groups[i] for i in order):
             if not _measure_group(connection, executor, group, skip, hung_here, verified):
                 return  # the context is unusable: the pool goes on in a fresh process
             _return_cached_memory()
@@ -220,10 +225,10 @@ class WorkerPool:
         algorithm's: its group's), never the rows measured before it or the plans and groups
         after it: those are measured in a fresh process."""
         states = [_Group(r) for r in requests]
-        pending = states
+        pending, rank = states, True
         while pending:
             self._ensure_started()
-            pending = self._stream(pending)
+            pending, rank = self._stream(pending, rank)
         return [list(state.rows) for state in states]
 
     def prefetch(self, group: list[Point]) -> None:
@@ -234,16 +239,23 @@ class WorkerPool:
         except (BrokenPipeError, OSError):
             self._kill()    # measure_groups starts a fresh one
 
-    def _stream(self, pending: list[_Group]) -> list[_Group]:
-        """Sends the pending groups in one message and collects their rows; the groups still to
-        measure in a fresh process if the worker stopped (hung, died, lost its context)."""
+    def _stream(self, pending: list[_Group], rank: bool) -> tuple[list[_Group], bool]:
+        """Sends the pending groups in one message, the worker to measure them in their
+        library's order (`rank`) or as sent, and collects their rows; the groups still to
+        measure in a fresh process if the worker stopped (hung, died, lost its context), and
+        whether to rank them. A worker that stopped while ranking gets the same groups again,
+        unranked: what stopped it then meets the group it belongs to."""
         try:
-            self._connection.send((MEASURE, [(s.group, frozenset(s.skip), dict(s.hung_here),
-                                              s.verified) for s in pending]))
+            self._connection.send((MEASURE, ([(s.group, frozenset(s.skip), dict(s.hung_here),
+                                               s.verified) for s in pending], rank)))
         except (BrokenPipeError, OSError):
             pass    # the worker is gone: collecting the first group meets the closed pipe and
                     # makes it that group's crash, as a death mid-group would (never a retry loop)
-        pending = self._in_worker_order(pending)
+        ordered = self._in_worker_order(pending)
+        if ordered is None and rank:
+            self._kill()
+            return pending, False
+        pending = pending if ordered is None else ordered
         for at, state in enumerate(pending):
             stopped = self._collect(state)
             if stopped is None:
@@ -259,24 +271,24 @@ class WorkerPool:
                                         hung_engine))
             if stopped.variant is None:
                 state.finished()
-                return pending[at + 1:]   # nothing to skip past: the group ends with its crash
+                return pending[at + 1:], rank   # nothing to skip past: its crash ends the group
             state.skip.add(stopped.variant)
-            return pending[at:]
-        return []
+            return pending[at:], rank
+        return [], rank
 
-    def _in_worker_order(self, pending: list[_Group]) -> list[_Group]:
+    def _in_worker_order(self, pending: list[_Group]) -> list[_Group] | None:
         """The groups in the order the worker measures them, which it names before the first
-        (_worker_main). A worker that dies or hangs before naming it is stopped, and the first
-        group meets the closed pipe: its rows are that crash, as for a death mid-group."""
+        (_worker_main); None where it died or hung first (it is then stopped: the first group
+        meets the closed pipe)."""
         try:
-            if self._connection.poll(self.unit_timeout_s):
+            if self._connection.poll(ORDER_TIMEOUT_S):
                 kind, order = self._connection.recv()
                 if kind == ORDER:
                     return [pending[i] for i in order]
         except (EOFError, BrokenPipeError, ConnectionResetError):
             pass
         self._process.kill()    # the process stays known: _collect reads its exit code
-        return pending
+        return None
 
     def _collect(self, state: _Group) -> _Stopped | None:
         """Appends the worker's rows for the group as its units finish (the knob settings of the

@@ -61,6 +61,14 @@ def test_a_line_still_being_written_is_read_once_it_is_whole():
     assert reader.lookup(KEY, ["eng0"]) == {"eng0": (("tensor_core",), (), 2)}
 
 
+def test_a_check_leaves_a_line_another_run_is_writing_alone():
+    _worker_cache().store(KEY, LABELS)
+    where = plan_cache.path(ENV)
+    with open(where, "a") as out:
+        out.write('{"key": "half')
+    assert plan_cache.check(ENV) == (1, None) and where.exists()
+
+
 def test_another_gpu_or_library_version_reads_another_file():
     _worker_cache().store(KEY, LABELS)
     for field, other in (("cudnn", 92000), ("gpu_name", "NVIDIA H200"),
@@ -74,13 +82,16 @@ def test_another_gpu_or_library_version_reads_another_file():
     ('{"format": 0, "scope": {}}\n', "format 0, not 1"),
     ('{"format": 1, "scope": null}\n', "another GPU, driver or library"),
     (None, "is not labelled as a plan is"),
+    ('["fft"], [], true', "is not labelled as a plan is"),   # a true rank, a string for notes
+    ('"fft", [], 0', "is not labelled as a plan is"),
 ])
 def test_an_unusable_file_is_a_note_and_is_written_afresh(text, why):
     _worker_cache().store(KEY, LABELS)
     where = plan_cache.path(ENV)
-    if text is None:        # a good header, then a plan whose rank is not a number
-        text = where.read_text().splitlines()[0] + "\n" + json.dumps(
-            {"key": KEY, "plans": {"eng0": [[], [], "first"]}}) + "\n"
+    if text is None or not text.startswith(("{", "(")):   # a good header, then a bad plan
+        plan = '[], [], "first"' if text is None else text
+        text = (where.read_text().splitlines()[0] + "\n"
+                + f'{{"key": "{KEY}", "plans": {{"eng0": [{plan}]}}}}' + "\n")
     where.write_text(text)
     count, note = plan_cache.check(ENV)
     assert count == 0 and str(where) in note and why in note and "afresh" in note

@@ -248,16 +248,24 @@ def test_a_ranking_that_fails_leaves_the_order_given(ranked_gpu):
     assert PointExecutor().race_order(groups[:1] + groups[:1]) == [0, 1]
 
 
-def test_a_ranking_that_hangs_costs_its_groups_not_the_sweep(ranked_gpu):
-    from harness.worker import WorkerPool
-    pool = WorkerPool(unit_timeout_s=2.0)
+def test_a_ranking_that_hangs_costs_its_time_and_no_row(ranked_gpu, monkeypatch):
+    """The worker hangs naming its order: it is replaced and the same groups go again, measured
+    in the order given, so every row is measured."""
+    from harness import worker
+    monkeypatch.setattr(worker, "ORDER_TIMEOUT_S", 2.0)
+    pool = worker.WorkerPool()
     try:
         (hung,), (fast,) = pool.measure_groups(_ranked(["rank_hangs", "fast"]))
     finally:
         pool.close()
-    # the hang is the batch's, and the first group sent takes it; the rest go on afresh
-    assert hung.status == "crashed" and "worker process died" in hung.reason
-    assert fast.ok
+    assert hung.ok and fast.ok and fast.stop_reason != stopping.RACED_OUT
+
+
+def test_a_later_timing_process_does_not_rank(ranked_gpu):
+    from harness.executor import PointExecutor
+    later = replace(TIMING, replicate=1)
+    groups = [r.group for r in _ranked(["slow", "fast"], later)]
+    assert PointExecutor().race_order(groups) == [0, 1]
 
 
 def test_a_legacy_algorithms_rank_is_its_place_among_what_cudnn_offers():

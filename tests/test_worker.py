@@ -420,12 +420,16 @@ def test_a_prefetched_points_data_is_not_drawn_again(monkeypatch):
     assert executor.cached_data(group[0]).x.shape == PROBLEM.input_shape and calls == []
 
 
-def test_a_worker_gone_before_its_message_makes_the_group_crashed_not_a_retry():
-    """A send into a dead worker is that group's crash, as a death mid-group is: retrying in
-    fresh processes could loop for ever on a worker that dies every time."""
-    pool = WorkerPool(unit_timeout_s=10.0)
-    try:
-        pool._ensure_started()
+def _sends_kill(pool: WorkerPool, times: int | None) -> None:
+    """Each of the pool's next `times` workers (None: every one) dies as a message is sent."""
+    start = pool._start
+    left = [times]
+
+    def start_gone() -> None:
+        start()
+        if left[0] == 0:
+            return
+        left[0] = None if left[0] is None else left[0] - 1
         real = pool._connection
 
         class Gone:
@@ -437,7 +441,29 @@ def test_a_worker_gone_before_its_message_makes_the_group_crashed_not_a_retry():
             def __getattr__(self, name):
                 return getattr(real, name)
         pool._connection = Gone()
+    pool._start = start_gone
+
+
+def test_a_worker_that_dies_at_every_message_crashes_each_group_once_never_a_loop():
+    """A send into a dead worker: the groups go once more, unranked (a ranking may have killed
+    it); a worker that dies again makes the first group crashed, and so on: each group costs at
+    most two fresh processes, never a retry loop."""
+    pool = WorkerPool(unit_timeout_s=10.0)
+    try:
+        _sends_kill(pool, None)
+        rows = pool.measure_groups([Request([_point("quotes_a_fault")]),
+                                    Request([_point("context_lost")])])
+        assert [[m.status for m in r] for r in rows] == [[Status.CRASHED]] * 2
+        assert all("worker process died" in r[0].reason for r in rows)
+    finally:
+        pool.close()
+
+
+def test_a_worker_gone_once_before_its_message_costs_no_row():
+    pool = WorkerPool(unit_timeout_s=10.0)
+    try:
+        _sends_kill(pool, 1)
         (row,) = pool.measure([_point("quotes_a_fault")])
-        assert row.status == Status.CRASHED and "worker process died" in row.reason
+        assert row.status == Status.FAILED     # measured in the fresh process: its own row
     finally:
         pool.close()
