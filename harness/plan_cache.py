@@ -16,9 +16,9 @@ driver, CUDA, cuDNN and cudnn-frontend version (cache_dir.scoped), so another ve
 reads it.
 
 The run's main process checks the file (`check`: a corrupt one, or one of another format or
-scope, is named in a note and removed, so the workers build it afresh) and names it and its
-scope to its worker processes in $CONVBENCH_PLAN_CACHE (`use`); `--no-cache` leaves the
-variable unset, and nothing is read or written. Workers append one line per plan set they
+scope, is named in a note and removed, so the workers build it afresh) and hands it and its
+scope to its worker processes (`for_run`, WorkerPool's `plan_cache`); with `--no-cache` it
+hands none, and nothing is read or written. Workers append one line per plan set they
 label, under a file lock (two timing processes write to one file), and read the lines the other
 appended when they miss.
 """
@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import cache_dir
 
 FORMAT = 1
-ENV_VAR = "CONVBENCH_PLAN_CACHE"
 # One plan's labels: its numerical notes, its behaviour notes, its place in mode A's list.
 Labels = tuple[tuple[str, ...], tuple[str, ...], int | None]
 
@@ -43,15 +42,27 @@ def path(env: Mapping[str, Any]) -> Path:
     return cache_dir.scoped(env, "plan-sets", ".jsonl")
 
 
-def use(env: Mapping[str, Any] | None) -> None:
-    """Name this scope's file to the worker processes started from now on (None: no cache). A
-    worker creates it when it first has a plan set to keep: a run with no graph-API point
-    leaves nothing behind."""
-    if env is None:
-        os.environ.pop(ENV_VAR, None)
-    else:
-        os.environ[ENV_VAR] = json.dumps({"file": str(path(env)),
-                                          "scope": cache_dir.scope(env)})
+@dataclass(frozen=True)
+class CacheFile:
+    """A run's file and the scope it is for, handed to its worker processes (WorkerPool)."""
+    where: str
+    scope: dict[str, Any]
+
+
+def for_run(env: Mapping[str, Any]) -> CacheFile:
+    """This scope's file, for the run's workers; a worker creates it when it first has a plan
+    set to keep, so a run with no graph-API point leaves nothing behind."""
+    return CacheFile(str(path(env)), cache_dir.scope(env))
+
+
+# The worker process's file (harness.worker sets it from its start-up arguments; None: no cache).
+_here: CacheFile | None = None
+
+
+def open_here(cache: CacheFile | None) -> None:
+    """Make `cache` the file the graph sessions this process starts read and append to."""
+    global _here
+    _here = cache
 
 
 def check(env: Mapping[str, Any]) -> tuple[int, str | None]:
@@ -115,13 +126,12 @@ def _plans(plans: Any, number: int) -> dict[str, Labels]:
 
 
 class PlanCache:
-    """A worker's view of the file `use` named in $CONVBENCH_PLAN_CACHE (none: nothing is
-    kept); `scope` is what the file's first line says it is for."""
+    """A worker's view of its run's file (open_here; none: nothing is kept); `scope` is what
+    the file's first line says it is for."""
 
     def __init__(self, where: str | Path | None = None, scope: dict[str, Any] | None = None):
-        if where is None and os.environ.get(ENV_VAR):
-            named = json.loads(os.environ[ENV_VAR])
-            where, scope = named["file"], named["scope"]
+        if where is None and _here is not None:
+            where, scope = _here.where, _here.scope
         self.where = None if where is None else Path(where)
         self.scope = scope
         self._entries: dict[str, dict[str, Labels]] = {}

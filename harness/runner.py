@@ -13,6 +13,7 @@ from itertools import groupby
 from harness import backends, cpu_memory, families, runoff, threads, verified_once
 from harness.executor import PointExecutor, computed_precision
 from harness.measurement import HungKey, Measurement
+from harness.plan_cache import CacheFile
 from harness.stats import samples_floor
 from harness.stopping import RACED_OUT
 from harness.sweep import RECURRENT_ONLY, Point, Sweep, TimingOptions
@@ -182,10 +183,12 @@ class Measurer:
     and a layer's GPU rows held back until its finalists ran off (harness/runoff.py). Held
     across calls, it keeps test data and the GPU worker processes warm."""
 
-    def __init__(self, seed: int = 0, hung_engines: Iterable[HungKey] = ()):
+    def __init__(self, seed: int = 0, hung_engines: Iterable[HungKey] = (),
+                 plan_cache: CacheFile | None = None):
         self._local = PointExecutor(seed)
         self._remotes: list = []
         self._seed = seed
+        self._plan_cache = plan_cache
         # the worker pools' shared memory of hung engines (a resumed run's start from the rows)
         self._hung_engines: set = set(hung_engines)
 
@@ -311,7 +314,8 @@ class Measurer:
     def _pools(self, count: int) -> list:
         from harness.worker import WorkerPool
         while len(self._remotes) < count:
-            self._remotes.append(WorkerPool(self._seed, hung_engines=self._hung_engines))
+            self._remotes.append(WorkerPool(self._seed, hung_engines=self._hung_engines,
+                                            plan_cache=self._plan_cache))
         return self._remotes[:count]
 
     def close(self) -> None:
@@ -374,11 +378,11 @@ def _settled_variants(measured: list[list[Measurement]]) -> frozenset[str]:
 def run_points(points: Iterable[Point], on_result: Callable[[Measurement], None],
                seed: int = 0, on_group_done: Callable[[list[str]], None] | None = None,
                measured_variants: Mapping[str, Iterable[str]] | None = None,
-               hung_engines: Iterable[HungKey] = ()) -> None:
+               hung_engines: Iterable[HungKey] = (), plan_cache: CacheFile | None = None) -> None:
     """Measure every point in this process (GPU points in a worker process), calling
     `on_result` as each finishes (Measurer.run; a resumed run passes the plans and the hung
-    engines its journal holds)."""
-    measurer = Measurer(seed, hung_engines)
+    engines its journal holds; `plan_cache`: the workers' plan-label file, harness/plan_cache)."""
+    measurer = Measurer(seed, hung_engines, plan_cache)
     try:
         measurer.run(points, on_result, on_group_done, measured_variants)
     finally:

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness import backends
 from harness.measurement import HungKey, Measurement, Status, hung_key
+from harness.plan_cache import CacheFile
 from harness.sweep import Point
 
 # A unit (one algorithm, or one plan of an expanding algorithm, over a point's workspace
@@ -44,14 +45,17 @@ PREFETCH, MEASURE, ORDER = "prefetch", "measure", "order"
 ORDER_TIMEOUT_S = 30.0
 
 
-def _worker_main(connection: Any, seed: int, registry: dict[str, str]) -> None:
+def _worker_main(connection: Any, seed: int, registry: dict[str, str],
+                 plan_cache: CacheFile | None = None) -> None:
     """Measures the groups of each message one after another, in the order it names first
     (PointExecutor.race_order), unit by unit, saying which unit it starts before it starts it,
     so the pool knows what hung or took the process down; a
     `prefetch` message draws a point's test data ahead of its group (WorkerPool.prefetch)."""
     from harness import backends, cpu_memory
+    from harness import plan_cache as plan_labels
     from harness.executor import PointExecutor
     backends.register_all(registry)
+    plan_labels.open_here(plan_cache)
     executor = PointExecutor(seed)
     while True:
         message = connection.recv()
@@ -186,8 +190,9 @@ class WorkerPool:
 
     def __init__(self, seed: int = 0, unit_timeout_s: float | None = None,
                  plan_timeout_s: float | None = None, hung_engine_timeout_s: float | None = None,
-                 hung_engines: set[HungKey] | None = None):
+                 hung_engines: set[HungKey] | None = None, plan_cache: CacheFile | None = None):
         self.seed = seed
+        self.plan_cache = plan_cache        # the run's plan-label file (harness/plan_cache)
         self.unit_timeout_s = UNIT_TIMEOUT_S if unit_timeout_s is None else unit_timeout_s
         self.plan_timeout_s = PLAN_TIMEOUT_S if plan_timeout_s is None else plan_timeout_s
         self.hung_engine_timeout_s = (HUNG_ENGINE_TIMEOUT_S if hung_engine_timeout_s is None
@@ -205,7 +210,8 @@ class WorkerPool:
     def _start(self) -> None:
         parent, child = self._context.Pipe()
         self._process = self._context.Process(
-            target=_worker_main, args=(child, self.seed, backends.registry()), daemon=True)
+            target=_worker_main, args=(child, self.seed, backends.registry(), self.plan_cache),
+            daemon=True)
         self._process.start()
         child.close()
         self._connection = parent

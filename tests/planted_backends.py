@@ -643,3 +643,24 @@ class _GatesSwapped(RnnPrepared):
 class GatesSwappedRnnBackend(CudnnRnnBackend):
     name = "cudnn_rnn_swapped"
     prepared = _GatesSwapped
+
+
+class _ReportsPlanCache(FakeExact):
+    """Says which plan-label file its worker process was handed (harness/plan_cache.open_here),
+    as an unsupported row's reason."""
+    backend = "cache_probe_gpu"
+    name = "reports_plan_cache"
+
+    def prepare(self, point, data):
+        from harness import plan_cache
+        from harness.backends.base import Unsupported
+        here = plan_cache.PlanCache().where
+        raise Unsupported(f"plan cache: {here}")
+
+
+class PlanCacheProbeBackend(FakeBackend):
+    name = "cache_probe_gpu"
+    device = "cuda"
+
+    def algorithms(self):
+        return [_ReportsPlanCache()]

@@ -241,7 +241,7 @@ def test_a_later_session_takes_the_plan_labels_from_the_cache(tmp_path, monkeypa
     from harness.backends.cudnn import graph
     from harness.sweep import Point, TimingOptions
     monkeypatch.setenv("CONVBENCH_CACHE_DIR", str(tmp_path))
-    plan_cache.use({"gpu_name": "this GPU"})
+    plan_cache.open_here(plan_cache.for_run({"gpu_name": "this GPU"}))
     try:
         point = Point(SMALL, "bwd_data", "fp16", "NHWC", "cudnn_graph", "engines", None,
                       TimingOptions())
@@ -253,4 +253,4 @@ def test_a_later_session_takes_the_plan_labels_from_the_cache(tmp_path, monkeypa
         assert any(info.notes for info in first.values())
         assert plan_cache.check({"gpu_name": "this GPU"})[0] == 1
     finally:
-        plan_cache.use(None)
+        plan_cache.open_here(None)

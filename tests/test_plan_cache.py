@@ -21,13 +21,13 @@ LABELS = {"eng0": (("tensor_core",), (), 2), "eng28_k2=1": ((), ("runtime_compil
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv(plan_cache.ENV_VAR, raising=False)
+    monkeypatch.setattr(plan_cache, "_here", None)
     return tmp_path / "cache"
 
 
 def _worker_cache() -> PlanCache:
-    """What a worker process started after `use` sees."""
-    plan_cache.use(ENV)
+    """What a worker process handed the run's file sees."""
+    plan_cache.open_here(plan_cache.for_run(ENV))
     return PlanCache()
 
 
@@ -100,36 +100,45 @@ def test_an_unusable_file_is_a_note_and_is_written_afresh(text, why):
     assert plan_cache.check(ENV) == (1, None)
 
 
-def test_without_the_variable_nothing_is_read_or_written(cache_dir):
+def test_without_a_file_nothing_is_read_or_written(cache_dir):
     _worker_cache().store(KEY, LABELS)
-    plan_cache.use(None)                       # --no-cache, or the run is over
+    plan_cache.open_here(None)                 # --no-cache: the workers are handed none
     cache = PlanCache()
     assert cache.where is None and cache.lookup(KEY, list(LABELS)) is None
     cache.store("new", LABELS)
     assert plan_cache.check(ENV) == (1, None)  # only the first process's entry
 
 
-def test_a_cpu_run_leaves_no_plan_file_and_no_variable_behind(tmp_path, cache_dir):
+def _probe(tmp_path, name: str, *flags: str) -> str:
+    """What the worker process of `convbench run` was handed, as its row says."""
+    from harness import backends, store
     from harness.cli import main
-    out = tmp_path / "r.parquet"
-    assert main(["run", "quick", "--backend", "fake", "--out", str(out)]) == 0
-    assert not cache_dir.exists() or not list(cache_dir.glob("plan-sets-*"))
-    import os
-    assert plan_cache.ENV_VAR not in os.environ
+    backends.register("cache_probe_gpu", "planted_backends:PlanCacheProbeBackend")
+    out = tmp_path / f"{name}.parquet"
+    assert main(["run", "quick", "--layer", "res2a_branch2b", "--direction", "fwd",
+                 "--precision", "fp32", "--layout", "NCHW", "--backend", "cache_probe_gpu",
+                 "--gpu-processes", "1", "--out", str(out), *flags]) == 0
+    return store.load(out)["reason"].iloc[0]
+
+
+def test_the_run_hands_its_workers_the_file_and_no_cache_hands_none(tmp_path, cache_dir):
+    from harness import env as envmod
+    assert _probe(tmp_path, "cached") == f"plan cache: {plan_cache.path(envmod.fingerprint())}"
+    assert _probe(tmp_path, "uncached", "--no-cache") == "plan cache: None"
+    assert plan_cache._here is None                       # the main process keeps none itself
+    assert not cache_dir.exists() or not list(cache_dir.glob("plan-sets-*"))  # nothing stored
 
 
 def test_a_run_names_an_unusable_file_and_what_it_remembers(capsys):
     """What `convbench run` says (harness/cli/caches.py): a corrupt file in a note, then gone;
-    a good one by how many plan sets it holds; --no-cache nothing."""
+    a good one by how many plan sets it holds."""
     from harness.cli import caches
     where = plan_cache.path(ENV)
     where.parent.mkdir(parents=True)
     where.write_text("{garbage\n")
-    caches.use_plan_cache(ENV)
+    assert caches.plan_cache_for(ENV) == plan_cache.for_run(ENV)
     err = capsys.readouterr().err
     assert f"note: plan cache {where}" in err and "afresh" in err and not where.exists()
-    PlanCache().store(KEY, LABELS)
-    caches.use_plan_cache(ENV)
+    _worker_cache().store(KEY, LABELS)
+    caches.plan_cache_for(ENV)
     assert "1 graph-API plan set(s) labelled in earlier runs" in capsys.readouterr().out
-    caches.use_plan_cache(None)
-    assert capsys.readouterr() == ("", "") and PlanCache().where is None

@@ -1,6 +1,7 @@
 """Where a run's time went, row by row (issue 39): the stage columns (measurement.STAGE_COLUMNS:
-prepare, verify against float64, time) summed per backend and direction, and the rows that cost
-most. `convbench run` prints the one-line total; `run --profile` and `table --profile` this."""
+list plans, prepare, verify against float64, time) summed per backend and direction, and the
+rows that cost most. `convbench run` prints the one-line total; `run --profile` and
+`table --profile` this."""
 from __future__ import annotations
 
 import pandas as pd

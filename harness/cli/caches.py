@@ -8,12 +8,10 @@ from typing import Any
 from harness.cli.common import say, warn
 
 
-def use_plan_cache(env: dict[str, Any] | None) -> None:
-    """Name the scope's plan-label file to the worker processes (None: none, --no-cache)."""
+def plan_cache_for(env: dict[str, Any]) -> Any:
+    """The run's plan-label file for its workers (harness/plan_cache.CacheFile), after saying
+    what it holds or why an unusable one was set aside."""
     from harness import plan_cache
-    if env is None:
-        plan_cache.use(None)
-        return
     remembered, note = plan_cache.check(env)
     if note:
         warn(f"note: plan cache {note}")
@@ -21,7 +19,7 @@ def use_plan_cache(env: dict[str, Any] | None) -> None:
         say(f"{remembered} graph-API plan set(s) labelled in earlier runs on this GPU and these "
             f"libraries ({plan_cache.path(env)}): their plans are still asked of the "
             "heuristics, their notes and ranks are not (--no-cache asks again)")
-    plan_cache.use(env)
+    return plan_cache.for_run(env)
 
 
 def remembered_hangs(env: dict[str, Any]) -> set:

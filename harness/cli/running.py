@@ -70,7 +70,7 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
     peaks = measured_peaks.for_run(env, points, say) if cluster is None else None
     env.update(cpu_peaks.env_fields(peaks) if peaks else {})
     remembered = caches.remembered_hangs(env) if use_cache else set()
-    caches.use_plan_cache(env if use_cache else None)
+    plans = caches.plan_cache_for(env) if use_cache else None
     with writing(output.path):
         writer = store.ResultWriter(output.path, output.mode)
     # A full disk (or a folder made read-only) mid-run: one line, and the rows so far are kept.
@@ -111,14 +111,12 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
                 if cluster is None:
                     runner.run_points(todo, on_result, seed, mark_done,
                                       earlier.measured_variants,
-                                      earlier.hung_engines | remembered)
+                                      earlier.hung_engines | remembered, plans)
                 else:       # a part-measured point is measured whole again (its rows deduped)
                     _measure_on_cluster(cluster, todo, on_result, seed, progress.shard_done,
                                         mark_done)
             except KeyboardInterrupt:
                 interrupted = True
-            finally:
-                caches.use_plan_cache(None)     # for this run's workers only
     except BaseException:
         writer.close()       # the journal stays: --resume carries on from it
         raise
