@@ -459,6 +459,28 @@ def test_im2col_gemm_writes_y_in_place(problem: ConvProblem, block_bytes: int,
     _check_all(problem, seed=13, names=["im2col"])
 
 
+def test_im2col_in_place_blocks_fit_in_place_block_bytes_where_wide_enough(monkeypatch) -> None:
+    """On one core in-place GEMMs take blocks of in_place.BLOCK_BYTES of column matrix (the
+    GEMM reads it from L2) where every block stays in_place.MIN_COLUMNS wide (VGG-16 conv1_1),
+    and im2col.BLOCK_BYTES where the last one would not (DeepBench row 2: 7-row blocks leave 2
+    rows of 341 columns) or on two cores; both still match the reference."""
+    conv1_1 = ConvProblem(2, 3, 224, 224, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                          pad_right=1)
+    row_2 = ConvProblem(2, 1, 161, 700, 32, 5, 20, stride_h=2, stride_w=2)
+    for problem, block_bytes in ((conv1_1, _in_place.BLOCK_BYTES), (row_2, im2col.BLOCK_BYTES)):
+        plan = im2col._Correlation.of(problem, np.float32,
+                                      np.empty(problem.output_shape, np.float32))
+        row_bytes = im2col._row_bytes(problem, plan.columns, np.float32)
+        assert plan.in_place and len(plan.row_blocks) > 1
+        assert plan.row_blocks == split(problem.out_h, block_bytes // row_bytes), problem
+        two = im2col._Correlation.of(problem, np.float32,
+                                     np.empty(problem.output_shape, np.float32), cores=2)
+        assert two.row_blocks == split(problem.out_h, im2col.BLOCK_BYTES // row_bytes)
+    monkeypatch.setattr(_in_place, "BLOCK_BYTES", 30_000)   # blocks of 3-4 rows, a short last
+    monkeypatch.setattr(_in_place, "MIN_COLUMNS", 1)
+    _check_all(replace(conv1_1, in_h=30, in_w=31), seed=29, names=["im2col"])
+
+
 FOLDING = [ConvProblem(2, 6, 7, 8, 4, 3, 3, pad_top=1, pad_left=2, pad_right=1, groups=2),
            ConvProblem(3, 4, 9, 23, 3, 3, 6, stride_h=2, stride_w=2, pad_left=1, pad_right=2),
            ConvProblem(2, 3, 8, 17, 2, 2, 4, dilation_w=2, pad_left=3, pad_right=1),  # step 2
@@ -567,7 +589,8 @@ def test_im2col_filter_gradient_at_every_fold(problem: ConvProblem, blas: bool, 
         for precision in ("fp64", "fp32"):
             error, limit = _run("im2col", problem, "bwd_filter", precision, seed=21)
             assert error <= limit, f"fold {fold} {precision} on {problem}: {error:.3e}"
-    threaded = cores > 1 and images < problem.batch and _workers.blas_threads() > 1
+    # a block of the whole batch is re-split for the threads too (bwd_filter.shared_blocks)
+    threaded = cores > 1 and _workers.blas_threads() > 1
     assert max(launched) == (2 if threaded else 1)
     for by_thread in scratch.values():    # no two threads gather or copy dy into one scratch
         assert len(by_thread) == (2 if threaded else 1)
@@ -642,23 +665,38 @@ def test_im2col_filter_gradient_threads_sum_their_blocks(problem: ConvProblem, c
     _check_all(problem, seed=19, names=["im2col"])
 
 
-def test_im2col_filter_gradient_threads_only_where_an_image_fills_a_block(monkeypatch) -> None:
-    """One thread where an image's column matrix is under im2col.BLOCK_BYTES (ResNet-50's 3x3
-    layers ran up to 2x slower threaded) or the GEMM is skinny (DeepBench row 2, 48 flops an
-    element), one per core on DeepBench row 6 (40 MB an image, 63 flops an element)."""
+def test_im2col_filter_gradient_threads_where_an_image_fills_a_block_or_the_gemm_is_skinny(
+        monkeypatch) -> None:
+    """One thread where the GEMM is dense and an image's column matrix is under
+    im2col.BLOCK_BYTES (ResNet-50's 3x3 layers ran 1.4-1.9x slower threaded on a Xeon); one per
+    core where an image fills a block (DeepBench row 6, 40 MB an image) or the GEMM is skinny
+    (DeepBench rows 2 and 55, 48 and 36 flops an element: 0.72-0.76x threaded on an AMD EPYC).
+    Row 55's blocks (three of its images fit one) are re-split so that each thread gets as many
+    images, and the gradient still matches the reference."""
+    monkeypatch.setattr("harness.threads.available_cores", lambda: 2)
     allocated: dict[str, tuple] = {}
     real = im2col.allocate
     monkeypatch.setattr(im2col, "allocate", lambda point, dtype, shapes, *rest: (
         allocated.update(shapes), real(point, dtype, shapes, *rest))[1])
+    shared: list[list] = []
+    run = _im2col_filter.run_chunks
+    monkeypatch.setattr(_im2col_filter, "run_chunks", lambda chunks, work, most: (
+        shared.append(list(chunks)), run(chunks, work, most))[1])
     res2a = ConvProblem(8, 64, 56, 56, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
                         pad_right=1)
     row_6 = ConvProblem(8, 32, 79, 341, 32, 5, 10, stride_h=2, stride_w=2)
     row_2 = ConvProblem(8, 1, 161, 700, 32, 5, 20, stride_h=2, stride_w=2)
-    for problem, slots in ((res2a, 1), (row_2, 1), (row_6, min(threads.available_cores(), 8))):
+    row_55 = ConvProblem(8, 1, 161, 700, 64, 5, 5, stride_h=2, stride_w=2, pad_top=1,
+                         pad_left=1, pad_bottom=1, pad_right=1)
+    for problem, slots in ((res2a, 1), (row_2, 2), (row_6, 2), (row_55, 2)):
         allocated.clear()
         point = Point(problem, "bwd_filter", "fp32", "NCHW", "cpu", "im2col")
         im2col.Im2col().prepare(point, reference.make_data(problem, "fp32")).release()
         assert sum(name.startswith("col") for name in allocated) == slots, problem
+    shared.clear()
+    error, limit = _run("im2col", row_55, "bwd_filter", "fp32", seed=23)
+    assert error <= limit
+    assert shared and all(chunks == [(0, 2), (2, 2), (4, 2), (6, 2)] for chunks in shared)
     allocated.clear()       # a point run at one thread (--threads 1) allocates for one
     point = Point(row_6, "bwd_filter", "fp32", "NCHW", "cpu", "im2col", threads=1)
     im2col.Im2col().prepare(point, reference.make_data(row_6, "fp32")).release()
@@ -692,10 +730,11 @@ def test_im2col_in_place_plan_allocates_no_gemm_output() -> None:
     (VGG-16 conv1_1 at batch 8 reported 22 MiB of workspace for 10 MiB used)."""
     problem = ConvProblem(8, 3, 224, 224, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
                           pad_right=1)
-    plan = im2col._Correlation.of(problem, np.float32, np.empty(problem.output_shape, np.float32))
+    point = _point(problem, "fwd", "fp32", "im2col")
+    plan = im2col._Correlation.of(problem, np.float32, np.empty(problem.output_shape, np.float32),
+                                  threads.cores_for(point.threads))
     assert plan.in_place and plan.out_elements == 0
-    prepared = CPU.algorithm("im2col").prepare(_point(problem, "fwd", "fp32", "im2col"),
-                                               reference.make_data(problem, "fp32"))
+    prepared = CPU.algorithm("im2col").prepare(point, reference.make_data(problem, "fp32"))
     needed = (plan.col_elements + math.prod(plan.columns.planes_shape)) * 4
     assert prepared.workspace_bytes == needed
     prepared.release()

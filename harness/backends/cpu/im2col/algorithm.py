@@ -65,13 +65,15 @@ COL2IM_MIN_RATIO = 2
 SHIFTED_COL2IM_MIN_RATIO = 8
 
 
-def _blocks(p: ConvProblem, row_bytes: int, whole_rows: bool) -> tuple[list, list]:
+def _blocks(p: ConvProblem, row_bytes: int, whole_rows: bool,
+            block_bytes: int | None = None) -> tuple[list, list]:
     """Image blocks and output-row blocks whose scratch (`row_bytes` per output row of one
-    image) fits BLOCK_BYTES."""
-    rows = p.out_h if whole_rows else max(1, BLOCK_BYTES // row_bytes)
+    image) fits `block_bytes` (BLOCK_BYTES by default)."""
+    block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
+    rows = p.out_h if whole_rows else max(1, block_bytes // row_bytes)
     if rows < p.out_h:
         return split(p.batch, 1), split(p.out_h, rows)
-    images = max(1, BLOCK_BYTES // (row_bytes * p.out_h))
+    images = max(1, block_bytes // (row_bytes * p.out_h))
     return split(p.batch, images), split(p.out_h, p.out_h)
 
 
@@ -112,10 +114,11 @@ class _Correlation:
     in_place: bool = False
 
     @classmethod
-    def of(cls, p: ConvProblem, dtype: type, y: np.ndarray | None = None) -> _Correlation:
-        """The plan for writing into `y`: exact windows where the GEMM can fill y in place
-        (in_place.py), flat columns where they pay (columns.py) elsewhere or where y is not
-        given."""
+    def of(cls, p: ConvProblem, dtype: type, y: np.ndarray | None = None,
+           cores: int = 1) -> _Correlation:
+        """The plan for writing into `y` on `cores` cores: exact windows where the GEMM can fill
+        y in place (in_place.py), flat columns where they pay (columns.py) elsewhere or where y
+        is not given."""
         columns = Columns.of(p)
         # Shifted blocks are sized by the GEMM's output block: BLOCK_BYTES ran as fast as 32 MiB
         # (evidence/notes/constants.md#im2col-block_bytes).
@@ -125,9 +128,11 @@ class _Correlation:
             return shifted
         exact = None if y is None else in_place_gemm.exact_where_in_place(columns, y)
         if exact is not None:
-            plan = cls(p, exact, *_blocks(p, _row_bytes(p, exact, dtype), False), in_place=True)
-            if in_place_gemm.wide_enough(min(rows for _, rows in plan.row_blocks) * p.out_w):
-                return plan
+            row_bytes = _row_bytes(p, exact, dtype)
+            for block_bytes in (in_place_gemm.block_bytes(cores, BLOCK_BYTES), BLOCK_BYTES):
+                plan = cls(p, exact, *_blocks(p, row_bytes, False, block_bytes), in_place=True)
+                if in_place_gemm.wide_enough(min(rows for _, rows in plan.row_blocks) * p.out_w):
+                    return plan
         return cls(p, columns, *_blocks(p, _row_bytes(p, columns, dtype), False))
 
     @property
@@ -253,8 +258,8 @@ def _sub_weights(p: ConvProblem, w: np.ndarray, rph: AxisPhase,
     return sub[..., ::-1, ::-1].transpose(0, 2, 1, 3, 4)
 
 
-def _data_parts(p: ConvProblem, dtype: type, w: np.ndarray, dy: np.ndarray, dx: np.ndarray
-                ) -> tuple[list[_Part], list[np.ndarray]]:
+def _data_parts(p: ConvProblem, dtype: type, w: np.ndarray, dy: np.ndarray, dx: np.ndarray,
+                cores: int = 1) -> tuple[list[_Part], list[np.ndarray]]:
     """bwd_data as stride-1 correlations, one per phase of dx, and the phases no tap reaches."""
     parts, zeroed = [], []
     row_phases = axis_phases(p.in_h, p.pad_top, p.pad_bottom, p.stride_h, p.dilation_h,
@@ -275,7 +280,7 @@ def _data_parts(p: ConvProblem, dtype: type, w: np.ndarray, dy: np.ndarray, dx: 
                           pad_top=top, pad_left=left, pad_bottom=bottom, pad_right=right,
                           dilation_h=rph.step, dilation_w=cph.step, groups=p.groups,
                           name=p.name)
-        parts.append(_Part(_Correlation.of(sub, dtype, view), dy[:, :, rows, cols],
+        parts.append(_Part(_Correlation.of(sub, dtype, view, cores), dy[:, :, rows, cols],
                            _sub_weights(p, w, rph, cph), view))
     return parts, zeroed
 
@@ -299,8 +304,10 @@ def _filter_gradient(point: Point, p: ConvProblem, x: np.ndarray, dy: np.ndarray
     per_image = filter_gemms.image_columns(columns, fold)
     image_bytes = filter_gemms.image_bytes(columns, fold, dtype)
     images, _ = _blocks(p, -(-image_bytes // p.out_h), True)
-    slots = filter_gemms.thread_slots(p, images, image_bytes >= BLOCK_BYTES,
-                                        cores_for(point.threads))
+    cores, fills = cores_for(point.threads), image_bytes >= BLOCK_BYTES
+    if cores > 1 and filter_gemms.threaded(p, fills):
+        images = filter_gemms.shared_blocks(p.batch, images, cores)
+    slots = filter_gemms.thread_slots(p, images, fills, cores)
     dw = np.empty(p.weight_shape, dtype)
     taps_shape = (p.groups, p.filters_per_group, p.channels_per_group * taps)
     shapes = {"planes": columns.planes_shape, **filter_gemms.scratch_shapes(
@@ -339,7 +346,8 @@ class Im2col(CpuAlgorithm):
     def fwd(self, point: Point, data: ProblemData, dtype: type) -> CpuPrepared:
         p = point.problem
         y = np.empty(p.output_shape, dtype)
-        part = _Part(_Correlation.of(p, dtype, y), data.x.astype(dtype), data.w.astype(dtype), y)
+        part = _Part(_Correlation.of(p, dtype, y, cores_for(point.threads)), data.x.astype(dtype),
+                     data.w.astype(dtype), y)
         kernel, workspace = _correlations(point, dtype, [part], [])
         return CpuPrepared(y, kernel, workspace)
 
@@ -357,7 +365,7 @@ class Im2col(CpuAlgorithm):
         p = point.problem
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
-        parts, zeroed = _data_parts(p, dtype, w, dy, dx)
+        parts, zeroed = _data_parts(p, dtype, w, dy, dx, cores_for(point.threads))
         stride_1 = (p.stride_h, p.stride_w) == (1, 1)
         shifted = stride_1 and all(part.plan.shifted for part in parts)
         ratio = SHIFTED_COL2IM_MIN_RATIO if shifted else COL2IM_MIN_RATIO

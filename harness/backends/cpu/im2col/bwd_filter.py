@@ -19,6 +19,7 @@ from functools import partial
 import numpy as np
 
 from harness.backends.cpu.blas import MAX_GROUP_CALLS, gemm_into, gemm_or_numpy
+from harness.backends.cpu.common import split
 from harness.backends.cpu.im2col.columns import Columns
 from harness.backends.cpu.tiles import even_parts, per_slot, slot_count
 from harness.backends.cpu.workers import run_chunks, run_tasks
@@ -28,11 +29,16 @@ from harness.problem import ConvProblem
 # filters the transposed GEMM lost in the launch. Study:
 # evidence/logs/im2col-classb-issue16-cpu-intel-xeon-2026-11-24.txt
 TRANSPOSED_MAX_FILTERS = 64
-# Blocks run on threads only where each holds one image, its column matrix filling a block
-# (algorithm.BLOCK_BYTES) alone, so that the gather is a long copy, which one thread ran with a
-# core idle; and where the GEMM does at least THREADS_MIN_FLOPS_PER_ELEMENT per element it
-# streams (2 Kg Cg*R*S / (Kg + Cg*R*S)): skinnier GEMMs are bound by memory, which threads share.
-# Study: evidence/logs/im2col-filter-threads-cpu-intel-xeon-2026-11-24.txt
+# Blocks run on threads (one BLAS thread each) where the GEMM does under
+# THREADS_MIN_FLOPS_PER_ELEMENT per element it streams (2 Kg Cg*R*S / (Kg + Cg*R*S)), or where
+# one image's column matrix fills a block (algorithm.BLOCK_BYTES) alone, so that the gather is a
+# long copy, which one thread ran with a core idle. Denser GEMMs over smaller images stay on one
+# thread with BLAS's own: on a 2-core Xeon VM ResNet-50's 3x3 layers ran 1.4-1.9x slower threaded
+# (evidence/logs/im2col-filter-threads-cpu-intel-xeon-2026-11-24.txt; a tie on the AMD EPYC VM).
+# The skinny GEMMs (few filters times few taps: dW is a few KB, the reduction 28,000-55,000
+# pixels an image) are what OpenBLAS splits worst over its threads: threaded they ran 0.72-0.76x
+# on the 2-core AMD EPYC VM (VGG-16 conv1_1, DeepBench rows 2 and 55; on the Xeon 0.98, 0.70-1.07
+# and 1.03; evidence/logs/im2col-fwd-filter-cpu-amd-epyc-2026-11-28.txt).
 THREADS_MIN_FLOPS_PER_ELEMENT = 56
 # dy is read in place where each image's GEMM reduces over at least this many pixels (here the
 # image's columns are the GEMM's depth, not its width as in in_place.MIN_COLUMNS): large images
@@ -111,14 +117,26 @@ def reads_dy_in_place(columns: Columns, dtype: type) -> bool:
             and gemm_into(dtype) is not None and p.out_h * p.out_w >= MIN_IMAGE_COLUMNS)
 
 
+def threaded(p: ConvProblem, image_fills_block: bool) -> bool:
+    """Whether blocks of images run on threads: a skinny GEMM, or one image's scratch
+    (image_bytes) filling a block (see THREADS_MIN_FLOPS_PER_ELEMENT)."""
+    kg, taps = p.filters_per_group, p.channels_per_group * p.kernel_h * p.kernel_w
+    return image_fills_block or 2 * kg * taps < THREADS_MIN_FLOPS_PER_ELEMENT * (kg + taps)
+
+
 def thread_slots(p: ConvProblem, images: list[tuple[int, int]], image_fills_block: bool,
                  cores: int) -> int:
-    """Threads a launch over these image blocks uses: one per core (of `cores`) where one
-    image's scratch (image_bytes) fills a block and the GEMM is not bound by memory (see
-    above), else one."""
-    kg, taps = p.filters_per_group, p.channels_per_group * p.kernel_h * p.kernel_w
-    dense = 2 * kg * taps >= THREADS_MIN_FLOPS_PER_ELEMENT * (kg + taps)
-    return slot_count(images, cores) if image_fills_block and dense else 1
+    """Threads a launch over these image blocks uses: one per core (of `cores`) where
+    `threaded`, else one."""
+    return slot_count(images, cores) if threaded(p, image_fills_block) else 1
+
+
+def shared_blocks(batch: int, images: list[tuple[int, int]], cores: int) -> list[tuple[int, int]]:
+    """The blocks of whole images `images` re-split for `cores` threads: a multiple of `cores`
+    near-equal blocks (at most one an image), none larger than before. DeepBench row 55's three
+    blocks of 3, 3 and 2 images gave one thread 5 images and the other 3."""
+    count = min(batch, cores * -(-len(images) // cores))
+    return split(batch, -(-batch // count))
 
 
 def scratch_shapes(p: ConvProblem, columns: Columns, block_columns: int, dtype: type,

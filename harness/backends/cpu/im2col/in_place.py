@@ -19,6 +19,20 @@ from harness.backends.cpu.im2col.columns import Columns
 # 49 columns an image instead of 392 a block) ran 1.37-1.41x slower in place (fwd, bwd_data);
 # the layers above take 2,000-20,000 columns an image.
 MIN_COLUMNS = 1024
+# On one core, in-place blocks hold this much column matrix (where their GEMMs stay MIN_COLUMNS
+# wide; else algorithm.BLOCK_BYTES): the GEMM then reads from L2 (1 MiB a core on the AMD EPYC
+# VM) what the gather just wrote, rather than from memory. Against 8 MiB blocks on the 2-core
+# AMD EPYC VM, one thread: VGG-16 conv1_1 fwd 0.87 and 0.93 (13 and 11 interleaved rounds),
+# DeepBench row 55 0.92 and 0.90 (row 2 keeps 8 MiB: its last 1 MiB block, 2 rows, is too
+# narrow). Not on two: each narrow GEMM split over BLAS's threads, a fork and join per block,
+# read 0.91 in one run and 1.25 in the next on conv1_1
+# (evidence/logs/im2col-fwd-filter-cpu-amd-epyc-2026-11-28.txt).
+BLOCK_BYTES = 1 << 20
+
+
+def block_bytes(cores: int, default: int) -> int:
+    """Column-matrix bytes an in-place block holds on `cores` cores (see BLOCK_BYTES)."""
+    return min(default, BLOCK_BYTES) if cores == 1 else default
 
 
 def rows_contiguous(y: np.ndarray) -> bool:
