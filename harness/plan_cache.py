@@ -3,7 +3,7 @@
 Listing a graph-API point's plans (harness/backends/cudnn/graph.py) asks the heuristics eight
 times: the candidates in modes A, B and FALLBACK, mode A alone for its ranking, and once per
 numerical note, because the frontend has no per-plan notes getter. On an H100 that took 36.5 ms
-a plan set over ResNet-50's layers (`evidence/logs/plan-set-cost-...`), of which the
+a plan set over ResNet-50's layers (`evidence/logs/issue39-stop56-...`, call 2), of which the
 candidates themselves were 6.2 ms; each timing process lists every point again, and so does
 every later run. This file keeps the rest: each plan's numerical and behaviour notes and mode A
 rank, by point.
@@ -101,17 +101,21 @@ def _entries(text: str, env: Mapping[str, Any]) -> dict[str, dict[str, Labels]]:
         raise ValueError("written for another GPU, driver or library version")
     entries: dict[str, dict[str, Labels]] = {}
     for number, line in enumerate(lines[1:], start=2):
-        body = json.loads(line)
-        if "format" in body:        # two processes started the file at once: a second header
-            continue
-        entries[_text(body["key"], number)] = _plans(body["plans"], number)
+        entry = _entry(line, number)
+        if entry is not None:
+            entries[entry[0]] = entry[1]
     return entries
 
 
-def _text(value: Any, number: int) -> str:
-    if not isinstance(value, str):
+def _entry(line: str | bytes, number: int) -> tuple[str, dict[str, Labels]] | None:
+    """One line's plan set, None for a header (two processes that started the file at once
+    each wrote one); raises where the line is not what a worker writes."""
+    body = json.loads(line)
+    if "format" in body:
+        return None
+    if not isinstance(body["key"], str):
         raise ValueError(f"line {number}: the key is not text")
-    return value
+    return body["key"], _plans(body["plans"], number)
 
 
 def _plans(plans: Any, number: int) -> dict[str, Labels]:
@@ -177,9 +181,9 @@ class PlanCache:
         complete = chunk[:chunk.rfind(b"\n") + 1]
         for number, raw in enumerate(complete.splitlines()):
             try:
-                body = json.loads(raw)
-                if "key" in body:
-                    self._entries[body["key"]] = _plans(body["plans"], number)
+                entry = _entry(raw, number)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
+            if entry is not None:
+                self._entries[entry[0]] = entry[1]
         self._read_to += len(complete)

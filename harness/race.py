@@ -76,7 +76,7 @@ def measuring_order(candidates: list[tuple[Algorithm, Point]]) -> list[int]:
     order given. The first candidate timed in full sets the bar; in cuDNN's enum order that was
     often a slow one, timed in full because nothing had set a bar yet (bwd_data algo_0 on
     ResNet-50's strided 1x1 layers, ~0.9 s a row: 40 of the 237 s a selection sweep's time
-    stage took, `evidence/logs/selection-eb3dc29-...`)."""
+    stage took: `evidence/runs/resnet50-gpu-selection-eb3dc29-stages-partial-...`)."""
     ranks = [_rank(algo, point) for algo, point in candidates]
     return sorted(range(len(candidates)), key=lambda i: (ranks[i] is None, ranks[i] or 0, i))
 

@@ -3,13 +3,16 @@ that hung (harness/hang_cache.py) and the graph API's plan labels (harness/plan_
 `--no-cache` turns both off."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import say, warn
 
+if TYPE_CHECKING:
+    from harness.plan_cache import CacheFile
 
-def plan_cache_for(env: dict[str, Any]) -> Any:
-    """The run's plan-label file for its workers (harness/plan_cache.CacheFile), after saying
+
+def plan_cache_for(env: dict[str, Any]) -> CacheFile:
+    """The run's plan-label file for its workers, after saying
     what it holds or why an unusable one was set aside."""
     from harness import plan_cache
     remembered, note = plan_cache.check(env)
