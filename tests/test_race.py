@@ -261,6 +261,33 @@ def test_a_ranking_that_hangs_costs_its_time_and_no_row(ranked_gpu, monkeypatch)
     assert hung.ok and fast.ok and fast.stop_reason != stopping.RACED_OUT
 
 
+def test_the_prefetch_lets_the_algorithm_work_ahead(ranked_gpu):
+    from harness.executor import PointExecutor
+    from planted_backends import _AheadSlowly
+    _AheadSlowly.AHEAD_S, _AheadSlowly.asked = 0.0, []
+    group = _ranked(["ahead_slowly"])[0].group
+    PointExecutor().prefetch(group)
+    assert _AheadSlowly.asked == [("ahead_slowly", PROBLEM.input_shape)]
+
+
+def test_a_long_prefetch_is_not_taken_for_a_hung_ranking(ranked_gpu, monkeypatch):
+    """The worker's prefetch (its test data, the algorithm's work ahead) may outlast the wait
+    for the order it names: the wait starts when the prefetch says it is done, so the worker is
+    not replaced and its order stands."""
+    from harness import worker
+    monkeypatch.setattr(worker, "ORDER_TIMEOUT_S", 1.0)
+    pool = worker.WorkerPool()
+    try:
+        requests = _ranked(["slow", "ahead_slowly"])
+        pool.prefetch(requests[1].group)
+        started = pool._process.pid
+        (slow,), (ahead,) = pool.measure_groups(requests)
+        assert pool._process.pid == started
+    finally:
+        pool.close()
+    assert ahead.ok and slow.ok and slow.stop_reason == stopping.RACED_OUT
+
+
 def test_a_later_timing_process_does_not_rank(ranked_gpu):
     from harness.executor import PointExecutor
     later = replace(TIMING, replicate=1)
@@ -284,3 +311,19 @@ def test_a_legacy_algorithms_rank_is_its_place_among_what_cudnn_offers():
     ranks = {name: CudnnAlgorithm(name, Owner()).race_rank(point)
              for name in ("algo_0", "algo_1", "fft", "winograd")}
     assert ranks == {"algo_0": 1, "algo_1": 0, "fft": None, "winograd": None}
+
+
+def test_a_row_raced_out_by_its_probe_says_how():
+    """The graph timer's probe (one stream-ordered sample, harness/timer.py) has a note of its
+    own: its bar is PROBE_RACE_FACTOR higher than the heat's."""
+    from harness.race import Race
+    from harness.timer import Timing
+    race = Race()
+    race.finished("fast", "fp32", Timing((1.0,) * 12, "noise_target"), 0)
+    probe = Timing((3.0,), stopping.RACED_OUT, gpu_timer="held_stream")
+    columns, note = race.row_notes("fp32", probe, None)
+    assert columns == {"raced_out_by": 3.0, "raced_against": "fast"}
+    assert note.startswith("raced out by its probe (3 calls in stream order): 3 ms, 3.00x")
+    assert "under 1.8x of that in its probe is replayed" in note
+    heat = Timing((3.0,) * stopping.RACE_SAMPLES, stopping.RACED_OUT)
+    assert race.row_notes("fp32", heat, None)[1].startswith("raced out after 4 samples")
