@@ -40,6 +40,8 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
         except CaptureFailed as err:
             capture_error = str(err)[:300]
         else:
+            if timing.gpu_timer is not None:   # raced out by its stream-ordered probe
+                return timing
             if prepared.capture is None or options.replay_checked:
                 return replace(timing, gpu_timer="cuda_graph")
             # A few stream-ordered samples tell a replay that is not slower (nearly every row)

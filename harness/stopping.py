@@ -8,7 +8,8 @@ plans were over 1.2x the fastest plan met before them). A plan is raced out when
 held batch (RACE_SAMPLES samples), even its fastest sample is over RACE_MARGIN above the fastest
 median among the plans of its point timed before it (harness/race.py keeps that bar). Such a plan
 cannot be the point's best, so its row keeps the samples it has (`stop_reason` "raced_out");
-every plan that could still win is timed in full.
+every plan that could still win is timed in full. A plan far over the bar already in the graph
+timer's probe (PROBE_RACE_FACTOR) is raced out there, before its calls are captured.
 """
 from __future__ import annotations
 
@@ -34,6 +35,24 @@ RACE_SAMPLES = 4
 # same rows no plan whose final median was within 2% of its point's best was raced out at margins
 # of 10-30%; 20% leaves room for a clock step in a whole heat.
 RACE_MARGIN = 0.2
+
+
+# A GPU plan this many times over the bar in the graph timer's probe (one held batch of three
+# calls in stream order, before anything is captured) is raced out there. Stream order adds ~1 us
+# between kernels that a replay does not (5-15% of a 10-25 us call on an H100: harness/timer.py),
+# so the probe may read a plan slower than its replays would, never faster; the factor leaves 50%
+# for that and for a single sample's noise on top of RACE_MARGIN (the plan is then over 1.8x the
+# fastest plan so far). On a ResNet-50 selection sweep 62% of the raced-out graph-API plans lost
+# by 2x or more and still paid the probe, a capture and five replays: 72 of the 98 s those rows
+# spent timing were plans of 0.3 ms and more (evidence/runs/resnet50-gpu-selection-b461897-...).
+PROBE_RACE_FACTOR = 1.5
+
+
+def lost_in_probe(probe_ms: float, options: TimingOptions) -> bool:
+    """Whether a plan's probe (a held stream-ordered batch's mean per call) is so far over the
+    race's bar that its replays could not be within it."""
+    bar = options.race_bar_ms
+    return bar is not None and probe_ms > bar * PROBE_RACE_FACTOR
 
 
 def raced_out(samples: Sequence[float], options: TimingOptions) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 from harness import contention
 from harness.contention import load_average, stolen_ms
-from harness.stopping import RACE_SAMPLES, StoppingRule
+from harness.stopping import RACE_SAMPLES, RACED_OUT, StoppingRule, lost_in_probe
 from harness.stream_hold import (UNHELD, Hold, calls_per_graph, measure_host_ms, unheld_samples,
                                  warm_pairs)
 from harness.sweep import TimingOptions
@@ -329,9 +329,13 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
     CUPTI records (benchmarks/gpu_fidelity.py). `capture(calls)`, when given, captures with the
     library's own machinery (PyTorch needs its allocator's graph pool) and returns the replay.
     Raises CaptureFailed when the library's calls cannot be captured."""
-    # One held batch of 3 calls (after the warm-up) gives the host cost and a per-call estimate.
-    probe = time_cuda(launch, stream, replace(options, min_samples=1, max_samples=1),
-                      batch_calls=3)
+    # One held batch of 3 calls gives the host cost and a per-call estimate. The host probe's
+    # calls are the warm-up: the verified runs have just run the plan.
+    probe = time_cuda(launch, stream, _after_host_probe(options, PROBE_HOST_CALLS, 1),
+                      batch_calls=3, host_probe_calls=PROBE_HOST_CALLS)
+    if probe.gpu_timer is None and lost_in_probe(probe.samples_ms[0], options):
+        # raced out before its capture: the row's one sample is the probe's, in stream order
+        return replace(probe, stop_reason=RACED_OUT, gpu_timer="held_stream")
     calls = calls_per_graph(probe.samples_ms[0], options, max_calls_per_graph)
     if options.race_bar_ms is not None:         # the replays' samples are `calls` calls each
         options = replace(options, race_bar_ms=options.race_bar_ms * calls)
@@ -342,10 +346,23 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
         replay_graph = capture(calls)
     # A replay's host cost is one graph launch whatever it holds: one replay tells it (five
     # would run 5 x `calls` calls on the GPU before the first sample, per row).
-    replay = time_cuda(replay_graph, stream, options, batch_calls=4, host_probe_calls=1)
+    replay = time_cuda(replay_graph, stream, _after_host_probe(options, 1), batch_calls=4,
+                       host_probe_calls=1)
     note = replay.timer_note and f"graph replays: {replay.timer_note}"  # a "call" is a replay
     return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason,
                   probe.host_ms, timer_note=note)
+
+
+# Calls the graph timer's probe issues to measure a call's host cost: they also warm it up.
+PROBE_HOST_CALLS = 3
+
+
+def _after_host_probe(options: TimingOptions, probe_calls: int,
+                      samples: int | None = None) -> TimingOptions:
+    """`options` for a timer whose host probe's `probe_calls` untimed calls count towards the
+    warm-up (`samples`: the probe's own sample count)."""
+    counted = dict(min_samples=samples, max_samples=samples) if samples else {}
+    return replace(options, warmup=max(0, options.warmup - probe_calls), **counted)
 
 
 # A graph replay runs the calls without stream order's ~1 us between kernels, so it is never

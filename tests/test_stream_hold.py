@@ -171,6 +171,43 @@ def test_graph_replays_that_block_the_host_carry_the_note(gpu):
     assert gpu.spins <= 2 * MAX_MISSES       # the probe's holds and the replays'
 
 
+def _graph_timing(gpu, kernel_ms: float, bar_ms: float | None) -> tuple[Timing, list[int]]:
+    """time_cuda_graph of a call of `kernel_ms` against a race bar; the calls of each capture."""
+    from dataclasses import replace
+    captured: list[int] = []
+
+    def capture(calls: int):
+        captured.append(calls)
+        return _launch(gpu, 0.01, kernel_ms * calls)
+    options = replace(TimingOptions(budget_ms=5, min_samples=8, max_samples=50, warmup=1),
+                      race_bar_ms=bar_ms)
+    return timer.time_cuda_graph(_launch(gpu, 0.01, kernel_ms), gpu, options,
+                                 capture=capture), captured
+
+
+def test_a_plan_far_over_the_bar_in_its_probe_is_raced_out_before_its_capture(gpu):
+    """The probe's held batch (stream order) reads a plan far over the race's bar: it is raced
+    out there, its one sample the probe's, with nothing captured or replayed."""
+    from harness import stopping
+    bar = 0.1
+    raced, captured = _graph_timing(gpu, bar * stopping.PROBE_RACE_FACTOR * 1.05, bar)
+    assert raced.stop_reason == stopping.RACED_OUT and raced.gpu_timer == "held_stream"
+    assert captured == [] and len(raced.samples_ms) == 1
+    assert gpu.log.count("launch") == timer.PROBE_HOST_CALLS + 3   # no other warm-up
+
+
+@pytest.mark.parametrize("over", [0.95, None], ids=["just_under_the_probe_factor", "no_race"])
+def test_a_plan_the_probe_cannot_rule_out_is_replayed(gpu, over):
+    """Under PROBE_RACE_FACTOR x the bar (or with no race) the plan is captured and replayed:
+    stream order may read a plan slower than its replays."""
+    from harness import stopping
+    bar = 0.1
+    kernel = bar * stopping.PROBE_RACE_FACTOR * (over or 1.0)
+    timing, captured = _graph_timing(gpu, kernel, bar if over else None)
+    assert captured and timing.gpu_timer is None
+    assert len(timing.samples_ms) >= (stopping.RACE_SAMPLES if over else 8)
+
+
 # ---- the rule itself (harness/stream_hold.Hold) --------------------------------------------------
 def test_a_blocked_miss_halves_the_batch_at_the_same_hold_and_says_so_at_one_call():
     hold = Hold(0.1)
@@ -249,6 +286,19 @@ def test_a_stream_timing_that_could_not_hold_keeps_its_timer_and_note(monkeypatc
     timing = point_timing.time_gpu(_prepared(capture), options, flush)
     assert (timing.gpu_timer, timing.timer_note) == (UNHELD, NOTE)
     assert point_timing.timing_extras(timing)["timer_fallback"] == NOTE
+
+
+@pytest.mark.parametrize("captures_itself", [False, True], ids=["cudnn", "torch"])
+def test_a_plan_raced_out_by_its_probe_keeps_the_stream_timer_unchecked(monkeypatch,
+                                                                          captures_itself):
+    """A probe's race-out is a stream-ordered sample: the row says so, and a self-capturing
+    library's replay check (which would time it in stream order again) does not run."""
+    from harness import stopping
+    probe = Timing((0.5,), stopping.RACED_OUT, 0.01, gpu_timer="held_stream")
+    monkeypatch.setattr(timer, "time_cuda_graph", lambda *args, **kwargs: probe)
+    monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: pytest.fail("timed again"))
+    capture = (lambda calls: (lambda: None)) if captures_itself else None
+    assert point_timing.time_gpu(_prepared(capture), TimingOptions(), None) == probe
 
 
 def test_the_note_is_a_column_and_part_of_the_reason():
