@@ -46,3 +46,39 @@ def test_im2col_rows_carry_their_floor(direction) -> None:
     prepared = backends.get("cpu").algorithm("im2col").prepare(point, data)
     floor = prepared.extras["gemm_floor_ms"]
     assert floor == gemm_floor.floor_ms(PROBLEM, direction, prepared.result.dtype, 0) > 0
+
+
+def test_fwd_result_rows_lie_as_y_channel_rows_modulo_the_set_period() -> None:
+    """fwd's result rows are congruent to y's channel rows (an output plane apart) modulo
+    SET_PERIOD, so a slice meets the 4 KiB aliasing of VGG-16 conv1_1's 224 x 224 planes; the
+    other directions' results stay contiguous."""
+    period = gemm_floor.SET_PERIOD // 4
+    for columns, plane in ((184_000, 224 * 224), (1000, 224 * 224), (50_176, 50_176),
+                           (300, 49), (32_768, 112 * 112)):
+        row = gemm_floor.result_row("fwd", columns, plane, 4)
+        assert columns <= row < columns + period
+        assert (row - plane) % period == 0, (columns, plane, row)
+    assert gemm_floor.result_row("fwd", 184_000, 224 * 224, 4) * 4 % 4096 == 0  # aliased
+    for direction in ("bwd_data", "bwd_filter"):
+        assert gemm_floor.result_row(direction, 184_000, 224 * 224, 4) == 184_000
+
+
+def test_the_floor_passes_the_output_plane(monkeypatch) -> None:
+    """floor_ms times fwd's product with the problem's own output plane (P x Q) as the row
+    spacing, into a result of that spacing."""
+    seen = []
+    real = gemm_floor.result_row
+
+    def spy(direction: str, columns: int, plane: int, itemsize: int) -> int:
+        seen.append((direction, plane))
+        return real(direction, columns, plane, itemsize)
+
+    monkeypatch.setattr(gemm_floor, "result_row", spy)
+    problem = ConvProblem(2, 3, 32, 32, 4, 3, 3, pad_top=1, pad_left=1, pad_bottom=1,
+                          pad_right=1)
+    gemm_floor._floor_ms.cache_clear()
+    try:
+        assert gemm_floor.floor_ms(problem, "fwd", float, 1) > 0
+    finally:
+        gemm_floor._floor_ms.cache_clear()
+    assert seen == [("fwd", 32 * 32)]

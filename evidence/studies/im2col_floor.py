@@ -98,8 +98,11 @@ def before_im2col(commit: str):
     return algorithm.Im2col()
 
 
-def floor_launch(p: ConvProblem, direction: str) -> tuple[callable, float]:
-    """The floor's GEMM as a launch, and the factor its time scales by (gemm_floor.py)."""
+def floor_launch(p: ConvProblem, direction: str,
+                 dense: bool = False) -> tuple[callable, float]:
+    """The floor's GEMM as a launch, and the factor its time scales by (gemm_floor.py); with
+    `dense`, its result rows contiguous, as the floor stood before fwd's rows took y's
+    spacing (gemm_floor.result_row)."""
     crs = p.channels_per_group * p.kernel_h * p.kernel_w
     pixels = p.batch * p.out_h * p.out_w
     per_pixel = 4 * p.groups * (crs + p.filters_per_group)
@@ -109,12 +112,13 @@ def floor_launch(p: ConvProblem, direction: str) -> tuple[callable, float]:
     rng = np.random.default_rng(0)
     a = rng.standard_normal(a_shape).astype(np.float32)
     b = rng.standard_normal(b_shape).astype(np.float32)
-    out = np.empty((p.groups, a_shape[1], b_shape[2]), np.float32)
+    row = taken if dense else gemm_floor.result_row(direction, taken, p.out_h * p.out_w, 4)
+    out = np.empty((p.groups, a_shape[1], row), np.float32)[..., :taken]
     return (lambda: np.matmul(a, b, out=out)), pixels / taken
 
 
 def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms: dict,
-            profile: bool, raw: bool = False) -> dict | None:
+            profile: bool, raw: bool = False, dense: bool = False) -> dict | None:
     data = reference.make_data(p, "fp32")
     expected = reference.reference(p, direction, data)
     runs = {}
@@ -131,6 +135,8 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
             runs[name] = run.launch
         floor, scale = floor_launch(p, direction)
         runs["floor"] = floor
+        if dense:
+            runs["dense"] = floor_launch(p, direction, dense=True)[0]
         harness_floor = gemm_floor.floor_ms(p, direction, np.float32, threads)
         if profile:
             profiler = cProfile.Profile()
@@ -162,7 +168,8 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
             gc.enable()
         if not samples["floor"]:
             raise SystemExit(f"{p.name} {direction}: every round contended")
-    samples["floor"] = [t * scale for t in samples["floor"]]
+    for name in {"floor", "dense"} & samples.keys():
+        samples[name] = [t * scale for t in samples[name]]
     if raw:
         print(f"{p.name} {direction} {label(threads)}: " + "; ".join(
             f"{name} " + " ".join(f"{t:.1f}" for t in s) for name, s in samples.items()))
@@ -178,7 +185,8 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
             "after/floor": ratio("after", "floor"), "before/floor": ratio("before", "floor"),
             "after/before": ratio("after", "before"),
             "after/harness_floor": medians["after"] / harness_floor,
-            "before/harness_floor": medians["before"] / harness_floor}
+            "before/harness_floor": medians["before"] / harness_floor,
+            **({"after/dense": ratio("after", "dense")} if dense else {})}
 
 
 def _spread(r: tuple[float, float, float]) -> str:
@@ -195,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default="HEAD")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--raw", action="store_true", help="print every sample too")
+    parser.add_argument("--dense-floor", action="store_true",
+                        help="also the floor with contiguous result rows (floor_launch)")
     args = parser.parse_args(argv)
     wanted = [key for key in args.layers.split(",") if key]
     layers = [p.with_batch(BATCH) for p in load_suite("cpu_compare").problems
@@ -213,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         for direction in args.directions.split(","):
             for threads in (int(t) for t in args.threads.split(",")):
                 row = measure(p, direction, threads, args.reps, algorithms, args.profile,
-                              args.raw)
+                              args.raw, args.dense_floor)
                 if row is not None:
                     rows.append(row)
                     print(f"  {p.name} {direction} {label(threads)}: done", file=sys.stderr,
@@ -229,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['after']:8.2f} {r['floor']:8.2f} {r['harness_floor']:8.2f} "
                   f"{_spread(r['before/floor']):>18s} {_spread(r['after/floor']):>18s} "
                   f"{_spread(r['after/before']):>18s} {r['before/harness_floor']:8.2f} "
-                  f"{r['after/harness_floor']:8.2f}")
+                  f"{r['after/harness_floor']:8.2f}"
+                  + (f" dense {r['dense']:.2f}, after/dense {_spread(r['after/dense'])}"
+                     if "dense" in r else ""))
         print("floor* = gemm_floor.floor_ms (best of three at prepare, the sweep's column); "
               "ratios to floor are per round, [lowest-highest]; kept/cont = rounds kept / "
               f"dropped as contended (neighbours over {NEIGHBOUR_SHARE:.0%} of a core)")
