@@ -13,7 +13,7 @@ out=${1:?usage: before_after.sh OUT CAP_S RUN_ARGS...}; cap=${2:?}; shift 2
 root=$PWD
 mkdir -p "$out"
 timed() {  # NAME DIR: the sweep from DIR, its log and wall time under OUT
-    local name=$1 dir=$2 start=$SECONDS
+    local name=$1 dir=$2 start=$SECONDS; shift 2
     rm -rf "/tmp/cache-$name" && mkdir -p "/tmp/cache-$name"
     (cd "$dir" && CONVBENCH_CACHE_DIR="/tmp/cache-$name" PYTHONPATH="$root/.site:$PWD" \
         timeout "$cap" python3 -m harness.cli run "$@" --out "$out/$name.parquet") \
