@@ -555,6 +555,17 @@ def test_a_change_of_gpu_timer_is_refused_like_an_environment_change():
     assert environment_mismatches(base, new) == []
 
 
+def test_plans_raced_out_by_their_stream_ordered_probe_are_no_change_of_timer():
+    """A raced-out plan's few samples may come from the graph timer's stream-ordered probe
+    (harness/timer.py): its timer says nothing of how the rows timed in full were timed."""
+    base, new, _ = synthetic_pair(0, rows=4)
+    base["gpu_timer"] = new["gpu_timer"] = "cuda_graph"
+    new.loc[new.index[0], ["gpu_timer", "stop_reason"]] = ["held_stream", "raced_out"]
+    assert environment_mismatches(base, new) == []
+    new.loc[new.index[0], "stop_reason"] = "noise_target"  # timed in full: a real change
+    assert [m.field for m in environment_mismatches(base, new)] == ["gpu_timer"]
+
+
 # ---- the suite verdict: statistics ---------------------------------------------------------------
 def test_t_quantile_matches_scipy_where_it_is_used():
     scipy_stats = pytest.importorskip("scipy.stats")

@@ -114,6 +114,7 @@ from harness.compare.verdicts import (CHANGED, DEFAULT_SUITE_CONFIDENCE, DEFAULT
                                       confirmed_suite, interval_text, judge_suite,
                                       parse_layer_thresholds, parse_threshold, pct, values_text)
 from harness.env import COMPARABILITY_FIELDS, GPU_FIELDS
+from harness.stopping import RACED_OUT
 
 
 def compare(base: pd.DataFrame, new: pd.DataFrame,
@@ -218,7 +219,9 @@ def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame
 
 
 # How the times were taken: a change of GPU timer moves small kernels by ~5% (graph replay leaves
-# out the stream-order gap the held stream counts), which is not the code getting faster.
+# out the stream-order gap the held stream counts), which is not the code getting faster. Read
+# from rows timed to their floor: a raced-out plan keeps its probe's or heat's few samples (a probe
+# times in stream order, harness/timer.py), too few for a verdict of its own either way.
 METHOD_COLUMNS = ("gpu_timer",)
 
 
@@ -238,13 +241,19 @@ def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMis
         if b != n:
             found.append(EnvMismatch(name, b, n))
     for name in METHOD_COLUMNS:
-        b, n = distinct_values(base, name), distinct_values(new, name)
+        b, n = (distinct_values(_timed_in_full(frame), name) for frame in (base, new))
         if b != n:
             found.append(EnvMismatch(name, b, n))
     b, n = _cpu_allocator(base), _cpu_allocator(new)
     if b and n and b != n:
         found.append(EnvMismatch("malloc", b, n))
     return found
+
+
+def _timed_in_full(df: pd.DataFrame) -> pd.DataFrame:
+    if "stop_reason" not in df.columns:
+        return df
+    return df[~df["stop_reason"].fillna("").astype(str).str.contains(RACED_OUT)]
 
 
 def gpu_row_mask(df: pd.DataFrame) -> pd.Series:
