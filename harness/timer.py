@@ -220,6 +220,9 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     samples: list[float] = []
     hold = Hold(host_ms + (0.02 if flush else 0.0))
     per_call_estimate = None
+    if (note := hold.unreachable()) is not None:
+        samples, reason = unheld_samples(launch, stream, rule, flush, cupy)
+        return Timing(tuple(samples), reason, host_ms, gpu_timer=UNHELD, timer_note=note)
     while (reason := rule.reason_to_stop(samples)) is None:
         per_sample = _batch_size(batch_calls, per_call_estimate, options, len(samples), flush)
         # the first batch alone: until one batch was held, a call's cost is not known
