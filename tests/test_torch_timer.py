@@ -84,37 +84,3 @@ def test_a_pick_whose_replay_was_checked_is_timed_by_replay_alone(stub_timers):
     us["graph"] = 7.5
     timing = point_timing.time_gpu(_prepared(True), TimingOptions(replay_checked=True), None)
     assert calls == ["graph"] and timing.gpu_timer == "cuda_graph"
-
-
-def test_a_capture_keeps_pytorchs_caches_and_ends_a_broken_capture():
-    """backends/torch/cuda.captured: CUDAGraph's own capture on the row's stream, never the
-    torch.cuda.graph context (which empties PyTorch's caches at every row); a call that fails
-    under capture ends it and is CaptureFailed (the held stream then times the row)."""
-    import contextlib
-
-    from harness.backends.torch.cuda import captured
-    calls: list[str] = []
-
-    class Graph:
-        def capture_begin(self):
-            calls.append("begin")
-
-        def capture_end(self):
-            calls.append("end")
-
-        def replay(self):
-            calls.append("replay")
-    fail = lambda *args, **kwargs: pytest.fail("PyTorch's caches emptied")  # noqa: E731
-    torch = SimpleNamespace(cuda=SimpleNamespace(
-        CUDAGraph=Graph, stream=lambda stream: contextlib.nullcontext(), empty_cache=fail,
-        graph=fail))
-    stream, kept = SimpleNamespace(synchronize=lambda: calls.append("sync")), []
-    replay = captured(torch, stream, 2, lambda: calls.append("launch"), kept)
-    replay()
-    assert calls == ["sync", "begin", "launch", "launch", "end", "replay"] and len(kept) == 1
-
-    def refused():
-        raise RuntimeError("operation not permitted when stream is capturing")
-    with pytest.raises(timer.CaptureFailed, match="not permitted"):
-        captured(torch, stream, 1, refused, kept)
-    assert calls[-2:] == ["begin", "end"] and len(kept) == 1
