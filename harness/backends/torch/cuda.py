@@ -36,36 +36,18 @@ def captured(torch: Any, stream: Any, calls: int, launch: Callable[[], None],
     held stream then times them)."""
     from harness.timer import CaptureFailed
     graph = torch.cuda.CUDAGraph()
-    # CUDAGraph's own capture, not the torch.cuda.graph context: that one empties PyTorch's
-    # device and host caches first (and collects garbage in older versions), at every row, so
-    # the calls after it allocate afresh (issue 40: the plain loop's training-step rows spent
-    # a median 2.25 s in the time stage on an H200, raced out after a heat of four samples).
-    stream.synchronize()
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
-        try:
+    try:
+        with torch.cuda.graph(graph, stream=stream):
             for _ in range(calls):
                 launch()
-        except RuntimeError as err:
-            _end_broken_capture(graph)
-            raise CaptureFailed(f"torch.cuda.graph: {err}") from err
-        try:
-            graph.capture_end()
-        except RuntimeError as err:
-            raise CaptureFailed(f"torch.cuda.graph: {err}") from err
+    except RuntimeError as err:
+        raise CaptureFailed(f"torch.cuda.graph: {err}") from err
     kept.append(graph)
 
     def replay() -> None:
         with torch.cuda.stream(stream):
             graph.replay()
     return replay
-
-
-def _end_broken_capture(graph: Any) -> None:
-    try:
-        graph.capture_end()
-    except RuntimeError:    # the capture is already invalid; ending it is what matters
-        pass
 
 
 def cuda_refusal(torch: Any) -> str | None:
