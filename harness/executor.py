@@ -105,12 +105,12 @@ class PointExecutor:
 
     def race_order(self, groups: list[list[Point]]) -> list[int]:
         """The order to measure a point's candidate groups in (race.measuring_order)."""
-        return measuring_order([(algorithm_for(p), p) for p in map(_loosest, groups)])
+        points = [_loosest(group) for group in groups]
+        return measuring_order([(algorithm_for(point), point) for point in points])
 
     def prefetch(self, group: list[Point]) -> None:
-        """Test data drawn into the cache now, and the algorithm's work ahead (worker prefetch)."""
-        point = _loosest(group)
-        algorithm_for(point).ahead(point, self.cached_data(point))
+        """Draw the group's test data into the cache now (harness.worker's prefetch)."""
+        self.cached_data(_loosest(group))
 
     def units(self, group: list[Point], skip: frozenset[str] = frozenset(),
               verified: dict[str, verified_once.Verified] | None = None) -> Iterator[Unit]:

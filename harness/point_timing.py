@@ -11,7 +11,6 @@ from typing import Any
 
 from harness import contention, threads
 from harness.backends.base import Prepared
-from harness.stopping import RACED_OUT
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
 
 
@@ -43,11 +42,7 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
         else:
             if timing.gpu_timer is not None:   # raced out by its stream-ordered probe
                 return timing
-            # A raced-out row's few samples decide nothing, so whether capture changed its
-            # kernels does not matter (a plain PyTorch loop, 67 ms of host time a call on an
-            # H200, paid a stream check at every raced-out row).
-            if prepared.capture is None or options.replay_checked or \
-                    timing.stop_reason == RACED_OUT:
+            if prepared.capture is None or options.replay_checked:
                 return replace(timing, gpu_timer="cuda_graph")
             # A few stream-ordered samples tell a replay that is not slower (nearly every row)
             # from one that may be; only the latter is timed in stream order in full.

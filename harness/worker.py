@@ -39,10 +39,9 @@ def _lost_context(measurements: list[Measurement]) -> bool:
     return any(m.status == Status.CRASHED for m in measurements)
 
 
-PREFETCH, PREFETCHED, MEASURE, ORDER = "prefetch", "prefetched", "measure", "order"
+PREFETCH, MEASURE, ORDER = "prefetch", "measure", "order"
 # How long a worker may take to name the order of a message's groups (one cuDNN heuristic call a
-# point, after the library's start-up: well under a second), counted from the end of a prefetch
-# still under way (it says when it ends); past it, the ranking is what hung.
+# point, after the library's start-up: well under a second); past it, the ranking is what hung.
 ORDER_TIMEOUT_S = 30.0
 
 
@@ -65,7 +64,6 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str],
         kind, payload = message
         if kind == PREFETCH:
             _prefetch(executor, payload)
-            connection.send((PREFETCHED, None))
             continue
         groups, rank = payload
         order = (executor.race_order([group for group, *_ in groups]) if rank
@@ -204,7 +202,6 @@ class WorkerPool:
         self._context = mp.get_context("spawn")
         self._process = None
         self._connection = None
-        self._prefetches = 0                # sent to the worker, not yet said to be done
 
     def _ensure_started(self) -> None:
         if self._process is None or not self._process.is_alive():
@@ -217,7 +214,7 @@ class WorkerPool:
             daemon=True)
         self._process.start()
         child.close()
-        self._connection, self._prefetches = parent, 0
+        self._connection = parent
 
     def measure(self, group: list[Point], skip: frozenset[str] = frozenset(),
                 on_rows: Callable[[list[Measurement]], None] | None = None,
@@ -241,12 +238,10 @@ class WorkerPool:
         return [list(state.rows) for state in states]
 
     def prefetch(self, group: list[Point]) -> None:
-        """Ask the (idle) worker to draw `group`'s test data and work ahead on it now, not when
-        the group comes."""
+        """Ask the (idle) worker to draw `group`'s test data now, not when the group comes."""
         self._ensure_started()
         try:
             self._connection.send((PREFETCH, group))
-            self._prefetches += 1
         except (BrokenPipeError, OSError):
             self._kill()    # measure_groups starts a fresh one
 
@@ -291,15 +286,11 @@ class WorkerPool:
         """The groups in the order the worker measures them, which it names before the first
         (_worker_main); None where it died or hung first (it is then stopped: the first group
         meets the closed pipe)."""
-        try:   # a prefetch under way may take a unit's time (the algorithm's work ahead)
-            while self._connection.poll(self.unit_timeout_s if self._prefetches
-                                        else ORDER_TIMEOUT_S):
+        try:
+            if self._connection.poll(ORDER_TIMEOUT_S):
                 kind, order = self._connection.recv()
                 if kind == ORDER:
                     return [pending[i] for i in order]
-                if kind != PREFETCHED:
-                    break
-                self._prefetches -= 1
         except (EOFError, BrokenPipeError, ConnectionResetError):
             pass
         self._process.kill()    # the process stays known: _collect reads its exit code
@@ -319,9 +310,6 @@ class WorkerPool:
                     return _Stopped(variant, engine,
                                     f"no result within {cap:.0f} s{why}: worker killed", hung=True)
                 kind, payload = self._connection.recv()
-                if kind == PREFETCHED:      # a prefetch sent while it measured, now done
-                    self._prefetches -= 1
-                    continue
                 if kind == "done":
                     return None
                 if kind == "start":

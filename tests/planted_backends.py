@@ -270,18 +270,6 @@ class _RankHangs(_Ranked):
     name, gflops, rank = "rank_hangs", 300.0, "hangs"
 
 
-class _AheadSlowly(_Ranked):
-    """Works ahead of its measurement (Algorithm.ahead) for AHEAD_S, as the graph API lists and
-    builds a point's plans, and records the points it was asked for (in this process)."""
-    name, gflops, rank = "ahead_slowly", 300.0, 0
-    AHEAD_S = 2.5
-    asked: ClassVar[list] = []
-
-    def ahead(self, point, data):
-        self.asked.append((point.algorithm, data.x.shape))
-        time.sleep(self.AHEAD_S)
-
-
 class RankedGpuBackend(FakeBackend):
     """Plain 'cuda' algorithms with a library ranking: the worker measures a point's groups in
     its order (PointExecutor.race_order)."""
@@ -289,7 +277,7 @@ class RankedGpuBackend(FakeBackend):
     device = "cuda"
 
     def algorithms(self):
-        return [_RankedSlow(), _RankedFast(), _RankFails(), _RankHangs(), _AheadSlowly()]
+        return [_RankedSlow(), _RankedFast(), _RankFails(), _RankHangs()]
 
 
 class _FailsAtLaunch(_Forwarding):

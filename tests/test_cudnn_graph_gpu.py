@@ -254,25 +254,3 @@ def test_a_later_session_takes_the_plan_labels_from_the_cache(tmp_path, monkeypa
         assert plan_cache.check({"gpu_name": "this GPU"})[0] == 1
     finally:
         plan_cache.open_here(None)
-
-
-def test_plans_built_ahead_are_the_plans_measured(run_fast):
-    """Algorithm.ahead, which the worker's prefetch runs while the sibling process measures:
-    the point's plans are listed and built before its measurement, which then lists nothing
-    afresh and gives every plan a verified row; and a run of two timing processes (where the
-    prefetch runs) agrees with it."""
-    from harness import runner
-    from harness.executor import PointExecutor
-    sweep = _sweep(SMALL, directions=("bwd_filter",), precisions=("fp16",), layouts=("NHWC",))
-    (group,) = runner.groups(runner.plan(sweep).points)
-    executor = PointExecutor()
-    executor.prefetch(group)
-    rows = executor.measure(group)
-    print(f"{len(rows)} plans; list stage at most "
-          f"{max(m.extras['stage_list_ms'] for m in rows):.3f} ms a row")
-    assert any(m.ok for m in rows) and not any(m.status == "failed" for m in rows)
-    assert max(m.extras["stage_list_ms"] for m in rows) < 1.0
-    two = run_fast(sweep, gpu_processes=2)
-    assert {m.point.algorithm: m.status for m in two} == {m.point.algorithm: m.status
-                                                          for m in rows}
-    assert any(len(m.extras["process_samples"].split()) == 2 for m in two if m.ok)

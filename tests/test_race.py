@@ -261,33 +261,6 @@ def test_a_ranking_that_hangs_costs_its_time_and_no_row(ranked_gpu, monkeypatch)
     assert hung.ok and fast.ok and fast.stop_reason != stopping.RACED_OUT
 
 
-def test_the_prefetch_lets_the_algorithm_work_ahead(ranked_gpu):
-    from harness.executor import PointExecutor
-    from planted_backends import _AheadSlowly
-    _AheadSlowly.AHEAD_S, _AheadSlowly.asked = 0.0, []
-    group = _ranked(["ahead_slowly"])[0].group
-    PointExecutor().prefetch(group)
-    assert _AheadSlowly.asked == [("ahead_slowly", PROBLEM.input_shape)]
-
-
-def test_a_long_prefetch_is_not_taken_for_a_hung_ranking(ranked_gpu, monkeypatch):
-    """The worker's prefetch (its test data, the algorithm's work ahead) may outlast the wait
-    for the order it names: the wait starts when the prefetch says it is done, so the worker is
-    not replaced and its order stands."""
-    from harness import worker
-    monkeypatch.setattr(worker, "ORDER_TIMEOUT_S", 1.0)
-    pool = worker.WorkerPool()
-    try:
-        requests = _ranked(["slow", "ahead_slowly"])
-        pool.prefetch(requests[1].group)
-        started = pool._process.pid
-        (slow,), (ahead,) = pool.measure_groups(requests)
-        assert pool._process.pid == started
-    finally:
-        pool.close()
-    assert ahead.ok and slow.ok and slow.stop_reason == stopping.RACED_OUT
-
-
 def test_a_later_timing_process_does_not_rank(ranked_gpu):
     from harness.executor import PointExecutor
     later = replace(TIMING, replicate=1)

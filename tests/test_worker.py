@@ -15,7 +15,7 @@ import pytest
 from harness import backends
 from harness.backends.base import CONTEXT_LOST_CODES, AlgorithmFailed, context_lost
 from harness.backends.cudnn import lib as cudnn_lib
-from harness.backends.cudnn.frontend import frontend_status
+from harness.backends.cudnn.graph import frontend_status
 from harness.backends.cudnn.legacy import CudnnFailed
 from harness.executor import PointExecutor
 from harness.measurement import Status

@@ -210,11 +210,6 @@ class Algorithm:
         (PointExecutor.race_order), so a fast one sets the race's bar early."""
         return None
 
-    def ahead(self, point: Point, data: ProblemData) -> None:
-        """What can be done for the point before it is measured, while the sibling timing
-        process measures (harness.worker's prefetch; the graph API lists and builds its plans
-        there): it must not use the GPU, and a failure is left for the measurement to meet."""
-
     def supports(self, point: Point) -> str | None:
         """None when this algorithm can run the point, else the reason it cannot."""
         raise NotImplementedError

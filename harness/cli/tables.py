@@ -150,9 +150,7 @@ def _saving(row, name: str) -> str:
 def print_stages(df, wall_s: float) -> None:
     """One line: where this run's wall time went, from the rows' stage columns (summed over each
     row's processes, so with two GPU processes the stages can add up to more than the wall) and
-    the rest (worker start-up, test data, writing, and the work a timing process does ahead
-    while its sibling measures, Algorithm.ahead, where the measurement waits for it: on an H200
-    selection slice that was most of "other"). A problem's float64
+    the rest (worker start-up, test data, writing). A problem's float64
     reference is computed by its first row's verification, so it counts under verify."""
     from harness.measurement import STAGE_COLUMNS
     present = [c for c in STAGE_COLUMNS if c in df.columns]
@@ -166,8 +164,7 @@ def print_stages(df, wall_s: float) -> None:
     if rest >= 0:
         parts.append(f"other {rest:.1f} s ({rest / wall_s:.0%})")
     say(f"\nwhere the {wall_s:.1f} s went (per row: list plans, prepare, verify against "
-        f"float64 with the references, time; other: start-up, test data, work ahead "
-        f"waited for, writing): "
+        f"float64 with the references, time; other: start-up, test data, writing): "
         f"{', '.join(parts)}")
     from harness.analysis.stages import plan_limit_line, race_line, runoff_line
     for line in (race_line(df), runoff_line(df), plan_limit_line(df)):

@@ -8,7 +8,6 @@ their first one, and an import that fails there makes the rows `unsupported` wit
 from __future__ import annotations
 
 import importlib.util
-import re
 import sys
 from typing import Any
 
@@ -47,18 +46,3 @@ def planning_refusal() -> str | None:
     if "cudnn" not in sys.modules and importlib.util.find_spec("cudnn") is not None:
         return None
     return refusal()
-
-
-def frontend_status(err: BaseException) -> int | None:
-    """The cuDNN status of a failed frontend call, as a number. The frontend raises a plain
-    RuntimeError whose text names the status (cudnnGetErrorString) after cuDNN's last-error
-    text, so the last status name in it is the call's."""
-    names = re.findall(r"CUDNN_STATUS_[A-Z0-9_]+", str(err))
-    return cudnn_lib.status_code(names[-1]) if names else None
-
-
-def reason(err: BaseException, limit: int = 400) -> str:
-    """The frontend's message on one line (it spans several), cut to a row-sized reason."""
-    text = " | ".join(line.strip() for line in str(err).splitlines() if line.strip())
-    text = text or type(err).__name__
-    return text if len(text) <= limit else text[:limit] + "..."

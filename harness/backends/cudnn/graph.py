@@ -31,7 +31,6 @@ ReLU); "unfused" runs the plain conv's own plan, then separate kernels (graph_ep
 from __future__ import annotations
 
 import re
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,12 +38,12 @@ from typing import Any
 from harness import epilogue
 from harness.backends.base import Algorithm, Backend, Unsupported, require_fits
 from harness.backends.cudnn import frontend
+from harness.backends.cudnn import lib as cudnn_lib
 from harness.backends.cudnn.device_buffers import (DeviceTensors, element_strides, logical_view,
                                                    poison_value)
 from harness.backends.cudnn.graph_epilogue import UnfusedAlgorithm, epilogue_pack, fused_tail
 # The storage conventions (bf16 as raw uint16, physical layouts, NaN poison, float64 logical
 # views) are the legacy backend's; sharing them keeps both backends' buffers identical.
-from harness.backends.cudnn.plan_info import PlanInfo, PlanSet
 from harness.backends.cudnn.legacy import CudnnFailed, DeviceOutput, cuda_unavailable_reason
 from harness.plan_cache import PlanCache
 from harness.precision import output_precision
@@ -65,10 +64,44 @@ DESELECTED = "Deselecting execution plan"   # the frontend's refusal of a note-f
 # Tensor uids by role; the output of bwd_data is dx (uid of x), of bwd_filter dw (uid of w).
 UID_X, UID_W, UID_Y = 1, 2, 3
 GRAPH_CACHE_SIZE = 24      # (3 directions + 3 fused ops) x 2 layouts x 2 storage types
-# A timing process lists and builds a point's plans while its sibling measures (Algorithm.ahead),
-# for at most this long: its measurement waits for the rest (a runtime-compiled plan builds in
-# 0.3-0.7 s on an H100, an fp8 one up to 3.2 s).
-AHEAD_BUILD_S = 5.0
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What is known of one plan before it is built."""
+    index: int                          # position in the A + B + FALLBACK candidate list
+    engine_id: int | None
+    notes: tuple[str, ...]              # numerical notes, lower case
+    behavior: tuple[str, ...]           # behaviour notes, lower case (runtime_compilation, ...)
+    heuristic_rank: int | None          # position in heuristic mode A's list (0 = its pick)
+
+    @property
+    def family(self) -> str:
+        if "fft" in self.notes:
+            return "fft"
+        if "winograd" in self.notes:
+            return "winograd"
+        return "engine"
+
+    @property
+    def error_factor(self) -> float:
+        # As for the legacy backend: transform-based algorithms round in a transformed domain
+        # (Winograd ~5x a dot product's error in fp32 on an H200), so 4x keeps them in.
+        return 4.0 if self.family in ("fft", "winograd") else 1.0
+
+    def extras(self) -> dict[str, Any]:
+        return {"engine_id": self.engine_id, "numerical_notes": ",".join(self.notes),
+                "behavior_notes": ",".join(self.behavior),
+                "graph_heuristic_rank": self.heuristic_rank}
+
+
+@dataclass
+class PlanSet:
+    """One built operation graph and its candidate plans, by unique name in heuristic order;
+    `op` is what the graph computes (its epilogue's operands join the variant pack)."""
+    graph: Any
+    plans: dict[str, PlanInfo]
+    op: str = epilogue.CONV
 
 
 class EnginesAlgorithm(Algorithm):
@@ -92,10 +125,6 @@ class EnginesAlgorithm(Algorithm):
 
     def variants(self, point: Point, data: ProblemData) -> list[str]:
         return list(self._owner.session().plan_set(point).plans)
-
-    def ahead(self, point: Point, data: ProblemData) -> None:
-        if self.refusal(point) is None:
-            self._owner.session().build_ahead(point)
 
     def engine_of(self, variant: str) -> str | None:
         match = re.match(r"eng\d+", variant)
@@ -134,7 +163,7 @@ class GraphPrepared(DeviceOutput):
             self.execute(self.variant_pack, self.workspace.data.ptr, self.index, self.handle)
         except self.errors as err:
             raise CudnnFailed(f"execute_plan_at_index({self.index}) failed: {err}",
-                              frontend.frontend_status(err)) from None
+                              frontend_status(err)) from None
 
     def release(self) -> None:
         super().release()
@@ -220,7 +249,7 @@ class _Session:
             graph.create_execution_plans([getattr(self.cudnn.heur_mode, m) for m in modes])
         except self.errors as err:
             raise Unsupported(f"the graph API offers no engine for this point: "
-                              f"{frontend.reason(err)}") from None
+                              f"{_reason(err)}") from None
         return graph
 
     def _mode_a_ranks(self, point: Point) -> dict[str, int]:
@@ -264,18 +293,6 @@ class _Session:
             return ()
         return tuple(sorted(n.name.lower() for n in notes))
 
-    def build_ahead(self, point: Point) -> None:
-        """The point's plans listed and built, in the heuristics' order, for at most
-        AHEAD_BUILD_S: a refusal is met again, and reported, by the plan's own measurement."""
-        plan_set, started = self.plan_set(point), time.perf_counter()
-        for info in list(plan_set.plans.values())[:point.timing.plan_limit]:
-            if time.perf_counter() - started > AHEAD_BUILD_S:
-                return
-            try:
-                plan_set.graph.build_plan_at_index(info.index)
-            except self.errors:
-                continue
-
     # ---- binding one plan to the point's buffers ----------------------------------------------
     def prepare(self, point: Point, data: ProblemData, plan_set: PlanSet,
                 info: PlanInfo) -> GraphPrepared:
@@ -283,8 +300,7 @@ class _Session:
         try:
             graph.build_plan_at_index(info.index)   # idempotent: a built plan is reused
         except self.errors as err:
-            raise Unsupported(f"plan {point.algorithm} does not build: "
-                              f"{frontend.reason(err)}") from None
+            raise Unsupported(f"plan {point.algorithm} does not build: {_reason(err)}") from None
         needed = int(graph.get_workspace_size_plan_at_index(info.index))
         require_fits(needed, point.workspace_limit)
         tensors = self.tensors.get(point, data)
@@ -366,3 +382,18 @@ def _plan_set_key(point: Point) -> str:
 def _engine_id(plan_name: str) -> int | None:
     match = re.match(r"eng(\d+)", plan_name)
     return int(match.group(1)) if match else None
+
+
+def frontend_status(err: BaseException) -> int | None:
+    """The cuDNN status of a failed frontend call, as a number. The frontend raises a plain
+    RuntimeError whose text names the status (cudnnGetErrorString) after cuDNN's last-error
+    text, so the last status name in it is the call's."""
+    names = re.findall(r"CUDNN_STATUS_[A-Z0-9_]+", str(err))
+    return cudnn_lib.status_code(names[-1]) if names else None
+
+
+def _reason(err: BaseException, limit: int = 400) -> str:
+    """The frontend's message on one line (it spans several), cut to a row-sized reason."""
+    text = " | ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    text = text or type(err).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
