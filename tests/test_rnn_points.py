@@ -300,6 +300,7 @@ def test_the_training_forward_pass_is_verified_and_counted_once_in_a_step() -> N
                                                    ("fwd_train", "bwd_data", "bwd_filter")))
 
 
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
 def test_a_convolution_has_no_training_forward_point() -> None:
     conv = ConvProblem(1, 2, 5, 5, 2, 3, 3, name="conv")
     sweep = Sweep("t", (conv, CASES[0]), directions=("fwd_train",),
