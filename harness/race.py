@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.backends.base import Algorithm, context_lost, fits
-from harness.stopping import PROBE_RACE_FACTOR, RACE_MARGIN, RACE_SAMPLES, RACED_OUT
+from harness.stopping import (PROBE_RACE_FACTOR, PROBE_STREAM_ALLOWANCE_MS, RACE_MARGIN,
+                              RACE_SAMPLES, RACED_OUT)
 from harness.sweep import Point, TimingOptions
 from harness.timer import Timing
 
@@ -65,8 +66,8 @@ class Race:
         lost = median / best.median_ms
         if len(timing.samples_ms) < RACE_SAMPLES:     # the graph timer's probe (timer.py)
             how, within = "by its probe (3 calls in stream order)", (
-                f"a plan under {(1 + RACE_MARGIN) * PROBE_RACE_FACTOR:.2g}x of that in its "
-                f"probe is replayed")
+                f"a plan under {(1 + RACE_MARGIN) * PROBE_RACE_FACTOR:.2g}x of that plus "
+                f"{PROBE_STREAM_ALLOWANCE_MS * 1e3:.0f} us in its probe is replayed")
         else:
             how = f"after {len(timing.samples_ms)} samples"
             within = f"a plan within {RACE_MARGIN:.0%} of that is timed in full"

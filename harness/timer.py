@@ -334,7 +334,8 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
     Raises CaptureFailed when the library's calls cannot be captured."""
     # One held batch of 3 calls gives the host cost and a per-call estimate. The host probe's
     # calls are the warm-up: the verified runs have just run the plan.
-    probe = time_cuda(launch, stream, _after_host_probe(options, PROBE_HOST_CALLS, 1),
+    probe = time_cuda(launch, stream, replace(_after_host_probe(options, PROBE_HOST_CALLS),
+                                              min_samples=1, max_samples=1),
                       batch_calls=3, host_probe_calls=PROBE_HOST_CALLS)
     if probe.gpu_timer is None and lost_in_probe(probe.samples_ms[0], options):
         # raced out before its capture: the row's one sample is the probe's, in stream order
@@ -360,12 +361,10 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
 PROBE_HOST_CALLS = 3
 
 
-def _after_host_probe(options: TimingOptions, probe_calls: int,
-                      samples: int | None = None) -> TimingOptions:
+def _after_host_probe(options: TimingOptions, probe_calls: int) -> TimingOptions:
     """`options` for a timer whose host probe's `probe_calls` untimed calls count towards the
-    warm-up (`samples`: the probe's own sample count)."""
-    counted = dict(min_samples=samples, max_samples=samples) if samples else {}
-    return replace(options, warmup=max(0, options.warmup - probe_calls), **counted)
+    warm-up."""
+    return replace(options, warmup=max(0, options.warmup - probe_calls))
 
 
 # A graph replay runs the calls without stream order's ~1 us between kernels, so it is never

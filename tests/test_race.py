@@ -297,6 +297,6 @@ def test_a_row_raced_out_by_its_probe_says_how():
     columns, note = race.row_notes("fp32", probe, None)
     assert columns == {"raced_out_by": 3.0, "raced_against": "fast"}
     assert note.startswith("raced out by its probe (3 calls in stream order): 3 ms, 3.00x")
-    assert "under 2.4x of that in its probe is replayed" in note
+    assert "under 2.4x of that plus 50 us in its probe is replayed" in note
     heat = Timing((3.0,) * stopping.RACE_SAMPLES, stopping.RACED_OUT)
     assert race.row_notes("fp32", heat, None)[1].startswith("raced out after 4 samples")

@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.measurement import Status
 from harness.precision import AUTO_OUTPUT
+from harness.stopping import RACED_OUT
 from harness.sweep import TRAINING_FORWARD, TRAINING_STEP
 
 # Which layer a row measured: its name and its exact shape. The name alone is not enough: an
@@ -56,6 +57,14 @@ def verified(df: pd.DataFrame) -> pd.DataFrame:
     if "contended" in df.columns:
         timed &= ~df["contended"].fillna(False).astype(bool)
     return df[timed]
+
+
+def raced_out(df: pd.DataFrame) -> pd.Series:
+    """Rows a race stopped after their first samples in some timing process (harness/stopping.py;
+    merged rows join their processes' stop reasons)."""
+    if "stop_reason" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["stop_reason"].fillna("").astype(str).str.contains(RACED_OUT)
 
 
 def fastest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

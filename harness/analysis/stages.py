@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.analysis.points import raced_out
 from harness.measurement import STAGE_COLUMNS, Status
-from harness.stopping import RACE_MARGIN, RACED_OUT
+from harness.stopping import RACE_MARGIN
 
 GROUP = ["backend", "direction"]
 
@@ -51,9 +52,7 @@ def race_line(df: pd.DataFrame) -> str | None:
     """What the race saved, in a sentence (harness/stopping.py): how many of the raced
     backends' timed rows stopped after the heat, and by how much they lost; None where no row
     was raced out."""
-    if "stop_reason" not in df.columns:
-        return None
-    raced = df["stop_reason"].fillna("").astype(str).str.contains(RACED_OUT)
+    raced = raced_out(df)
     if not raced.any():
         return None
     timed = df["backend"].isin(df.loc[raced, "backend"].unique()) & (df["status"] == Status.OK)

@@ -104,6 +104,7 @@ from typing import Any
 import pandas as pd
 
 from harness import cpu_memory
+from harness.analysis.points import raced_out
 from harness.compare.rows import (BROKEN_STATUSES, confirmed_row, distinct_values, has_samples,
                                   host_spell, judge_matched, only_points, points_by_id,
                                   run_scatter, with_unmatched)
@@ -114,7 +115,6 @@ from harness.compare.verdicts import (CHANGED, DEFAULT_SUITE_CONFIDENCE, DEFAULT
                                       confirmed_suite, interval_text, judge_suite,
                                       parse_layer_thresholds, parse_threshold, pct, values_text)
 from harness.env import COMPARABILITY_FIELDS, GPU_FIELDS
-from harness.stopping import RACED_OUT
 
 
 def compare(base: pd.DataFrame, new: pd.DataFrame,
@@ -241,19 +241,13 @@ def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMis
         if b != n:
             found.append(EnvMismatch(name, b, n))
     for name in METHOD_COLUMNS:
-        b, n = (distinct_values(_timed_in_full(frame), name) for frame in (base, new))
+        b, n = (distinct_values(frame[~raced_out(frame)], name) for frame in (base, new))
         if b != n:
             found.append(EnvMismatch(name, b, n))
     b, n = _cpu_allocator(base), _cpu_allocator(new)
     if b and n and b != n:
         found.append(EnvMismatch("malloc", b, n))
     return found
-
-
-def _timed_in_full(df: pd.DataFrame) -> pd.DataFrame:
-    if "stop_reason" not in df.columns:
-        return df
-    return df[~df["stop_reason"].fillna("").astype(str).str.contains(RACED_OUT)]
 
 
 def gpu_row_mask(df: pd.DataFrame) -> pd.Series:
