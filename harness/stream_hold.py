@@ -62,15 +62,19 @@ class Hold:
         half again their enqueue cost, never shorter than the last hold, never over the cap."""
         if self.most_calls is not None:
             calls = min(calls, self.most_calls)
-        self.ms = min(MAX_HOLD_MS, max(self.ms, 1.5 * calls * self.per_call + MIN_HOLD_MS))
+        self.ms = min(MAX_HOLD_MS, max(self.ms, self._needed(calls)))
         return calls, self.ms
+
+    def _needed(self, calls: int) -> float:
+        """The hold that covers enqueueing `calls` calls: half again their host cost."""
+        return 1.5 * calls * self.per_call + MIN_HOLD_MS
 
     def unreachable(self) -> str | None:
         """Why no hold can cover even one call, known before holding: its host cost alone needs
         a hold over the longest (the misses would end in the same verdict after up to a second
         of holds: a plain Python loop of PyTorch ops, 67 ms of host time a call, paid that at
         every probe and check on an H200); None otherwise."""
-        if 1.5 * self.per_call + MIN_HOLD_MS <= MAX_HOLD_MS:
+        if self._needed(1) <= MAX_HOLD_MS:
             return None
         return (f"one call takes longer to enqueue than the longest hold (its host cost "
                 f"{self.per_call:.3g} ms, measured unheld, against a {MAX_HOLD_MS:g} ms hold): "
