@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from harness import (backends, cpu_memory, memory, oracles, precision, reference, threads,
-                     verdict, verified_once)
+from harness import (backends, cpu_memory, memory, oracles, precision, reference,
+                     setup_budget, threads, verdict, verified_once)
 from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsupported,
                                    WorkspaceExceeded, context_lost, fits)
 from harness.measurement import Measurement, Status
@@ -72,8 +72,7 @@ def computed_precision(point: Point) -> str:
     return algorithm_for(point).computes_as(point.precision)
 
 
-# Points whose GPU races are remembered (a point's groups come one after another; a few more
-# cover the precisions one group computes alike).
+# Points whose GPU races are kept (a point's groups come in a row; more: its other precisions)
 RACES_KEPT = 8
 
 
@@ -341,8 +340,7 @@ def _standard(point: Point, factor: float, expected: Any) -> verdict.Standard:
 
 
 def _measured_with(row: Point, measured: Point) -> dict[str, str]:
-    """A row whose precision was computed by a run of another's (Algorithm.computes_as) names
-    that precision: its output and samples are that run's."""
+    """A row computed by another precision's run (Algorithm.computes_as) names that one."""
     return {} if row.precision == measured.precision else {"measured_with": measured.precision}
 
 
@@ -364,8 +362,8 @@ def algorithm_for(point: Point) -> Algorithm:
 
 
 def _shares(stages: dict[str, float], group: list[Point]) -> dict[str, float]:
-    """A row's part of its group's stage times: the group's rows (workspace limits of one call)
-    share its cost, so a run's totals count the call once."""
+    """A row's part of its group's stage times: its rows (workspace limits of one call) share
+    the cost, so a run's totals count the call once."""
     return {name: ms / len(group) for name, ms in stages.items()}
 
 
@@ -381,6 +379,8 @@ def _scaled_rms(point: Point, expected: Any) -> float | None:
 def _failed(point: Point, algo: Algorithm, err: BaseException) -> Measurement:
     if isinstance(err, Unsupported):     # refused at its first call (cuDNN's persistent RNNs)
         return Measurement(point, Status.UNSUPPORTED, str(err), algo.family)
+    if isinstance(err, setup_budget.OverBudget):    # its setup step ran over earlier in the run
+        return Measurement(point, Status.NOT_TRIED, str(err), algo.family)
     if isinstance(err, AlgorithmFailed):
         reason = str(err)
     else:

@@ -34,7 +34,7 @@ class Status(StrEnum):
     FAILED = "failed"                           # the backend raised while preparing or running
     WRONG = "wrong"                             # output outside the tolerance: never timed
     CRASHED = "crashed"                         # took the process or its CUDA context down
-    NOT_TRIED = "not_tried"                     # a knob setting of an engine that hung on the point
+    NOT_TRIED = "not_tried"     # an engine's knob setting where it hung; a setup over budget
 
 
 STATUSES = tuple(Status)

@@ -191,6 +191,7 @@ class Measurer:
         self._plan_cache = plan_cache
         # the worker pools' shared memory of hung engines (a resumed run's start from the rows)
         self._hung_engines: set = set(hung_engines)
+        self._over_budget: dict = {}    # and of setup steps over their budget (setup_budget.py)
 
     def run(self, points: Iterable[Point], on_result: Callable[[Measurement], None],
             on_group_done: Callable[[list[str]], None] | None = None,
@@ -315,7 +316,8 @@ class Measurer:
         from harness.worker import WorkerPool
         while len(self._remotes) < count:
             self._remotes.append(WorkerPool(self._seed, hung_engines=self._hung_engines,
-                                            plan_cache=self._plan_cache))
+                                            plan_cache=self._plan_cache,
+                                            over_budget=self._over_budget))
         return self._remotes[:count]
 
     def close(self) -> None:

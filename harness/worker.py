@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness import backends
+from harness import backends, setup_budget
 from harness.measurement import HungKey, Measurement, Status, hung_key
 from harness.plan_cache import CacheFile
 from harness.sweep import Point
@@ -56,6 +56,7 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str],
     from harness.executor import PointExecutor
     backends.register_all(registry)
     plan_labels.open_here(plan_cache)
+    setup_budget.open_here(connection.send)
     executor = PointExecutor(seed)
     while True:
         message = connection.recv()
@@ -65,7 +66,8 @@ def _worker_main(connection: Any, seed: int, registry: dict[str, str],
         if kind == PREFETCH:
             _prefetch(executor, payload)
             continue
-        groups, rank = payload
+        groups, rank, over_budget = payload
+        setup_budget.known_over(over_budget)
         order = (executor.race_order([group for group, *_ in groups]) if rank
                  else list(range(len(groups))))
         connection.send((ORDER, order))
@@ -147,6 +149,7 @@ class _Stopped:
     engine: str | None
     reason: str | None
     hung: bool = False
+    over_budget: tuple | None = None    # the watched setup step that ran past its budget
 
 
 def _hung_key(group: list[Point], engine: str) -> HungKey:
@@ -190,7 +193,8 @@ class WorkerPool:
 
     def __init__(self, seed: int = 0, unit_timeout_s: float | None = None,
                  plan_timeout_s: float | None = None, hung_engine_timeout_s: float | None = None,
-                 hung_engines: set[HungKey] | None = None, plan_cache: CacheFile | None = None):
+                 hung_engines: set[HungKey] | None = None, plan_cache: CacheFile | None = None,
+                 over_budget: dict | None = None):
         self.seed = seed
         self.plan_cache = plan_cache        # the run's plan-label file (harness/plan_cache)
         self.unit_timeout_s = UNIT_TIMEOUT_S if unit_timeout_s is None else unit_timeout_s
@@ -199,6 +203,8 @@ class WorkerPool:
                                       else hung_engine_timeout_s)
         # shared by the pools of one run (runner.Measurer): a hang seen in one process counts
         self.hung_engines: set[HungKey] = set() if hung_engines is None else hung_engines
+        # and of setup steps that ran past their budget: key -> the point (setup_budget.py)
+        self.over_budget: dict = {} if over_budget is None else over_budget
         self._context = mp.get_context("spawn")
         self._process = None
         self._connection = None
@@ -253,7 +259,8 @@ class WorkerPool:
         unranked: what stopped it then meets the group it belongs to."""
         try:
             self._connection.send((MEASURE, ([(s.group, frozenset(s.skip), dict(s.hung_here),
-                                               s.verified) for s in pending], rank)))
+                                               s.verified) for s in pending], rank,
+                                             dict(self.over_budget))))
         except (BrokenPipeError, OSError):
             pass    # the worker is gone: collecting the first group meets the closed pipe and
                     # makes it that group's crash, as a death mid-group would (never a retry loop)
@@ -268,6 +275,8 @@ class WorkerPool:
                 state.finished()
                 continue
             self._kill()
+            if stopped.over_budget is not None:
+                self._note_over_budget(state, stopped)
             hung_engine = stopped.engine if stopped.hung else None
             if hung_engine is not None:
                 self.hung_engines.add(_hung_key(state.group, hung_engine))
@@ -281,6 +290,14 @@ class WorkerPool:
             state.skip.add(stopped.variant)
             return pending[at:], rank
         return [], rank
+
+    def _note_over_budget(self, state: _Group, stopped: _Stopped) -> None:
+        """Remember the step's key for the run (setup_budget.py); the unit's rows: not tried."""
+        key, what, budget_s = stopped.over_budget
+        first = state.group[0]
+        self.over_budget[key] = f"{first.problem.name} {first.direction}"
+        state.rows.add(_crashed(state.group, setup_budget.over_reason(what, budget_s),
+                                stopped.variant, status=Status.NOT_TRIED))
 
     def _in_worker_order(self, pending: list[_Group]) -> list[_Group] | None:
         """The groups in the order the worker measures them, which it names before the first
@@ -300,20 +317,26 @@ class WorkerPool:
         """Appends the worker's rows for the group as its units finish (the knob settings of the
         engines in `hung_here` as not tried), and each finished variant to `skip`; None once the
         group is done."""
-        variant = engine = None
+        variant = engine = step = None      # step: a watched setup step under way
         group, rows = state.group, state.rows
         try:
             while True:
                 cap, why = self._cap(group, variant, engine, state.returned_before
                                      or any(m.ok and m.of_variant for m in rows))
+                if step is not None and step[2] < cap:
+                    cap, why = step[2], None
                 if not self._connection.poll(cap):
+                    if why is None:
+                        return _Stopped(variant, engine, None, over_budget=step)
                     return _Stopped(variant, engine,
                                     f"no result within {cap:.0f} s{why}: worker killed", hung=True)
                 kind, payload = self._connection.recv()
                 if kind == "done":
                     return None
-                if kind == "start":
-                    variant, engine = payload
+                if kind in ("start", setup_budget.SETUP, setup_budget.SETUP_DONE):
+                    if kind == "start":
+                        variant, engine = payload
+                    step = payload if kind == setup_budget.SETUP else None
                     continue
                 rows.add(payload)
                 if _lost_context(payload):
@@ -355,13 +378,13 @@ class WorkerPool:
 
 
 def _crashed(group: list[Point], reason: str, variant: str | None = None,
-             hung_engine: str | None = None) -> list[Measurement]:
-    """Crash rows for the group's points, or for one variant of them (naming its engine when it
-    hung)."""
+             hung_engine: str | None = None, status: Status = Status.CRASHED) -> list[Measurement]:
+    """Crash rows (or `status`) for the group's points, or for one variant of them (naming its
+    engine when it hung)."""
     if variant is None:
-        return [Measurement(p, Status.CRASHED, reason) for p in group]
+        return [Measurement(p, status, reason) for p in group]
     extras = {"hung_engine": hung_engine} if hung_engine else {}
-    return _variant_rows(group, variant, Status.CRASHED, f"{variant}: {reason}", extras)
+    return _variant_rows(group, variant, status, f"{variant}: {reason}", extras)
 
 
 def _not_tried(group: list[Point], variant: str, hung: str) -> list[Measurement]:

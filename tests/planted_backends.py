@@ -394,6 +394,22 @@ class _HangingEngine(FakeExact):
         return super().prepare(point, data)
 
 
+class _SlowSetup(FakeExact):
+    """A setup step under a 1 s budget (harness/setup_budget.py), as cudnnBuildRNNDynamic runs:
+    it never returns for 8 or more output channels, whatever the batch (not in its key)."""
+    backend = "faulty_gpu"
+    name = "slow_setup"
+
+    def prepare(self, point, data):
+        from harness import setup_budget
+        p = point.problem
+        with setup_budget.watched(("faulty_gpu", self.name, p.in_channels, p.out_channels),
+                                  f"the planted build ({p.out_channels} channels)", 1.0):
+            if p.out_channels >= 8:
+                time.sleep(3600)
+        return super().prepare(point, data)
+
+
 class _DiesOnSecondPlan(_FaultOnSecondPlan):
     """The second plan takes the whole process down, as a driver fault can."""
     name = "dying_plans"
@@ -410,7 +426,8 @@ class FaultyGpuBackend(FakeBackend):
 
     def algorithms(self):
         return [_ContextLost(), _QuotesAFault(), _RefusedWhenCalled(), _Hangs(),
-                _LostOnSecondPlan(), _HangsOnSecondPlan(), _DiesOnSecondPlan(), _HangingEngine()]
+                _LostOnSecondPlan(), _HangsOnSecondPlan(), _DiesOnSecondPlan(), _HangingEngine(),
+                _SlowSetup()]
 
 
 # Thread counts each launch of a ThreadsSeenBackend point found: (BLAS threads, torch threads).

@@ -286,3 +286,30 @@ def test_a_recurrent_layer_s_directions_share_one_descriptor_and_one_dynamic_bui
     assert other is not first and built is not None and len(builds) == 2
     standard, built = descriptors.get(rnn_lib.ALGORITHMS["standard"], point("fwd"))
     assert built is None and len(builds) == 2 and len(made) == 3
+
+
+def test_a_dynamic_build_over_its_budget_is_not_started_again_at_another_batch(monkeypatch):
+    """Once a PERSIST_DYNAMIC build of a layer's sizes ran past its budget in this run
+    (harness/setup_budget.py), the same sizes at another batch are refused before any build;
+    other sizes are built."""
+    from harness import setup_budget
+    from harness.backends.cudnn import rnn_lib, rnn_setup
+    from harness.rnn.problem import RnnProblem
+    from harness.sweep import Point, TimingOptions
+    builds = []
+    monkeypatch.setattr(rnn_lib, "RnnDesc", lambda *args: SimpleNamespace(ptr=1))
+    monkeypatch.setattr(rnn_lib, "DropoutDesc", lambda handle: SimpleNamespace(ptr=0))
+    monkeypatch.setattr(rnn_lib, "call", lambda name, *args: builds.append(args[-1]))
+    descriptors = rnn_setup.Descriptors(SimpleNamespace(ptr=0))
+    dynamic = rnn_lib.ALGORITHMS["persist_dynamic"]
+
+    def point(batch, hidden=16):
+        return Point(RnnProblem("lstm", hidden, hidden, 5, batch), "train_step", "fp16", "TNC",
+                     "cudnn_rnn", "persist_dynamic", None, TimingOptions())
+    monkeypatch.setattr(setup_budget, "_over", {rnn_setup._build_key(point(16)): "a train_step"})
+    with pytest.raises(setup_budget.OverBudget, match=r"^not tried: cudnnBuildRNNDynamic "
+                       r"\(lstm, hidden 16, fp16\) ran past its 30 s budget on a train_step"):
+        descriptors.get(dynamic, point(64))
+    assert builds == []
+    descriptors.get(dynamic, point(64, hidden=32))
+    assert builds == [64]

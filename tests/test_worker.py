@@ -260,6 +260,35 @@ def test_a_plain_algorithm_that_hangs_is_one_crashed_row_per_point():
         pool.close()
 
 
+def test_a_setup_step_over_its_budget_is_not_tried_again_on_a_point_that_shares_its_key():
+    """The planted build never returns at 8 output channels: the pool stops it at its own 1 s
+    budget (the unit cap is 60 s), its rows are not_tried, and the same sizes at another batch
+    are not tried at all, naming where it ran over; a fast build on other sizes is measured."""
+    pool = WorkerPool(unit_timeout_s=60.0)
+    big = ConvProblem(1, 4, 6, 6, 8, 3, 3, name="big")
+    at = {name: Point(problem, "fwd", "fp32", "NCHW", "faulty_gpu", "slow_setup", None, FAST)
+          for name, problem in (("big", big), ("big_batch_2", replace(big, batch=2)),
+                                ("small", PROBLEM))}
+    try:
+        (over,) = pool.measure([at["big"]])
+        (skipped,) = pool.measure([at["big_batch_2"]])
+        (small,) = pool.measure([at["small"]])
+    finally:
+        pool.close()
+    assert (over.status, over.reason) == (
+        Status.NOT_TRIED, "not measured: the planted build (8 channels) ran past its 1 s budget: "
+                          "worker killed")
+    assert (skipped.status, skipped.reason) == (
+        Status.NOT_TRIED, "not tried: the planted build (8 channels) ran past its 1 s budget on "
+                          "big fwd in this run")
+    assert small.status == Status.OK
+
+
+def test_a_setup_step_runs_unwatched_in_process():
+    (row,) = PointExecutor().measure([_point("slow_setup")])
+    assert row.status == Status.OK
+
+
 def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypatch):
     """Timed in two processes (process_split): the hung plan costs the cap once, its row is the
     crash, and the other plans' rows merge the samples of both processes."""

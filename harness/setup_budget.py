@@ -1,0 +1,70 @@
+"""A setup step with a budget (issue 40): one slow enough that waiting it out costs a sweep more
+than its row can tell.
+
+cuDNN's PERSIST_DYNAMIC compiles its kernel at run time (cudnnBuildRNNDynamic). On DeepBench's
+training set that took 0.8-3.3 s a layer, 5.9-11.0 s for the LSTMs of hidden 2048, and 112.6 s for
+the LSTM of hidden 4096 on an H200: 112.6 of the 420 s the train_step fp16 sweep ran
+(evidence/runs/deepbench_rnn_training-train_step-fp16-partial-4b24919-nvidia-h200-2026-11-28,
+...-cudnn_rnn-train_step-partial-5635376-nvidia-h100-2026-11-28).
+
+A backend runs such a step inside `watched(key, what, budget_s)`. In a worker process
+(harness.worker) that tells the pool the step started and ended; the pool kills a worker whose step
+runs past its budget, and the unit's rows are `not_tried`, naming the step and the budget. The
+pool remembers the step's key for the rest of the run: a later step with the same key (the key
+names what the step's cost depends on) is not started, and its unit's rows are `not_tried` too,
+naming the point where it ran over. In-process (no worker) a step runs unwatched.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+SETUP, SETUP_DONE = "setup", "setup_done"     # the worker's messages around a watched step
+
+# The longest cudnnBuildRNNDynamic a row waits for: 2.7x the slowest build that returned under
+# hidden 4096 (11.0 s, an H100), and well under the 112.6 s one of hidden 4096.
+RNN_BUILD_BUDGET_S = 30.0
+
+Key = tuple
+
+
+class OverBudget(Exception):
+    """A watched step that is not started: its key ran past its budget earlier in this run."""
+
+
+_send: Callable[[tuple[str, Any]], None] | None = None
+_over: Mapping[Key, str] = {}
+
+
+def open_here(send: Callable[[tuple[str, Any]], None] | None) -> None:
+    """Make `send` (a worker's pipe to its pool) the channel this process's steps report on."""
+    global _send
+    _send = send
+
+
+def known_over(over: Mapping[Key, str]) -> None:
+    """The steps the pool knows ran past their budget in this run, and where."""
+    global _over
+    _over = dict(over)
+
+
+@contextmanager
+def watched(key: Key, what: str, budget_s: float) -> Iterator[None]:
+    """Run the step in the body under `budget_s`, or raise OverBudget where its key ran over."""
+    if key in _over:
+        raise OverBudget(f"not tried: {what} ran past its {budget_s:.0f} s budget on "
+                         f"{_over[key]} in this run")
+    if _send is None:
+        yield
+        return
+    _send((SETUP, (key, what, budget_s)))
+    try:
+        yield
+    finally:
+        _send((SETUP_DONE, None))
+
+
+def over_reason(what: str, budget_s: float) -> str:
+    """The row of the unit whose step the pool stopped."""
+    return f"not measured: {what} ran past its {budget_s:.0f} s budget: worker killed"
