@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 39's scale-out target on one machine: a selection sweep on GPU 0 alone, then the same
+# sweep with `--cluster local` over every visible GPU, each with an empty cache folder of its own;
+# then benchmarks/scaleout_check.py (same ids, per-point time ratio, wall times) and `compare`.
+#   evidence/studies/scaleout_selection.sh OUT CAP_S [RUN_ARGS...]
+# RUN_ARGS default to the selection slice of stop 57: ResNet-50, cudnn + cudnn_graph + torch_gpu,
+# fp16 + fp32, NHWC, unlimited workspace, --budget-ms 10.
+set -uo pipefail
+out=${1:?usage: scaleout_selection.sh OUT CAP_S [RUN_ARGS...]}; cap=${2:?}; shift 2
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(resnet50 --backend cudnn,cudnn_graph,torch_gpu --precision fp16,fp32
+                               --layout NHWC --workspace-limit unlimited --budget-ms 10)
+mkdir -p "$out"
+nvidia-smi -L | tee "$out/summary.txt"
+timed() {  # NAME [FLAGS...]: the sweep, its log and wall time under OUT
+    local name=$1 start=$SECONDS; shift
+    rm -rf "/tmp/cache-$name" && mkdir -p "/tmp/cache-$name"
+    CONVBENCH_CACHE_DIR="/tmp/cache-$name" timeout "$cap" python3 -m harness.cli run "${args[@]}" \
+        "$@" --out "$out/$name.parquet" > "$out/$name.log" 2>&1
+    echo "$name: exit $? after $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+    grep -a -E "went|stages|shards per worker" "$out/$name.log" | tail -3
+}
+CUDA_VISIBLE_DEVICES=0 timed one
+timed many --cluster local
+python3 benchmarks/scaleout_check.py "$out/one.parquet" "$out/many.parquet" | tee -a "$out/summary.txt"
+python3 -m harness.cli compare "$out/one.parquet" "$out/many.parquet" > "$out/compare.txt" 2>&1
+echo "compare one many: exit $?" | tee -a "$out/summary.txt"
