@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.backends.base import Algorithm, context_lost, fits
 from harness.stopping import (PROBE_RACE_FACTOR, PROBE_STREAM_ALLOWANCE_MS, RACE_MARGIN,
-                              RACE_SAMPLES, RACED_OUT)
+                              RACED_OUT, stopped_by_probe)
 from harness.sweep import Point, TimingOptions
 from harness.timer import Timing
 
@@ -64,7 +64,7 @@ class Race:
             return {}, ""
         median = statistics.median(timing.samples_ms)
         lost = median / best.median_ms
-        if len(timing.samples_ms) < RACE_SAMPLES:     # the graph timer's probe (timer.py)
+        if stopped_by_probe(timing.stop_reason, timing.samples_ms):
             how, within = "by its probe (3 calls in stream order)", (
                 f"a plan under {(1 + RACE_MARGIN) * PROBE_RACE_FACTOR:.2g}x of that plus "
                 f"{PROBE_STREAM_ALLOWANCE_MS * 1e3:.0f} us in its probe is replayed")

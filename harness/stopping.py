@@ -62,6 +62,12 @@ def lost_in_probe(probe_ms: float, options: TimingOptions) -> bool:
             and probe_ms - PROBE_STREAM_ALLOWANCE_MS > bar * PROBE_RACE_FACTOR)
 
 
+def stopped_by_probe(stop_reason: str | None, samples: Sequence[float]) -> bool:
+    """Whether a timed candidate was raced out by its probe (fewer samples than a heat): it
+    was timed in stream order only, never replayed (timer.time_cuda_graph)."""
+    return stop_reason == RACED_OUT and len(samples) < RACE_SAMPLES
+
+
 def raced_out(samples: Sequence[float], options: TimingOptions) -> bool:
     """Whether the heat is over and even its fastest sample lost to the bar (options.race_bar_ms,
     set per plan by harness/race.py; None: no race)."""

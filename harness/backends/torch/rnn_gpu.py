@@ -84,8 +84,14 @@ class RnnGpuPrepared(RnnPrepared):
             super().poison()
 
     def output(self) -> Any:
+        """On the GPU (CuPy, as cudnn_rnn's): the float64 oracle and the verdict run there. On
+        the host they took 16.6-19.3 s for an LSTM of hidden 4096 on an H200, cudnn_rnn's 0.8 s
+        (evidence/logs/issue40-stop58-nvidia-h200-2026-11-28.txt)."""
+        import cupy
+        with self._torch.cuda.stream(self._torch_stream):
+            wide = [t.detach().double().contiguous() for t in self.result if t is not None]
         self._torch_stream.synchronize()
-        return flat(*(t.detach().double().cpu().numpy() for t in self.result))
+        return flat(*(cupy.from_dlpack(t) for t in wide), xp=cupy)
 
     def release(self) -> None:
         super().release()
