@@ -988,3 +988,22 @@ def test_a_quarter_of_the_rows_50pct_slower_are_slower_and_no_other():
         found += sum(f"layer{i}" in slower for i in range(0, 40, 4))
         others += sum(f"layer{i}" in slower for i in range(40) if i % 4)
     assert found >= 0.9 * 20 * 10 and others == 0
+
+
+def test_raced_out_rows_are_left_out_of_the_suite_estimate_and_the_scatter():
+    """A race stops a losing candidate after its first samples (harness/race.py): rows whose
+    few samples read 30% slower in the new run move the suite geometric mean no more; the row
+    timed in full still decide it."""
+    full = [(f"r{i}", 1.0) for i in range(stats.MIN_ROWS)]
+    raced = [(f"x{i}", 1.3) for i in range(2 * stats.MIN_ROWS)]
+    base, new = _scaled(full + raced)
+    for frame in (base, new):
+        frame["stop_reason"] = ["noise_target" if pid.startswith("r") else "raced_out"
+                                for pid in frame["point_id"]]
+    new.loc[new["point_id"] == "x0", "stop_reason"] = "noise_target raced_out"  # merged rows
+    c = compare(base, new)
+    assert c.suite.verdict is Verdict.SAME and c.suite.n_rows == stats.MIN_ROWS
+    assert f"{2 * stats.MIN_ROWS} raced-out rows left out" in c.suite.reason
+    assert {r.point_id for r in c.rows if r.raced} == {pid for pid, _ in raced}
+    base["stop_reason"] = new["stop_reason"] = "noise_target"      # the same rows timed in full
+    assert compare(base, new).suite.verdict is not Verdict.SAME

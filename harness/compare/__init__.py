@@ -83,7 +83,10 @@ would leave ~2% of A/A comparisons of large suites failing. Where the machine dr
 
 A CPU row that shared the cores with other work (`contended`, harness/contention.py) in either
 run is AMBIGUOUS, whatever its ratio, with how it shared them: its time measures the neighbours
-as much as the code. It is left out of the scatter and of the suite estimate too.
+as much as the code. It is left out of the scatter and of the suite estimate too. So is a row
+a race stopped after its first samples in either run (`stop_reason` raced_out, harness/race.py):
+it lost to a faster candidate by a margin, no pick rests on its time, and its few samples (on a
+GPU a probe's, in stream order) would make the suite estimate follow them.
 So is a CPU row timed during a slow spell of the host in either run (`host_spell`): the fixed
 matmul each CPU row records (contention.host_probe_ms) read over contention.HOST_SLOWER slower
 in one run than in the other. A `check` re-measures such rows (flagged_point_ids) and the rerun
@@ -145,9 +148,11 @@ def _judge_frames(base: pd.DataFrame, new: pd.DataFrame, options: CompareOptions
         raise EnvironmentMismatch(mismatches)
     base_pts, new_pts = points_by_id(base), points_by_id(new)
     matched = [pid for pid, p in base_pts.items() if p.samples.size and has_samples(new_pts, pid)]
-    if scatter is _ESTIMATE:     # rows that shared the CPU would widen it for every row
+    if scatter is _ESTIMATE:     # rows that shared the CPU would widen it for every row, and
+        # raced-out rows' few samples (a probe's in stream order) would too
         quiet = [pid for pid in matched if not (base_pts[pid].contended or new_pts[pid].contended
-                                                or host_spell(base_pts[pid], new_pts[pid]))]
+                                                or host_spell(base_pts[pid], new_pts[pid])
+                                                or base_pts[pid].raced or new_pts[pid].raced)]
         scatter = run_scatter(quiet, base_pts, new_pts)
     rows = dict(zip(matched, judge_matched(matched, base_pts, new_pts, options, scatter)))
     return Comparison(with_unmatched(rows, base_pts, new_pts), options, tuple(mismatches),

@@ -17,6 +17,7 @@ from harness.contention import HOST_SLOWER, SPELL_REACH
 from harness.measurement import Status
 from harness.process_split import process_groups
 from harness.stats import adjust_p_values, mann_whitney_u
+from harness.stopping import RACED_OUT
 
 
 @dataclass
@@ -31,6 +32,7 @@ class PointSamples:
     contended: str | None = None     # how an ok row shared the CPU (harness/contention.py)
     host_probe: float | None = None  # the slowest host_probe_ms its rows read (CPU rows)
     threads: int | None = None       # cpu_threads: the threads it ran with (CPU rows)
+    raced: bool = False              # a race stopped it after its first samples (harness/race.py)
 
 
 def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
@@ -38,7 +40,7 @@ def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
     all its ok samples together."""
     points: dict[str, PointSamples] = {}
     wanted = [c for c in ("point_id", "status", "reason", "samples_ms", "process_samples",
-                          *_CONTENTION, *_META) if c in df.columns]
+                          "stop_reason", *_CONTENTION, *_META) if c in df.columns]
     for rec in df[wanted].to_dict("records"):     # only what is read: result files are wide
         pid = str(rec["point_id"])
         point = points.setdefault(pid, PointSamples(pid, _meta(rec), np.empty(0)))
@@ -49,6 +51,7 @@ def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
             point.process_medians += [statistics.median(g) for g in process_groups(
                 samples.tolist(), _text(rec.get("process_samples")))]
             point.contended = point.contended or _contention(rec)
+            point.raced = point.raced or RACED_OUT in (_text(rec.get("stop_reason")) or "")
             probe, ran_with = _number(rec.get("host_probe_ms")), _number(rec.get("cpu_threads"))
             if probe is not None:
                 point.host_probe = max(point.host_probe or 0.0, probe)
@@ -86,7 +89,8 @@ def judge_matched(ids: list[str], base: dict[str, PointSamples], new: dict[str, 
                               new_median_ms=new_med, ratio=ratio, p_value=float(p),
                               adjusted_p=float(adj), threshold=threshold,
                               n_base=b.samples.size, n_new=n.samples.size,
-                              contended=bool(shared or spell), host_spell=bool(spell)))
+                              contended=bool(shared or spell), host_spell=bool(spell),
+                              raced=b.raced or n.raced))
     return rows
 
 

@@ -115,6 +115,7 @@ class RowResult:
     n_new: int = 0
     contended: bool = False             # a CPU timing shared the cores in either run: AMBIGUOUS
     host_spell: bool = False            # ... at the host: a slow spell (contention.HOST_SLOWER)
+    raced: bool = False                 # raced out in either run: out of the suite estimate
 
     @property
     def effect(self) -> float | None:
@@ -270,9 +271,11 @@ def judge_suite(rows: Sequence[RowResult], options: CompareOptions,
     ratios = _matched_ratios(rows)
     t, confidence = options.suite_threshold, options.suite_confidence
     contended = sum(r.verdict in MATCHED and r.contended for r in rows)
-    left_out = sum(r.verdict in MATCHED for r in rows) - len(ratios) - contended
+    raced = sum(r.verdict in MATCHED and r.raced and not r.contended for r in rows)
+    left_out = sum(r.verdict in MATCHED for r in rows) - len(ratios) - contended - raced
     note = f"; {left_out} rows with a zero median left out" if left_out else ""
     note += f"; {contended} rows that shared the CPU left out" if contended else ""
+    note += f"; {raced} raced-out rows left out" if raced else ""
     interval = stats.geomean_interval(ratios, confidence)
     if interval is None:
         reason = (f"only {len(ratios)} matched rows, a suite interval needs {stats.MIN_ROWS}: "
@@ -315,8 +318,10 @@ def floor_text(floor: float) -> str:
 
 def _matched_ratios(rows: Iterable[RowResult]) -> list[float]:
     """The ratios the suite estimate is made of: matched rows with a finite positive ratio,
-    except those whose CPU timing shared the cores (they measure the neighbours)."""
-    return [r.ratio for r in rows if r.verdict in MATCHED and not r.contended
+    except those whose CPU timing shared the cores (they measure the neighbours) and those a
+    race stopped early in either run (a few samples, a probe's in stream order: harness/race.py;
+    they lost to a faster candidate, and no answer rests on their time)."""
+    return [r.ratio for r in rows if r.verdict in MATCHED and not r.contended and not r.raced
             and r.ratio is not None and 0 < r.ratio < math.inf]
 
 
