@@ -2,11 +2,13 @@
 for each named algorithm and direction, after a warm measurement, under cProfile. Prints each
 row's wall time and stage times, then the timer functions with the most cumulative time.
 
-    python evidence/studies/rnn_row_profile.py [LAYER] [PRECISION] [DIRECTIONS] [ALGORITHMS]
+    python evidence/studies/rnn_row_profile.py [LAYER] [PRECISION] [DIRECTIONS] [ALGORITHMS] [SUITE]
 
-DIRECTIONS and ALGORITHMS are comma-separated; ALGORITHMS are backend:algorithm.
+DIRECTIONS and ALGORITHMS are comma-separated; ALGORITHMS are backend:algorithm; SUITE (default
+rnn_quick) holds LAYER. PATTERN (the environment) widens the functions listed (a regex).
 """
 import cProfile
+import os
 import pstats
 import sys
 import time
@@ -15,13 +17,13 @@ from harness.executor import PointExecutor
 from harness.suite import load_suite
 from harness.sweep import Point, TimingOptions
 
-args = sys.argv[1:] + [None] * 4
+args = sys.argv[1:] + [None] * 5
 layer = args[0] or "mnist:row_lstm"
 precision = args[1] or "fp16"
 directions = (args[2] or "fwd,train_step").split(",")
 algorithms = (args[3] or "torch_gpu:nn_rnn,torch_gpu:nn_rnn_native,torch_gpu:plain_loop,"
               "cudnn_rnn:standard").split(",")
-problem = next(p for p in load_suite("rnn_quick").problems if p.name == layer)
+problem = next(p for p in load_suite(args[4] or "rnn_quick").problems if p.name == layer)
 timing = TimingOptions(min_samples=3, noise_target=0.02, gpu_processes=1, budget_ms=25)
 executor = PointExecutor()
 for direction in directions:
@@ -41,5 +43,5 @@ for direction in directions:
               f"median {row.median_ms} ms, host {row.host_ms} ms, {len(row.samples_ms)} "
               f"samples, {stages}")
         stats = pstats.Stats(profile)
-        stats.sort_stats("cumulative").print_stats(
-            r"timer|stream_hold|point_timing|cuda\.py|graphs|rnn_gpu|executor|gc|empty_cache", 22)
+        stats.sort_stats("cumulative").print_stats(os.environ.get("PATTERN", (
+            r"timer|stream_hold|point_timing|cuda\.py|graphs|rnn_gpu|executor|gc|empty_cache")), 30)
