@@ -12,10 +12,13 @@ A backend runs such a step inside `watched(key, what, budget_s)`. In a worker pr
 runs past its budget, and the unit's rows are `not_tried`, naming the step and the budget. The
 pool remembers the step's key for the rest of the run: a later step with the same key (the key
 names what the step's cost depends on) is not started, and its unit's rows are `not_tried` too,
-naming the point where it ran over. In-process (no worker) a step runs unwatched.
+naming the point where it ran over. In-process (no worker) a step runs unwatched. The memory is
+the run's pools' (runner.Measurer): a resumed run, or another Dask worker of a cluster, pays the
+budget once more for a key.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -68,3 +71,36 @@ def watched(key: Key, what: str, budget_s: float) -> Iterator[None]:
 def over_reason(what: str, budget_s: float) -> str:
     """The row of the unit whose step the pool stopped."""
     return f"not measured: {what} ran past its {budget_s:.0f} s budget: worker killed"
+
+
+class Clock:
+    """The pool's clock for the unit under way (WorkerPool._collect): the cap runs from the last
+    message that was not a step's (a step's messages must not restart it), the step's budget
+    from its start."""
+
+    def __init__(self) -> None:
+        self.step: tuple | None = None      # (key, what, budget_s) of the step under way
+        self._since = self._step_since = time.monotonic()
+
+    def heard(self, kind: str, payload: Any) -> bool:
+        """Take a message; True where it was a step's (nothing else to do with it)."""
+        now = time.monotonic()
+        if kind == SETUP:
+            self.step, self._step_since = payload, now
+        elif kind == SETUP_DONE:
+            self.step = None
+        else:
+            self._since = now
+            return False
+        return True
+
+    def wait(self, cap_s: float) -> tuple[float, bool]:
+        """How long to wait for the next message, and whether the step's budget (rather than
+        the cap) is what that wait runs out."""
+        now = time.monotonic()
+        left = cap_s - (now - self._since)
+        if self.step is not None:
+            step_left = self.step[2] - (now - self._step_since)
+            if step_left <= left:
+                return max(0.0, step_left), True
+        return max(0.0, left), False

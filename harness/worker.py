@@ -295,7 +295,7 @@ class WorkerPool:
         """Remember the step's key for the run (setup_budget.py); the unit's rows: not tried."""
         key, what, budget_s = stopped.over_budget
         first = state.group[0]
-        self.over_budget[key] = f"{first.problem.name} {first.direction}"
+        self.over_budget[key] = f"{first.problem.label} {first.direction}"
         state.rows.add(_crashed(state.group, setup_budget.over_reason(what, budget_s),
                                 stopped.variant, status=Status.NOT_TRIED))
 
@@ -317,26 +317,25 @@ class WorkerPool:
         """Appends the worker's rows for the group as its units finish (the knob settings of the
         engines in `hung_here` as not tried), and each finished variant to `skip`; None once the
         group is done."""
-        variant = engine = step = None      # step: a watched setup step under way
-        group, rows = state.group, state.rows
+        variant = engine = None
+        group, rows, clock = state.group, state.rows, setup_budget.Clock()
         try:
             while True:
                 cap, why = self._cap(group, variant, engine, state.returned_before
                                      or any(m.ok and m.of_variant for m in rows))
-                if step is not None and step[2] < cap:
-                    cap, why = step[2], None
-                if not self._connection.poll(cap):
-                    if why is None:
-                        return _Stopped(variant, engine, None, over_budget=step)
+                wait, over = clock.wait(cap)
+                if not self._connection.poll(wait):
+                    if over:
+                        return _Stopped(variant, engine, None, over_budget=clock.step)
                     return _Stopped(variant, engine,
                                     f"no result within {cap:.0f} s{why}: worker killed", hung=True)
                 kind, payload = self._connection.recv()
+                if clock.heard(kind, payload):
+                    continue
                 if kind == "done":
                     return None
-                if kind in ("start", setup_budget.SETUP, setup_budget.SETUP_DONE):
-                    if kind == "start":
-                        variant, engine = payload
-                    step = payload if kind == setup_budget.SETUP else None
+                if kind == "start":
+                    variant, engine = payload
                     continue
                 rows.add(payload)
                 if _lost_context(payload):

@@ -284,9 +284,33 @@ def test_a_setup_step_over_its_budget_is_not_tried_again_on_a_point_that_shares_
     assert small.status == Status.OK
 
 
-def test_a_setup_step_runs_unwatched_in_process():
+def test_a_setup_step_runs_unwatched_in_process_and_a_known_key_is_not_tried(monkeypatch):
+    from harness import setup_budget
     (row,) = PointExecutor().measure([_point("slow_setup")])
-    assert row.status == Status.OK
+    assert row.status == Status.OK and setup_budget._send is None
+    monkeypatch.setattr(setup_budget, "_over", {("faulty_gpu", "slow_setup", 4, 4): "w fwd"})
+    (row,) = PointExecutor().measure([_point("slow_setup")])
+    assert (row.status, row.reason) == (
+        Status.NOT_TRIED, "not tried: the planted build (4 channels) ran past its 1 s budget on "
+                          "w fwd in this run")
+
+
+def test_the_pools_clock_is_not_restarted_by_a_steps_messages(monkeypatch):
+    """The unit's cap runs from its start, not from the end of its setup step; the step's own
+    budget from the step's start, and only while it runs."""
+    from harness import setup_budget
+    now = [100.0]
+    monkeypatch.setattr(setup_budget.time, "monotonic", lambda: now[0])
+    clock = setup_budget.Clock()
+    assert not clock.heard("start", ("v", "e"))
+    now[0] = 110.0
+    assert clock.heard(setup_budget.SETUP, (("k",), "the build", 30.0))
+    assert clock.wait(60.0) == (30.0, True)           # the budget ends before the cap's 50 s
+    now[0] = 130.0
+    assert clock.heard(setup_budget.SETUP_DONE, None) and clock.step is None
+    assert clock.wait(60.0) == (30.0, False)          # 60 s from the start, not from the step
+    now[0] = 125.0 + 60.0
+    assert clock.wait(60.0) == (0.0, False)
 
 
 def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypatch):

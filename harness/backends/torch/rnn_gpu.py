@@ -88,10 +88,13 @@ class RnnGpuPrepared(RnnPrepared):
         the host they took 16.6-19.3 s for an LSTM of hidden 4096 on an H200, cudnn_rnn's 0.8 s
         (evidence/logs/issue40-stop58-nvidia-h200-2026-11-28.txt)."""
         import cupy
-        with self._torch.cuda.stream(self._torch_stream):
+        # PyTorch's copies and CuPy's reads in one stream (self.stream is it, seen by CuPy), done
+        # before the next call or poison() on that stream reuses or fills the tensors read
+        with self._torch.cuda.stream(self._torch_stream), self.stream:
             wide = [t.detach().double().contiguous() for t in self.result if t is not None]
-        self._torch_stream.synchronize()
-        return flat(*(cupy.from_dlpack(t) for t in wide), xp=cupy)
+            out = flat(*(cupy.from_dlpack(t) for t in wide), xp=cupy)
+        self.stream.synchronize()
+        return out
 
     def release(self) -> None:
         super().release()
