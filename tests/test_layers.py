@@ -16,7 +16,7 @@ HARNESS = Path(__file__).resolve().parents[1] / "harness"
 LAYERS = [
     # facts and pure helpers: no harness imports of their own (backends.cudnn.lib: a ctypes binding)
     {"problem", "precision", "student_t", "stats", "locks", "threads", "contention", "cpu_memory",
-     "cache_dir",
+     "cache_dir", "setup_budget",
      "backends.cudnn.lib",
      "epilogue", "workspace_limit"},
     # rnn: the recurrent problem family and its float64 recurrence; families: which kinds exist;
