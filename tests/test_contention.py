@@ -125,7 +125,11 @@ def test_a_short_point_beside_busy_processes_keeps_only_samples_that_ran_alone()
           f"CPU/wall {m.extras['cpu_time_ratio']:.2f}; {m.reason}")
     assert m.status == Status.OK and m.extras["contention_check"] == contention.SCHEDSTAT
     if not m.extras["contended"]:
-        assert statistics.median(m.samples_ms) < 1.5 * statistics.median(alone.samples_ms)
+        # not 1.5x: samples that never waited still read 1.9x alone's median once on the CI VM
+        # (0.285 against 0.151 ms: spinners on the vCPU's sibling share its core), while a
+        # sample that waited out a scheduler slice (0.75-3 ms) reads 5-20x; the waits are
+        # what the kept samples must lack
+        assert statistics.median(m.samples_ms) < 3.0 * statistics.median(alone.samples_ms)
         assert m.extras["cpu_wait"] < contention.WAIT_SHARE
 
 
