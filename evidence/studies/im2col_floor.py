@@ -112,8 +112,9 @@ def floor_launch(p: ConvProblem, direction: str,
     rng = np.random.default_rng(0)
     a = rng.standard_normal(a_shape).astype(np.float32)
     b = rng.standard_normal(b_shape).astype(np.float32)
-    row = taken if dense else gemm_floor.result_row(direction, taken, p.out_h * p.out_w, 4)
-    out = np.empty((p.groups, a_shape[1], row), np.float32)[..., :taken]
+    columns = b_shape[2]        # the pixels taken, or bwd_filter's C x R x S
+    row = columns if dense else gemm_floor.result_row(direction, columns, p.out_h * p.out_w, 4)
+    out = np.empty((p.groups, a_shape[1], row), np.float32)[..., :columns]
     return (lambda: np.matmul(a, b, out=out)), pixels / taken
 
 
