@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.analysis.points import raced_out
 from harness.compare.verdicts import MATCHED, CompareOptions, RowResult, Verdict, floor_text
 from harness.contention import HOST_SLOWER, SPELL_REACH
 from harness.measurement import Status
 from harness.process_split import process_groups
 from harness.stats import adjust_p_values, mann_whitney_u
-from harness.stopping import RACED_OUT
 
 
 @dataclass
@@ -40,8 +40,9 @@ def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
     all its ok samples together."""
     points: dict[str, PointSamples] = {}
     wanted = [c for c in ("point_id", "status", "reason", "samples_ms", "process_samples",
-                          "stop_reason", *_CONTENTION, *_META) if c in df.columns]
-    for rec in df[wanted].to_dict("records"):     # only what is read: result files are wide
+                          *_CONTENTION, *_META) if c in df.columns]
+    # only what is read: result files are wide
+    for rec, raced in zip(df[wanted].to_dict("records"), raced_out(df)):
         pid = str(rec["point_id"])
         point = points.setdefault(pid, PointSamples(pid, _meta(rec), np.empty(0)))
         status = _text(rec.get("status")) or "unknown"
@@ -51,7 +52,7 @@ def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
             point.process_medians += [statistics.median(g) for g in process_groups(
                 samples.tolist(), _text(rec.get("process_samples")))]
             point.contended = point.contended or _contention(rec)
-            point.raced = point.raced or RACED_OUT in (_text(rec.get("stop_reason")) or "")
+            point.raced = point.raced or bool(raced)
             probe, ran_with = _number(rec.get("host_probe_ms")), _number(rec.get("cpu_threads"))
             if probe is not None:
                 point.host_probe = max(point.host_probe or 0.0, probe)
