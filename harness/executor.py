@@ -197,14 +197,14 @@ class PointExecutor:
     def _verify_and_time(self, group, point, algo, prepared, data, started,
                          stages: dict[str, float], race: Race | None) -> list[Measurement]:
         verifying = time.perf_counter()
-        settled = verified_once.known(group, self._verified)
+        settled, bound = verified_once.known(group, self._verified), None
         try:
             if settled is not None:     # a later timing process: the first settled the verdict
                 first_call_ms, output = verified_once.run_once(prepared)
                 if verified_once.checksum(output) != next(iter(settled.values())).checksum:
                     settled = None      # other bits than the first process's: verify in full
             if settled is None:
-                first_call_ms, output, deterministic = verified_once.run_twice(prepared)
+                first_call_ms, output, deterministic, bound = verified_once.run_twice(prepared)
         except Exception as err:  # backend failure while running: a failed row
             return [_failed(p, algo, err) for p in group]
         setup_ms = (time.perf_counter() - started) * 1e3
@@ -238,7 +238,7 @@ class PointExecutor:
                                                                  tightest)
         timing_started = time.perf_counter()
         try:
-            timing = self._timer.time(prepared, options)
+            timing = self._timer.time(prepared, options, bound)
         except Exception as err:  # backend failure while timing: a failed row
             return [wrong.get(p.point_id) or _failed(p, algo, err) for p in group]
         stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3

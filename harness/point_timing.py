@@ -11,6 +11,8 @@ from typing import Any
 
 from harness import contention, threads
 from harness.backends.base import Prepared
+from harness.call_bound import CallBound
+from harness.stopping import lost_in_probe
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
 
 
@@ -130,13 +132,17 @@ class PointTimer:
     def __init__(self) -> None:
         self._flushers: dict[str, Callable[[], None]] = {}
 
-    def time(self, prepared: Prepared, options) -> Timing:
+    def time(self, prepared: Prepared, options, bound: CallBound | None = None) -> Timing:
+        """`bound`: how long the verified call kept the GPU busy at the least; a candidate
+        that lost the race by that alone is not timed (harness/call_bound.py)."""
         own = prepared.own_timing(options)
         if own is not None:
             return own
         flush = self._flusher(prepared.device) if options.mode == "cold" else None
         if prepared.device == "cuda":
-            return replace(time_gpu(prepared, options, flush), sm_clock_mhz=sm_clock())
+            lost = bound is not None and lost_in_probe(bound.at_least_ms, options)
+            timing = bound.raced_out() if lost else time_gpu(prepared, options, flush)
+            return replace(timing, sm_clock_mhz=sm_clock())
         return time_cpu_alone(prepared, options, flush)
 
     def _flusher(self, device: str) -> Callable[[], None]:

@@ -63,8 +63,9 @@ def lost_in_probe(probe_ms: float, options: TimingOptions) -> bool:
 
 
 def stopped_by_probe(stop_reason: str | None, samples: Sequence[float]) -> bool:
-    """Whether a timed candidate was raced out by its probe (fewer samples than a heat): it
-    was timed in stream order only, never replayed (timer.time_cuda_graph)."""
+    """Whether a timed candidate was raced out by its probe (timer.time_cuda_graph) or before
+    it, on its verified call (harness/call_bound.py): fewer samples than a heat, none of them
+    replayed (stream order, or the profiled kernels)."""
     return stop_reason == RACED_OUT and len(samples) < RACE_SAMPLES
 
 

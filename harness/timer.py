@@ -42,6 +42,7 @@ class Timing:
     cpu_use: contention.CpuUse | None = None   # CPU timers: what the process got
     contention: str | None = None     # set by the executor: why the point shared the CPU
     host_probe_ms: float | None = None  # set by the executor: contention.host_probe_ms around it
+    raced_on: str | None = None       # what raced it out before the timer ran (call_bound)
 
 
 # ---- CPU ----------------------------------------------------------------------------------------

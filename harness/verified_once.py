@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from harness import call_bound
 from harness.backends.base import Prepared
+from harness.call_bound import CallBound
 from harness.measurement import Measurement
 from harness.reference import array_module
 
@@ -90,9 +92,30 @@ def run_once(prepared: Prepared) -> tuple[float, Any]:
     return (time.perf_counter() - start) * 1e3, output
 
 
-def run_twice(prepared: Prepared) -> tuple[float, Any, bool]:
-    """Two poisoned runs: the first call's cost, the output, and whether the bits repeat."""
+def run_twice(prepared: Prepared) -> tuple[float, Any, bool, CallBound | None]:
+    """Two poisoned runs: the first call's cost, the output, whether the bits repeat, and on a
+    GPU how long the second (warm) call kept it busy at the least (harness/call_bound.py)."""
     first_call_ms, first = run_once(prepared)
     first = first.copy()
-    _, second = run_once(prepared)
-    return first_call_ms, first, bool(array_module(first).array_equal(first, second))
+    if prepared.device == "cuda" and prepared.stream is not None:
+        second, bound = _run_once_bounded(prepared)
+    else:
+        (_, second), bound = run_once(prepared), None
+    return first_call_ms, first, bool(array_module(first).array_equal(first, second)), bound
+
+
+def _run_once_bounded(prepared: Prepared) -> tuple[Any, CallBound]:
+    """run_once between two events on the point's stream, the host's issuing time read too."""
+    import cupy
+    prepared.poison()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(prepared.stream)
+    issuing = time.perf_counter()
+    prepared.launch()
+    host_ms = (time.perf_counter() - issuing) * 1e3
+    end.record(prepared.stream)
+    end.synchronize()
+    events = call_bound.from_events(cupy.cuda.get_elapsed_time(start, end), host_ms)
+    kernels = (None if prepared.device_ms_at_least is None
+               else call_bound.from_kernels(prepared.device_ms_at_least, host_ms))
+    return prepared.output(), call_bound.tighter(events, kernels)

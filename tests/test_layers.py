@@ -28,7 +28,9 @@ LAYERS = [
 
     {"models"},
     {"schema"},
-    {"timer", "stopping", "stream_hold", "backends.base", "store", "hang_cache", "plan_cache"},
+    # call_bound: how long a verified call kept the GPU busy at the least
+    {"timer", "stopping", "stream_hold", "call_bound", "backends.base", "store", "hang_cache",
+     "plan_cache"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.torch", "backends.fake"},
     # race: the plans of a point; verified_once: a later process takes the first's verdict
     {"executor", "point_timing", "process_split", "race", "verified_once"},

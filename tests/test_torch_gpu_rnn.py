@@ -9,6 +9,9 @@ import pytest
 from rnn_gpu_cases import CASES, DIRECTIONS  # tests/ is on sys.path
 
 from harness import backends
+from harness.call_bound import PROFILED_KERNELS
+from harness.rnn.problem import RnnProblem
+from harness.stopping import PROBE_RACE_FACTOR, RACE_MARGIN, RACED_OUT
 from harness.sweep import AlgorithmChoice, Sweep
 
 pytestmark = pytest.mark.gpu
@@ -63,3 +66,26 @@ def test_cudnn_beats_the_plain_loop_on_the_mnist_lstm_training_step(rows):
                    and m.point.precision == "fp16" and m.point.algorithm == algorithm
                    and m.point.direction != "fwd")
     assert step("nn_rnn") < step("plain_loop"), (step("nn_rnn"), step("plain_loop"))
+
+
+def test_a_candidate_far_behind_is_raced_out_on_its_profiled_call(run_fast):
+    """On a GRU of 200 steps PyTorch's cuDNN-off path and the plain loop lose to nn.GRU by far
+    more than the probe's factor, and their profiled call already says so: they are raced out
+    before any timer runs, their one sample the span their kernels kept the GPU busy
+    (harness/call_bound.py). Timed in full (no race), no replayed sample of theirs is under
+    that span, and it is within 15% of their replayed median: the bound the race relied on."""
+    gru = RnnProblem("gru", 256, 256, 200, 32, name="gru_t200")
+    sweep = Sweep("gru-long", (gru,), directions=("train_step",), precisions=("fp16",),
+                  backends=(AlgorithmChoice("torch_gpu"),))
+    raced = {m.point.algorithm: m for m in run_fast(sweep)}
+    full = {m.point.algorithm: m for m in run_fast(sweep, race=False)}
+    for name in ("nn_rnn_native", "plain_loop"):
+        m, timed = raced[name], full[name]
+        print(name, m.samples_ms, m.reason, timed.min_ms, timed.median_ms)
+        assert m.ok and m.stop_reason == RACED_OUT, m.reason
+        assert m.extras["gpu_timer"] == PROFILED_KERNELS and "its profiled call" in m.reason
+        assert m.extras["raced_out_by"] > (1 + RACE_MARGIN) * PROBE_RACE_FACTOR
+        assert timed.ok and timed.extras["gpu_timer"] == "cuda_graph"
+        assert timed.extras["torch_kernels_ms"] <= timed.min_ms
+        assert m.samples_ms[0] == pytest.approx(timed.median_ms, rel=0.15)
+    assert raced["nn_rnn"].stop_reason != RACED_OUT

@@ -18,9 +18,10 @@ except ImportError:
 CUDA, CPU = "cuda", "cpu"      # stand-ins for torch.autograd.DeviceType members
 
 
-def _event(name: str, us: float = 10.0, device=CUDA) -> SimpleNamespace:
+def _event(name: str, us: float = 10.0, device=CUDA, start: float = 0.0) -> SimpleNamespace:
     return SimpleNamespace(name=name, device_type=device,
-                           time_range=SimpleNamespace(elapsed_us=lambda: us))
+                           time_range=SimpleNamespace(elapsed_us=lambda: us, start=start,
+                                                      end=start + us))
 
 
 @pytest.mark.parametrize("name, label", [
@@ -59,10 +60,13 @@ def test_two_tile_configurations_keep_different_labels():
 
 
 def test_the_summary_keeps_device_events_sorted_unique_and_sums_their_time():
-    events = [_event("void winograd<float>(float*)", 30.0), _event("Memset (Device)", 2.0),
+    events = [_event("void winograd<float>(float*)", 30.0),
+              _event("Memset (Device)", 2.0, start=55),
               _event("aten::convolution", 500.0, device=CPU),
-              _event("void winograd<float>(float*)", 30.0)]
-    assert cuda.kernel_summary(events, CUDA) == ("Memset+winograd<float>", pytest.approx(0.062))
+              _event("void winograd<float>(float*)", 30.0, start=50)]
+    # busy [0, 30] and [50, 80]: the memset (another stream's) ran inside the second winograd
+    assert cuda.kernel_summary(events, CUDA) == ("Memset+winograd<float>", pytest.approx(0.062),
+                                                 pytest.approx(0.060))
     assert cuda.kernel_summary([_event("aten::convolution", device=CPU)], CUDA) is None
     assert cuda.kernel_summary([], CUDA) is None
 
@@ -114,13 +118,14 @@ def fake_torch():
 def test_the_pick_is_recorded_from_one_profiled_call(fake_torch, monkeypatch):
     calls = []
     monkeypatch.setattr(_Profile, "seen", [_event("void gemm<64>(int)", 40.0)])
-    extras = cuda.recorded_kernels(fake_torch, _Stream(), lambda: calls.append(1))
+    extras, busy = cuda.recorded_kernels(fake_torch, _Stream(), lambda: calls.append(1))
     assert extras == {"torch_kernels": "gemm<64>", "torch_kernels_ms": pytest.approx(0.04)}
+    assert busy == pytest.approx(0.04)
     assert calls == [1]
 
 
 def test_a_profiler_that_fails_or_sees_nothing_records_no_pick(fake_torch, monkeypatch):
-    unknown = {"torch_kernels": None, "torch_kernels_ms": None}
+    unknown = ({"torch_kernels": None, "torch_kernels_ms": None}, None)
     monkeypatch.setattr(_Profile, "seen", [])
     assert cuda.recorded_kernels(fake_torch, _Stream(), lambda: None) == unknown
     monkeypatch.setattr(_Profile, "fails", True)

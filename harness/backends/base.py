@@ -116,6 +116,9 @@ class Prepared(ABC):
     # capture(calls) -> replay, for a library whose calls the timer cannot capture into a CUDA
     # graph itself (PyTorch's allocator must know); None: the timer captures launch().
     capture: Callable[[int], Callable[[], None]] | None = None
+    # How long one call keeps the GPU busy at the least, where the backend has seen its kernels
+    # (harness/call_bound.py); None: not known.
+    device_ms_at_least: float | None = None
 
     @abstractmethod
     def launch(self) -> None:

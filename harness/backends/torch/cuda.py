@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from harness import call_bound
 from harness.backends.base import Unsupported
 from harness.sweep import Point
 
@@ -71,13 +72,15 @@ def allow_tf32(torch: Any, allowed: bool) -> None:
         torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
-def recorded_kernels(torch: Any, stream: Any, call: Callable[[], Any]) -> dict[str, Any]:
+def recorded_kernels(torch: Any, stream: Any,
+                     call: Callable[[], Any]) -> tuple[dict[str, Any], float | None]:
     """The kernels one call runs (`torch_kernels`) and their summed device time, seen by
     PyTorch's profiler (Kineto, CUPTI): for a convolution, the autotuner's pick, which sits in
     PyTorch's per-process cache that no API shows (two worker processes may pick differently:
     harness/process_split.py compares them); for a recurrent layer, the cuDNN RNN kernels
     PyTorch's choice of algorithm ran. None where the profiler fails or sees no kernel: the row
-    then says the kernels were not recorded."""
+    then says the kernels were not recorded. Also the time they kept the GPU busy (their
+    intervals' union: harness/call_bound.py), or None."""
     try:
         # torch.autograd's profiler, which torch.profiler.profile wraps (device activity only,
         # through Kineto, is what profile(activities=[CUDA]) asks of it): the wrapper's first
@@ -95,14 +98,14 @@ def recorded_kernels(torch: Any, stream: Any, call: Callable[[], Any]) -> dict[s
     except Exception:
         events = []
     summary = kernel_summary(events, torch.autograd.DeviceType.CUDA)
-    text, ms = summary if summary else (None, None)
-    return {"torch_kernels": text, "torch_kernels_ms": ms}
+    text, ms, busy = summary if summary else (None, None, None)
+    return {"torch_kernels": text, "torch_kernels_ms": ms}, busy
 
 
-def kernel_summary(events: Any, cuda: Any) -> tuple[str, float] | None:
+def kernel_summary(events: Any, cuda: Any) -> tuple[str, float, float] | None:
     """Profiler events -> (the device events' sorted unique short names joined by "+", their
-    summed device time in ms); None when there is no device event. `cuda` is the device type
-    those events carry (torch.autograd.DeviceType.CUDA)."""
+    summed device time in ms, the ms at least one of them ran); None when there is no device
+    event. `cuda` is the device type those events carry (torch.autograd.DeviceType.CUDA)."""
     kernels = [e for e in events if e.device_type == cuda]
     if not kernels:
         return None
@@ -110,7 +113,9 @@ def kernel_summary(events: Any, cuda: Any) -> tuple[str, float] | None:
     # of a few names, and labelling each took 4.3 s of a 30.7 s row on an H200
     # (evidence/logs/issue40-stop58-nvidia-h200-2026-11-28.txt)
     names = sorted({kernel_label(name) for name in {e.name for e in kernels}})
-    return "+".join(names), sum(e.time_range.elapsed_us() for e in kernels) / 1e3
+    spans = [(e.time_range.start, e.time_range.end) for e in kernels]
+    return ("+".join(names), sum(e.time_range.elapsed_us() for e in kernels) / 1e3,
+            call_bound.busy_ms(spans) / 1e3)
 
 
 def kernel_label(name: str) -> str:

@@ -154,7 +154,7 @@ class CudnnBenchmark(Algorithm):
         key = (point.problem, point.direction, point.precision, point.layout, point.op,
                point.output)
         if key not in _PICKS:   # the autotuner's cache keeps its pick for the process's life
-            _PICKS[key] = recorded_kernels(torch, stream, call)
+            _PICKS[key] = recorded_kernels(torch, stream, call)[0]
         prepared.extras.update(_PICKS[key])
         return prepared
 
