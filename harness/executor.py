@@ -336,7 +336,7 @@ def _reference_key(point: Point, xp: Any) -> tuple:
 def _standard(point: Point, factor: float, expected: Any) -> verdict.Standard:
     return verdict.Standard(point.precision, point.problem.reduction_length(point.direction),
                             factor, point.direction, point.output, _scaled_rms(point, expected),
-                            point.problem.kinked(point.direction))
+                            point.problem.kinked(point.direction), point.problem.chain)
 
 
 def _measured_with(row: Point, measured: Point) -> dict[str, str]:

@@ -193,6 +193,10 @@ class ConvProblem:
         convolution, a sum of products (a fused ReLU is forward only, and continuous)."""
         return False
 
+    # Steps that each store a state the next reads: none in a convolution (a recurrence's:
+    # harness/rnn/problem.py; precision.tolerance's `chain`).
+    chain = 1
+
     def reduction_length(self, direction: str) -> int:
         """How many products are summed into one output element; rounding error grows with it."""
         if direction == "fwd":

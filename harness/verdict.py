@@ -43,16 +43,17 @@ class Standard:
     output: str | None = None
     result_rms: float | None = None
     kinked: bool = False        # the result jumps where an input crosses a kink (ReLU's)
+    chain: int = 1              # steps that each store a state the next reads (a recurrence)
 
     def tolerance(self, conditioned: float) -> float:
         return precision.tolerance(self.precision, self.reduction_length, self.error_factor,
                                    self.direction, self.output, self.result_rms, conditioned,
-                                   self.kinked)
+                                   self.kinked, self.chain)
 
     def delivered(self, rel_error: float, conditioned: float) -> str | None:
         return precision.delivered(self.precision, rel_error, self.reduction_length,
                                    self.error_factor, self.direction, self.output,
-                                   self.result_rms, conditioned, self.kinked)
+                                   self.result_rms, conditioned, self.kinked, self.chain)
 
 
 def judge(output: Any, expected: Any, scales: Callable[[], reference.TermScales],

@@ -19,9 +19,9 @@ CUDA, CPU = "cuda", "cpu"      # stand-ins for torch.autograd.DeviceType members
 
 
 def _event(name: str, us: float = 10.0, device=CUDA, start: float = 0.0) -> SimpleNamespace:
-    return SimpleNamespace(name=name, device_type=device,
-                           time_range=SimpleNamespace(elapsed_us=lambda: us, start=start,
-                                                      end=start + us))
+    """A raw Kineto event's shape (torch.autograd.profiler's kineto_results.events())."""
+    return SimpleNamespace(name=lambda: name, device_type=lambda: device,
+                           start_ns=lambda: start * 1e3, end_ns=lambda: (start + us) * 1e3)
 
 
 @pytest.mark.parametrize("name, label", [
@@ -65,10 +65,12 @@ def test_the_summary_keeps_device_events_sorted_unique_and_sums_their_time():
               _event("aten::convolution", 500.0, device=CPU),
               _event("void winograd<float>(float*)", 30.0, start=50)]
     # busy [0, 30] and [50, 80]: the memset (another stream's) ran inside the second winograd
-    assert cuda.kernel_summary(events, CUDA) == ("Memset+winograd<float>", pytest.approx(0.062),
-                                                 pytest.approx(0.060))
-    assert cuda.kernel_summary([_event("aten::convolution", device=CPU)], CUDA) is None
-    assert cuda.kernel_summary([], CUDA) is None
+    kernels = cuda.device_events(events, CUDA)
+    assert len(kernels) == 3
+    assert cuda.kernel_summary(kernels) == ("Memset+winograd<float>", pytest.approx(0.062),
+                                            pytest.approx(0.060))
+    assert cuda.device_events([_event("aten::convolution", device=CPU)], CUDA) == []
+    assert cuda.kernel_summary([]) is None
 
 
 class _Stream:
@@ -79,7 +81,7 @@ class _Stream:
 
 
 class _Profile:
-    """torch.autograd.profiler.profile's shape: a context manager whose function_events list
+    """torch.autograd.profiler.profile's shape: a context manager whose kineto_results list
     what it saw; asked for device activity only, through Kineto."""
     seen: list = []
     fails = False
@@ -96,8 +98,8 @@ class _Profile:
         return False
 
     @property
-    def function_events(self):
-        return self.seen
+    def kineto_results(self):
+        return SimpleNamespace(events=lambda: self.seen)
 
 
 class _StreamContext:

@@ -140,6 +140,12 @@ class RnnProblem:
         smooth."""
         return self.cell == "rnn_relu" and direction in ("bwd_data", "bwd_filter", "train_step")
 
+    @property
+    def chain(self) -> int:
+        """Steps that each store a state the next reads, one after another: every step of every
+        layer (precision.tolerance's `chain`; reduction_length's random walk)."""
+        return self.seq_len * self.layers
+
     def reduction_length(self, direction: str) -> int:
         """How many products feed one output's rounding: the longest GEMM inner length of a step
         (or, for the weight gradients, the steps summed into one weight), times the steps whose
@@ -147,7 +153,7 @@ class RnnProblem:
         steps; benchdnn grows its threshold with the log of the same count, which the sqrt of
         this exceeds, so no honest result is called wrong, while a bug errs by 1e-1 or more."""
         inner = max(self.layer_input_size(layer) + self.out_size for layer in range(self.layers))
-        chain = self.seq_len * self.layers
+        chain = self.chain
         if direction in ("fwd", "fwd_train", "bwd_data"):
             return inner * chain
         if direction == "bwd_filter":

@@ -91,31 +91,38 @@ def recorded_kernels(torch: Any, stream: Any,
             with torch.cuda.stream(stream):
                 call()
             stream.synchronize()
-        events = prof.function_events
-    # Kineto/CUPTI missing or refusing (another profiler attached) raises RuntimeError, the
-    # event tree's checks AssertionError, its parsing others: the pick is only a note, so any
-    # failure leaves it unknown and the row still times PyTorch's call.
+        kernels = device_events(prof.kineto_results.events(), torch.autograd.DeviceType.CUDA)
+    # Kineto/CUPTI missing or refusing (another profiler attached) raises RuntimeError, its
+    # results' reading others: the pick is only a note, so any failure leaves it unknown and
+    # the row still times PyTorch's call.
     except Exception:
-        events = []
-    summary = kernel_summary(events, torch.autograd.DeviceType.CUDA)
+        kernels = []
+    summary = kernel_summary(kernels)
     text, ms, busy = summary if summary else (None, None, None)
     return {"torch_kernels": text, "torch_kernels_ms": ms}, busy
 
 
-def kernel_summary(events: Any, cuda: Any) -> tuple[str, float, float] | None:
-    """Profiler events -> (the device events' sorted unique short names joined by "+", their
-    summed device time in ms, the ms at least one of them ran); None when there is no device
-    event. `cuda` is the device type those events carry (torch.autograd.DeviceType.CUDA)."""
-    kernels = [e for e in events if e.device_type == cuda]
+def device_events(events: Any, cuda: Any) -> list[tuple[str, float, float]]:
+    """(name, start ns, end ns) of the device events among the profiler's raw Kineto events
+    (`cuda`: their device type, torch.autograd.DeviceType.CUDA). Read raw, not as the
+    profiler's `function_events`, whose tree it builds in Python event by event: a plain-loop
+    GRU of 1,500 steps runs ~140,000 kernels, and its prepare took 17.4 s on an H200
+    (evidence/logs/issue40-stop59-nvidia-h200-2026-11-28.txt)."""
+    return [(e.name(), e.start_ns(), e.end_ns()) for e in events if e.device_type() == cuda]
+
+
+def kernel_summary(kernels: list[tuple[str, float, float]]) -> tuple[str, float, float] | None:
+    """Device events (device_events) -> (their sorted unique short names joined by "+", their
+    summed device time in ms, the ms at least one of them ran); None when there is none."""
     if not kernels:
         return None
     # each distinct name labelled once: a plain-loop GRU step of 375 steps ran 34,501 kernels
     # of a few names, and labelling each took 4.3 s of a 30.7 s row on an H200
     # (evidence/logs/issue40-stop58-nvidia-h200-2026-11-28.txt)
-    names = sorted({kernel_label(name) for name in {e.name for e in kernels}})
-    spans = [(e.time_range.start, e.time_range.end) for e in kernels]
-    return ("+".join(names), sum(e.time_range.elapsed_us() for e in kernels) / 1e3,
-            call_bound.busy_ms(spans) / 1e3)
+    names = sorted({kernel_label(name) for name in {name for name, _, _ in kernels}})
+    spans = [(start, end) for _, start, end in kernels]
+    return ("+".join(names), sum(end - start for start, end in spans) / 1e6,
+            call_bound.busy_ms(spans) / 1e6)
 
 
 def kernel_label(name: str) -> str:
