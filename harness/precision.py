@@ -92,7 +92,7 @@ _ACCUMULATION_UNITS = 2.0
 # and 1,500 steps (sqrt(steps) exactly; 0.30 units) and cuDNN's, which carries the state
 # wider, 0.00046 at each; a 150-step LSTM's native path 0.0019 (0.32 units). One unit leaves 3x
 # (evidence/logs/issue40-stop59-nvidia-h200-2026-11-28.txt). It passes _WIDEST_CONDITIONED at
-# bf16 past ~100 steps, where the layer's fp32 and fp16 rows are the ones that catch a bug.
+# bf16 past ~25 steps, where the layer's fp32 and fp16 rows are the ones that catch a bug.
 _CHAIN_UNITS = 1.0
 # An 8-bit result is rounded once, from exact operands: no element is off by more than one unit,
 # and over many elements the L2 error is about a third of one (measured in tests). 8 units of

@@ -26,7 +26,11 @@ INTRO = (
     "LSTM\" of the classic comparison. Error: "
     "the largest relative L2 error of the pass's rows against the float64 oracle, with the "
     "precision that error is within (what the pass delivered). Speed-ups: the other's ms / ms "
-    "(plain loop, or PyTorch native for cuDNN RNN / native).")
+    "(plain loop, or PyTorch native for cuDNN RNN / native). A candidate that lost its race "
+    "by more than 2.4x already on its verified call is not timed further (its row's gpu_timer "
+    "says how its one sample was read): PyTorch's rows then show the time their kernels kept "
+    "the GPU busy, without the gaps between kernels a replay keeps (0.82-0.94x a replayed "
+    "median on DeepBench's layers on an H200), so a speed-up over them reads low by as much.")
 
 
 def has_recurrent(df: pd.DataFrame) -> bool:
