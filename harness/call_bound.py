@@ -13,21 +13,23 @@ enough. Two readings bound a call's device time from below:
   the GPU busy at least `events - host` ms (`from_events`);
 - the union of the intervals of the kernels one call ran, where the backend recorded them
   (PyTorch's profiler for torch_gpu's recurrent layers: Prepared.device_ms_at_least). On one
-  stream a replay runs the same kernels one after another; over 700 plain-loop and cuDNN-off
-  rows on H100s and H200s their sum stayed under 0.98x the replayed median.
+  stream a replay runs the same kernels one after another, so for the plain loop and PyTorch's
+  cuDNN-off path it is a bound (over 700 such rows on H100s and H200s their sum stayed under
+  0.98x the replayed median). cuDNN's RNN forks streams, and a replay may overlap its kernels
+  more than the profiled call did: there it is an estimate, which the race's factor covers.
 
 A candidate whose bound is over the race's bar by stopping.PROBE_RACE_FACTOR (the bar the graph
 timer's probe must beat) cannot be the point's best, and is raced out with no further call. Its
-row's one sample is the reading that bounded it: the profiled kernels' busy time (gpu_timer
-PROFILED_KERNELS), which leaves out the gaps between kernels a replay keeps (0.90-0.98x a
-replay's median on those rows, 0.84x on a 200-step GRU of 256 units: tests/test_torch_gpu_rnn),
-else the verified call's events (stream_hold.UNHELD: the host's gaps counted, as for any unheld
-row). The row says which, and by how much it lost: a raced-out row never sets a bar or enters
-`compare`'s estimate (analysis.points.raced_out).
+row's one sample is the profiled kernels' busy time where they were recorded (gpu_timer
+PROFILED_KERNELS), which leaves out the gaps between kernels a replay keeps (0.82-0.98x a
+replayed median on DeepBench's and rnn_quick's layers, 0.84x on a 200-step GRU of 256 units:
+tests/test_torch_gpu_rnn), else the verified call's events (stream_hold.UNHELD: the host's gaps
+counted, as for any unheld row). Its reason says which bound decided and by how much it lost; a
+raced-out row never sets a bar or enters `compare`'s estimate (analysis.points.raced_out).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.stopping import RACED_OUT
 from harness.stream_hold import UNHELD
@@ -61,14 +63,18 @@ def from_kernels(busy_ms: float, host_ms: float | None) -> CallBound:
                      f"its profiled call (its kernels kept the GPU busy {busy_ms:.4g} ms)")
 
 
-def tighter(*bounds: CallBound | None) -> CallBound | None:
-    """The bound that says most (the longest), or None where there is none."""
-    known = [b for b in bounds if b is not None]
-    return max(known, key=lambda b: b.at_least_ms) if known else None
+def combined(events: CallBound, kernels: CallBound | None) -> CallBound:
+    """The bound that says most (the longer) with the reading a row keeps: the kernels' span
+    where it was recorded (one timer for every such row of a backend), else the events'."""
+    if kernels is None:
+        return events
+    decided = max((events, kernels), key=lambda b: b.at_least_ms)
+    return replace(kernels, at_least_ms=decided.at_least_ms, words=decided.words)
 
 
-def busy_ms(intervals: list[tuple[float, float]]) -> float:
-    """The length of the union of (start, end) intervals: the time at least one ran. Kernels
+def busy(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) intervals (in their unit): the time at least one
+    ran. Kernels
     of a library that forks streams (cuDNN's RNN backward) overlap, and their plain sum read up
     to 1.9x the call's replayed time."""
     total, reach = 0.0, float("-inf")

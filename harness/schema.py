@@ -68,7 +68,8 @@ EXTRA_COLUMNS: dict[str, str] = {
     "sm_clock_mhz": "float64",           # lowest SM clock read around the point (NVML)
     "sm_clock_max_mhz": "float64",
     "throttled": "boolean",              # sm clock under 90% of max while timing
-    "gpu_timer": "string",               # cuda_graph (warm replay), held_stream, unheld_events
+    "gpu_timer": "string",               # cuda_graph (warm replay), held_stream, unheld_events,
+                                         # profiled_kernels (raced out: harness/call_bound.py)
     "capture_error": "string",           # why the calls were not timed by graph replay: capture
                                          # failed, or it changed a library's kernels
     # why the stream could not be held (gpu_timer "unheld_events": events call by call, host

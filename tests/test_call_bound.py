@@ -13,10 +13,10 @@ from harness.timer import Timing
 
 
 def test_the_busy_time_is_the_union_of_the_kernels_intervals():
-    assert call_bound.busy_ms([]) == 0.0
-    assert call_bound.busy_ms([(0, 10), (20, 25)]) == 15.0          # apart: their sum
-    assert call_bound.busy_ms([(20, 30), (0, 10), (5, 12)]) == 22.0  # overlapping, unsorted
-    assert call_bound.busy_ms([(0, 30), (5, 10), (12, 20)]) == 30.0  # nested in another stream's
+    assert call_bound.busy([]) == 0.0
+    assert call_bound.busy([(0, 10), (20, 25)]) == 15.0          # apart: their sum
+    assert call_bound.busy([(20, 30), (0, 10), (5, 12)]) == 22.0  # overlapping, unsorted
+    assert call_bound.busy([(0, 30), (5, 10), (12, 20)]) == 30.0  # nested in another stream's
 
 
 def test_the_events_bound_leaves_out_what_the_host_took_to_issue_the_call():
@@ -26,12 +26,15 @@ def test_the_events_bound_leaves_out_what_the_host_took_to_issue_the_call():
     assert call_bound.from_events(events_ms=50.0, host_ms=60.0).at_least_ms == 0.0
 
 
-def test_the_tighter_bound_is_the_longer_one():
+def test_the_longer_bound_decides_and_the_kernels_span_is_the_sample_where_known():
     events = call_bound.from_events(100.0, 95.0)          # at least 5 ms
     kernels = call_bound.from_kernels(40.0, 95.0)         # at least 40 ms
-    assert call_bound.tighter(events, kernels) is kernels
-    assert call_bound.tighter(None, events) is events
-    assert call_bound.tighter(None, None) is None
+    assert call_bound.combined(events, kernels) == kernels
+    assert call_bound.combined(events, None) == events
+    device_bound = call_bound.from_events(100.0, 1.0)     # at least 99 ms
+    both = call_bound.combined(device_bound, kernels)
+    assert (both.at_least_ms, both.words) == (99.0, device_bound.words)
+    assert (both.sample_ms, both.gpu_timer) == (40.0, call_bound.PROFILED_KERNELS)
 
 
 class _Prepared:

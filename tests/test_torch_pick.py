@@ -131,7 +131,9 @@ def test_a_profiler_that_fails_or_sees_nothing_records_no_pick(fake_torch, monke
     monkeypatch.setattr(_Profile, "seen", [])
     assert cuda.recorded_kernels(fake_torch, _Stream(), lambda: None) == unknown
     monkeypatch.setattr(_Profile, "fails", True)
-    assert cuda.recorded_kernels(fake_torch, _Stream(), lambda: None) == unknown
+    calls = []      # a profiler that refuses to start: the call is made all the same
+    assert cuda.recorded_kernels(fake_torch, _Stream(), lambda: calls.append(1)) == unknown
+    assert calls == [1]
 
 
 # ---- the stability answer ------------------------------------------------------------------------

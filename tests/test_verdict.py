@@ -244,8 +244,13 @@ def test_a_recurrences_tolerance_grows_with_its_chain_of_stored_states() -> None
     assert precision.tolerance("fp16", length, chain=1) == flat
     walk = [precision.tolerance("fp16", length, chain=n) - flat for n in (375, 1500)]
     assert walk[1] == pytest.approx(2 * walk[0])
-    for name in ("fp32", "fp16"):
+    for name in ("fp32", "tf32", "fp16", "bf16"):     # the walk stops short of a bug's error
         assert precision.delivered(name, 0.1, length, 1.0, chain=1500) is None
+        assert precision.tolerance(name, length, chain=1500) <= max(
+            0.05, precision.tolerance(name, length))
+    # tf32 stores its state in fp32: the walk is in fp32's units
+    tf32 = precision.tolerance("tf32", length)
+    assert tf32 < precision.tolerance("tf32", length, chain=1500) < tf32 + 1e-5
     assert precision.delivered("fp16", 0.0057, length, 1.0, chain=1500) == "fp16"
     standard = executor._standard(Point(gru, "train_step", "fp16", "TNC", "torch_gpu", "x"),
                                   1.0, None)

@@ -11,6 +11,7 @@ from harness.families import RNN
 from harness.report.answers import HEADERS, shown_keys
 from harness.report.document import Block, Table, Text
 from harness.report.tables import DASH, fmt_error, fmt_key, fmt_ms, fmt_ratio, is_missing
+from harness.stopping import PROBE_RACE_FACTOR, RACE_MARGIN
 
 INTRO = (
     "Per recurrent layer, precision asked and pass: inference is the forward pass; a training "
@@ -27,10 +28,12 @@ INTRO = (
     "the largest relative L2 error of the pass's rows against the float64 oracle, with the "
     "precision that error is within (what the pass delivered). Speed-ups: the other's ms / ms "
     "(plain loop, or PyTorch native for cuDNN RNN / native). A candidate that lost its race "
-    "by more than 2.4x already on its verified call is not timed further (its row's gpu_timer "
-    "says how its one sample was read): PyTorch's rows then show the time their kernels kept "
-    "the GPU busy, without the gaps between kernels a replay keeps (0.82-0.94x a replayed "
-    "median on DeepBench's layers on an H200), so a speed-up over them reads low by as much.")
+    f"by more than {(1 + RACE_MARGIN) * PROBE_RACE_FACTOR:.2g}x already on its verified call is "
+    "not timed further (its row's gpu_timer says how its one sample was read): PyTorch's rows "
+    "then show the time their kernels kept the GPU busy, without the gaps between kernels a "
+    "replay keeps (0.82-0.98x a replayed median on DeepBench's and rnn_quick's layers), so a "
+    "speed-up over them reads low by as much; cuDNN's show their verified call in stream "
+    "order.")
 
 
 def has_recurrent(df: pd.DataFrame) -> bool:

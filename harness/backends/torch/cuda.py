@@ -81,6 +81,12 @@ def recorded_kernels(torch: Any, stream: Any,
     PyTorch's choice of algorithm ran. None where the profiler fails or sees no kernel: the row
     then says the kernels were not recorded. Also the time they kept the GPU busy (their
     intervals' union: harness/call_bound.py), or None."""
+    ran = False
+
+    def counted() -> None:
+        nonlocal ran
+        call()
+        ran = True
     try:
         # torch.autograd's profiler, which torch.profiler.profile wraps (device activity only,
         # through Kineto, is what profile(activities=[CUDA]) asks of it): the wrapper's first
@@ -89,14 +95,19 @@ def recorded_kernels(torch: Any, stream: Any,
         with torch.autograd.profiler.profile(use_device="cuda", use_kineto=True,
                                              use_cpu=False) as prof:
             with torch.cuda.stream(stream):
-                call()
+                counted()
             stream.synchronize()
         kernels = device_events(prof.kineto_results.events(), torch.autograd.DeviceType.CUDA)
     # Kineto/CUPTI missing or refusing (another profiler attached) raises RuntimeError, its
     # results' reading others: the pick is only a note, so any failure leaves it unknown and
-    # the row still times PyTorch's call.
+    # the row still times PyTorch's call. The call is made all the same (a caller reads what
+    # it allocated: rnn_gpu._profiled).
     except Exception:
         kernels = []
+        if not ran:
+            with torch.cuda.stream(stream):
+                call()
+            stream.synchronize()
     summary = kernel_summary(kernels)
     text, ms, busy = summary if summary else (None, None, None)
     return {"torch_kernels": text, "torch_kernels_ms": ms}, busy
@@ -122,7 +133,7 @@ def kernel_summary(kernels: list[tuple[str, float, float]]) -> tuple[str, float,
     names = sorted({kernel_label(name) for name in {name for name, _, _ in kernels}})
     spans = [(start, end) for _, start, end in kernels]
     return ("+".join(names), sum(end - start for start, end in spans) / 1e6,
-            call_bound.busy_ms(spans) / 1e6)
+            call_bound.busy(spans) / 1e6)
 
 
 def kernel_label(name: str) -> str:
