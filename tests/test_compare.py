@@ -566,6 +566,23 @@ def test_plans_raced_out_by_their_stream_ordered_probe_are_no_change_of_timer():
     assert [m.field for m in environment_mismatches(base, new)] == ["gpu_timer"]
 
 
+@pytest.mark.parametrize("column, why", [
+    ("capture_error", "graph replay 11.7 us vs stream order 8.0 us: capture changed the "
+                      "library's kernels, so it is timed in stream order"),
+    ("timer_fallback", "one call takes longer to enqueue than the longest hold")])
+def test_a_row_whose_measurement_chose_its_own_timer_is_no_change_of_timer(column, why):
+    """PyTorch's pick whose replay read slower than stream order is timed in stream order in
+    one run and replayed in the next (harness/point_timing.py): a choice the row made and says,
+    not a change of how the run times."""
+    base, new, _ = synthetic_pair(0, rows=4)
+    base["gpu_timer"] = new["gpu_timer"] = "cuda_graph"
+    base[column] = new[column] = None
+    base.loc[base.index[1], ["gpu_timer", column]] = ["held_stream", why]
+    assert environment_mismatches(base, new) == []
+    base.loc[base.index[1], column] = None          # no reason given: the run's own timer
+    assert [m.field for m in environment_mismatches(base, new)] == ["gpu_timer"]
+
+
 # ---- the suite verdict: statistics ---------------------------------------------------------------
 def test_t_quantile_matches_scipy_where_it_is_used():
     scipy_stats = pytest.importorskip("scipy.stats")

@@ -225,9 +225,23 @@ def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame
 
 # How the times were taken: a change of GPU timer moves small kernels by ~5% (graph replay leaves
 # out the stream-order gap the held stream counts), which is not the code getting faster. Read
-# from rows timed to their floor: a raced-out plan keeps its probe's or heat's few samples (a probe
-# times in stream order, harness/timer.py), too few for a verdict of its own either way.
+# from rows timed to their floor with the run's timer: a raced-out plan keeps its probe's, heat's
+# or verified call's few samples (harness/timer.py, call_bound.py), too few for a verdict of its
+# own either way; and a row whose measurement chose another timer for itself (a replay slower
+# than stream order or a capture that failed: `capture_error`; a stream no hold could cover:
+# `timer_fallback`) says so in its reason, and two runs of one commit differed in such rows
+# (stop 59's four-GPU pair).
 METHOD_COLUMNS = ("gpu_timer",)
+_OWN_TIMER = ("capture_error", "timer_fallback")
+
+
+def _run_timer_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose timer is the run's (METHOD_COLUMNS' comment)."""
+    own = pd.Series(False, frame.index)
+    for column in _OWN_TIMER:
+        if column in frame.columns:
+            own |= frame[column].notna()
+    return frame[~raced_out(frame) & ~own]
 
 
 def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMismatch]:
@@ -246,7 +260,7 @@ def environment_mismatches(base: pd.DataFrame, new: pd.DataFrame) -> list[EnvMis
         if b != n:
             found.append(EnvMismatch(name, b, n))
     for name in METHOD_COLUMNS:
-        b, n = (distinct_values(frame[~raced_out(frame)], name) for frame in (base, new))
+        b, n = (distinct_values(_run_timer_rows(frame), name) for frame in (base, new))
         if b != n:
             found.append(EnvMismatch(name, b, n))
     b, n = _cpu_allocator(base), _cpu_allocator(new)
