@@ -6,6 +6,8 @@ row's wall time and stage times, then the timer functions with the most cumulati
 
 DIRECTIONS and ALGORITHMS are comma-separated; ALGORITHMS are backend:algorithm; SUITE (default
 rnn_quick) holds LAYER. PATTERN (the environment) widens the functions listed (a regex).
+TIMING=suite (the environment) times with the suite's own options as one of its two timing
+processes gets them (process_split.share), not the quick 3-sample floor.
 """
 import cProfile
 import os
@@ -13,6 +15,9 @@ import pstats
 import sys
 import time
 
+from dataclasses import replace
+
+from harness import process_split
 from harness.executor import PointExecutor
 from harness.suite import load_suite
 from harness.sweep import Point, TimingOptions
@@ -23,8 +28,12 @@ precision = args[1] or "fp16"
 directions = (args[2] or "fwd,train_step").split(",")
 algorithms = (args[3] or "torch_gpu:nn_rnn,torch_gpu:nn_rnn_native,torch_gpu:plain_loop,"
               "cudnn_rnn:standard").split(",")
-problem = next(p for p in load_suite(args[4] or "rnn_quick").problems if p.name == layer)
+suite = load_suite(args[4] or "rnn_quick")
+problem = next(p for p in suite.problems if p.name == layer)
 timing = TimingOptions(min_samples=3, noise_target=0.02, gpu_processes=1, budget_ms=25)
+if os.environ.get("TIMING") == "suite":
+    timing = replace(process_split.share(suite.timing, suite.timing.gpu_processes),
+                     gpu_processes=1)
 executor = PointExecutor()
 for direction in directions:
     for name in algorithms:

@@ -4,7 +4,9 @@
 # then benchmarks/scaleout_check.py (same ids, per-point time ratio, wall times) and `compare`.
 #   evidence/studies/scaleout_selection.sh OUT CAP_S [RUN_ARGS...]
 # RUN_ARGS default to the selection slice of stop 57: ResNet-50, cudnn + cudnn_graph + torch_gpu,
-# fp16 + fp32, NHWC, unlimited workspace, --budget-ms 10.
+# fp16 + fp32, NHWC, unlimited workspace, --budget-ms 10. ONE_CAP_S (default CAP_S) caps the
+# one-GPU sweep alone; MANY_FIRST=1 runs the cluster first, so that a scope too large for one call
+# finishes there and the one-GPU sweep, cut, gives the estimate (its rows and points so far).
 set -uo pipefail
 out=${1:?usage: scaleout_selection.sh OUT CAP_S [RUN_ARGS...]}; cap=${2:?}; shift 2
 args=("$@")
@@ -12,8 +14,8 @@ args=("$@")
                                --layout NHWC --workspace-limit unlimited --budget-ms 10)
 mkdir -p "$out"
 nvidia-smi -L | tee "$out/summary.txt"
-timed() {  # NAME [FLAGS...]: the sweep, its log and wall time under OUT
-    local name=$1 start=$SECONDS; shift
+timed() {  # NAME CAP [FLAGS...]: the sweep, its log and wall time under OUT
+    local name=$1 cap=$2 start=$SECONDS; shift 2
     rm -rf "/tmp/cache-$name" && mkdir -p "/tmp/cache-$name"
     CONVBENCH_CACHE_DIR="/tmp/cache-$name" timeout "$cap" python3 -m harness.cli run "${args[@]}" \
         "$@" --out "$out/$name.parquet" > "$out/$name.log" 2>&1
@@ -28,8 +30,13 @@ store.write(store.read_journal(Path(sys.argv[1])), Path(sys.argv[2]))" \
             && rm -f "$out/$name.parquet.partial.jsonl" "$out/.$name.parquet.lock"
     fi
 }
-CUDA_VISIBLE_DEVICES=0 timed one
-timed many --cluster local
+if [ "${MANY_FIRST:-0}" = 1 ]; then
+    timed many "$cap" --cluster local
+    CUDA_VISIBLE_DEVICES=0 timed one "${ONE_CAP_S:-$cap}"
+else
+    CUDA_VISIBLE_DEVICES=0 timed one "${ONE_CAP_S:-$cap}"
+    timed many "$cap" --cluster local
+fi
 python3 benchmarks/scaleout_check.py "$out/one.parquet" "$out/many.parquet" | tee -a "$out/summary.txt"
 python3 -m harness.cli compare "$out/one.parquet" "$out/many.parquet" > "$out/compare.txt" 2>&1
 echo "compare one many: exit $?" | tee -a "$out/summary.txt"
