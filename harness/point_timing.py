@@ -51,7 +51,8 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
             check = replace(options, min_samples=STREAM_CHECK_SAMPLES,
                             max_samples=STREAM_CHECK_SAMPLES, race_bar_ms=None)
             for stream_options in (check, options):
-                streamed = time_cuda(prepared.launch, prepared.stream, stream_options)
+                streamed = time_cuda(prepared.launch, prepared.stream, stream_options,
+                                     probed=timing.probe)
                 capture_error = capture_changed_kernels(timing, streamed)
                 if capture_error is None:
                     return replace(timing, gpu_timer="cuda_graph")

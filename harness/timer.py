@@ -43,6 +43,7 @@ class Timing:
     contention: str | None = None     # set by the executor: why the point shared the CPU
     host_probe_ms: float | None = None  # set by the executor: contention.host_probe_ms around it
     raced_on: str | None = None       # what raced it out before the timer ran (call_bound)
+    probe: Timing | None = None       # time_cuda_graph's probe (a later time_cuda's `probed`)
 
 
 # ---- CPU ----------------------------------------------------------------------------------------
@@ -203,7 +204,7 @@ class GpuL2Flusher:
 
 def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
               flush: Callable[[], None] | None = None, batch_calls: int = 20,
-              host_probe_calls: int = 5) -> Timing:
+              host_probe_calls: int = 5, probed: Timing | None = None) -> Timing:
     """GPU time per call from CUDA events, with the stream held while each batch is enqueued.
 
     Warm mode brackets a whole batch of back-to-back calls with one pair of events and records the
@@ -211,9 +212,14 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     H100, 10-30% of a 10 us kernel) to every sample. Cold mode must flush the L2 between calls,
     outside the timed region, so there each call gets its own pair of events. Where the stream
     cannot be held (stream_hold.Hold.missed), every call gets its own pair and the Timing says
-    why (gpu_timer UNHELD, timer_note)."""
+    why (gpu_timer UNHELD, timer_note).
+
+    `probed`: time_cuda_graph's probe of the same calls; its host cost stands for this timer's
+    probe, and where it could not hold the stream for them this timer does not try (five probe
+    calls of a 750-step GRU's training step were 13% of its time stage on an H200)."""
     import cupy
-    host_ms = measure_host_ms(launch, stream, host_probe_calls)
+    host_ms = measure_host_ms(launch, stream, host_probe_calls) if probed is None \
+        else probed.host_ms
     for _ in range(options.warmup):
         launch()
     stream.synchronize()
@@ -221,7 +227,7 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
     samples: list[float] = []
     hold = Hold(host_ms + (0.02 if flush else 0.0))
     per_call_estimate = None
-    if (note := hold.unreachable()) is not None:
+    if (note := hold.unreachable() or _found_unheld(probed)) is not None:
         samples, reason = unheld_samples(launch, stream, rule, flush, cupy)
         return Timing(tuple(samples), reason, host_ms, gpu_timer=UNHELD, timer_note=note)
     while (reason := rule.reason_to_stop(samples)) is None:
@@ -244,6 +250,11 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
         samples.extend(batch)
         per_call_estimate = sorted(samples)[len(samples) // 2]
     return Timing(tuple(samples), reason, host_ms)
+
+
+def _found_unheld(probed: Timing | None) -> str | None:
+    """Why `probed` timed its calls without a hold (stream_hold's verdict), or None."""
+    return probed.timer_note if probed is not None and probed.gpu_timer == UNHELD else None
 
 
 def _batch_size(default: int, per_call_ms: float | None, options: TimingOptions,
@@ -355,7 +366,7 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
                        host_probe_calls=1)
     note = replay.timer_note and f"graph replays: {replay.timer_note}"  # a "call" is a replay
     return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason,
-                  probe.host_ms, timer_note=note)
+                  probe.host_ms, timer_note=note, probe=probe)
 
 
 # Calls the graph timer's probe issues to measure a call's host cost: they also warm it up.

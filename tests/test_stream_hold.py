@@ -347,3 +347,43 @@ def test_a_cold_plan_that_lost_its_heat_stops_after_it(gpu):
     assert len(raced.samples_ms) == stopping.RACE_SAMPLES
     within = timer.time_cuda(launch, gpu, replace(options, race_bar_ms=0.5), flush=lambda: None)
     assert len(within.samples_ms) >= 12 and within.stop_reason != stopping.RACED_OUT
+
+
+def _counting_host_probes(monkeypatch) -> list[int]:
+    """timer.measure_host_ms, counting the calls each host probe issues."""
+    probes: list[int] = []
+    real = timer.measure_host_ms
+
+    def counted(launch, stream, calls=5):
+        probes.append(calls)
+        return real(launch, stream, calls)
+    monkeypatch.setattr(timer, "measure_host_ms", counted)
+    return probes
+
+
+def test_a_stream_timing_after_a_probe_of_the_same_calls_takes_its_verdicts(gpu, monkeypatch):
+    """A call the probe could not hold (a 750-step GRU fills the launch queue) is not held
+    again, and the probe's host cost stands: no probe calls, no spins, the same note."""
+    probes = _counting_host_probes(monkeypatch)
+    launch = _launch(gpu, 0.05, 0.5, waits=True)
+    probe = timer.time_cuda(launch, gpu, OPTIONS)
+    assert probe.gpu_timer == UNHELD and probes == [5]
+    spins = gpu.spins
+    again = timer.time_cuda(launch, gpu, OPTIONS, probed=probe)
+    assert (gpu.spins, probes) == (spins, [5])
+    assert (again.gpu_timer, again.timer_note, again.host_ms) == \
+        (UNHELD, probe.timer_note, probe.host_ms)
+    assert len(again.samples_ms) >= OPTIONS.min_samples
+
+
+def test_a_self_capturing_librarys_stream_check_reuses_the_graph_probe(gpu, monkeypatch):
+    """point_timing's check of a PyTorch replay in stream order: one host probe in all (the
+    graph timer's), and the check held as any stream timing where the probe could hold."""
+    probes = _counting_host_probes(monkeypatch)
+    launch = _launch(gpu, 0.01, 0.02)
+    prepared = _prepared(capture=lambda calls: _launch(gpu, 0.01, 0.02 * calls))
+    prepared.launch, prepared.stream = launch, gpu
+    timing = point_timing.time_gpu(prepared, TimingOptions(min_samples=5, budget_ms=5), None)
+    assert timing.gpu_timer == "cuda_graph" and timing.capture_error is None
+    assert probes == [timer.PROBE_HOST_CALLS, 1]     # the calls' probe, the replays' probe
+    assert timing.probe.gpu_timer is None            # the check could hold the stream
