@@ -14,10 +14,14 @@ args=("$@")
                                --layout NHWC --workspace-limit unlimited --budget-ms 10)
 mkdir -p "$out"
 nvidia-smi -L | tee "$out/summary.txt"
+# Each run also starts with empty JIT caches of its own (CUDA's, where cuDNN's runtime-compiled
+# engines land, and CuPy's): stop 60's cluster run went first on a fresh machine and paid 103 s
+# of stage time preparing eng70/71/78 plans, the one-GPU run after it 9.3 s for the same kind.
 timed() {  # NAME CAP [FLAGS...]: the sweep, its log and wall time under OUT
     local name=$1 cap=$2 start=$SECONDS; shift 2
-    rm -rf "/tmp/cache-$name" && mkdir -p "/tmp/cache-$name"
-    CONVBENCH_CACHE_DIR="/tmp/cache-$name" timeout "$cap" python3 -m harness.cli run "${args[@]}" \
+    rm -rf "/tmp/cache-$name" "/tmp/jit-$name" && mkdir -p "/tmp/cache-$name" "/tmp/jit-$name"
+    CONVBENCH_CACHE_DIR="/tmp/cache-$name" CUDA_CACHE_PATH="/tmp/jit-$name/cuda" \
+        CUPY_CACHE_DIR="/tmp/jit-$name/cupy" timeout "$cap" python3 -m harness.cli run "${args[@]}" \
         "$@" --out "$out/$name.parquet" > "$out/$name.log" 2>&1
     echo "$name: exit $? after $((SECONDS - start)) s" | tee -a "$out/summary.txt"
     grep -a -E "went|stages|shards per worker" "$out/$name.log" | tail -3
