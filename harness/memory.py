@@ -17,6 +17,7 @@ from pathlib import Path
 from harness import epilogue, families
 from harness.precision import widest_bytes
 from harness.problem import ConvProblem, ProblemError
+from harness.rnn.reference import CHUNK_STEPS
 from harness.sweep import Point
 
 FLOAT64 = 8
@@ -58,8 +59,11 @@ def _recurrent_footprint(point: Point, device: str) -> Footprint:
     elements = p.tensor_elements()
     tensors = sum(elements.values()) + elements["y"]
     tape = p.layers * p.directions * p.seq_len * p.batch * (p.gates + 6) * p.hidden_size
+    # beside the tape, the oracle's gates of a chunk of steps: forward's input gates, backward's
+    # two gradients
+    chunk = 3 * min(p.seq_len, CHUNK_STEPS) * p.batch * p.gates * p.hidden_size
     data = FLOAT64 * tensors
-    checking = FLOAT64 * (tape + 3 * tensors)
+    checking = FLOAT64 * (tape + chunk + 3 * tensors)
     backend = widest_bytes(point.precision) * (tensors + tape)
     if device == "cuda":
         return Footprint(host=data, device=data + checking + backend)

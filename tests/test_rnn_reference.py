@@ -55,10 +55,14 @@ def _torch_module(problem: RnnProblem, weights):
     return module
 
 
+# The oracle's steps per input GEMM: its own, and 2, so that a sequence of 5-7 steps spans chunk
+# boundaries and ends in a partial chunk
+@pytest.mark.parametrize("chunk", [reference.CHUNK_STEPS, 2], ids=["chunk_default", "chunk_2"])
 @pytest.mark.parametrize("problem", CASES, ids=lambda p: f"{p.cell}-l{p.layers}-"
                          f"d{p.directions}-p{p.proj_size}-{'var' if p.lengths else 'full'}")
-def test_forward_and_backward_match_pytorch_float64(problem):
+def test_forward_and_backward_match_pytorch_float64(problem, chunk, monkeypatch):
     torch = pytest.importorskip("torch")
+    monkeypatch.setattr(reference, "CHUNK_STEPS", chunk)
     x, h0, c0, weights = _data(problem)
     fwd = reference.forward(problem, x, h0, c0, weights, np)
     rng = np.random.default_rng(1)

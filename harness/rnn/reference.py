@@ -5,8 +5,11 @@ reference/rnn.md 1.5): LSTM gates i, f, g, o; GRU gates r, z, n with the reset g
 after the recurrent GEMM ("linear before reset"); two biases per gate (bW with the input GEMM,
 bR with the recurrent one); the projection P after the cell's output.
 
-Plain loops over time with one GEMM per step, written against `xp` (NumPy or CuPy) as
-harness/reference.py is, so the same code checks outputs on the GPU. Checked against PyTorch's
+Plain loops over time with one recurrent GEMM per step each way, written against `xp` (NumPy or
+CuPy) as harness/reference.py is, so the same code checks outputs on the GPU. What does not
+depend on the previous step is done for CHUNK_STEPS steps at a time: forward the input GEMM,
+backward the weights', the biases' and the input's gradients. Those were four of a step's six
+GEMMs, each a launch the host issues where the oracle runs on the GPU. Checked against PyTorch's
 float64 nn.LSTM / nn.GRU / nn.RNN and their autograd, and against central finite differences of
 its own forward pass (tests/test_rnn_reference.py).
 
@@ -21,6 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.rnn.problem import RnnProblem
+
+
+# Steps whose input GEMMs run as one (a bound on the memory they take beside the tape)
+CHUNK_STEPS = 64
 
 
 @dataclass
@@ -54,9 +61,16 @@ def _reverse(x: Any, problem: RnnProblem, xp: Any) -> Any:
     return out
 
 
-def _cell_forward(cell: str, x_t: Any, h: Any, c: Any, w: dict, xp: Any) -> tuple:
-    """One step: (new h, new c, what the step's backward pass needs)."""
-    gi = x_t @ w["W"].T + (w["bW"] if "bW" in w else 0.0)
+def _input_gates(x: Any, w: dict, xp: Any) -> Any:
+    """x (steps, batch, input) @ W^T + bW: several steps' input GEMMs as one."""
+    steps, batch, _ = x.shape
+    gi = x.reshape(steps * batch, -1) @ w["W"].T + (w["bW"] if "bW" in w else 0.0)
+    return gi.reshape(steps, batch, -1)
+
+
+def _cell_forward(cell: str, gi: Any, h: Any, c: Any, w: dict, xp: Any) -> tuple:
+    """One step from its input gates `gi` (_input_gates): (new h, new c, what the step's
+    backward pass needs, the previous h first)."""
     gh = h @ w["R"].T + (w["bR"] if "bR" in w else 0.0)
     if cell == "lstm":
         i, f, g, o = xp.split(gi + gh, 4, axis=1)
@@ -64,29 +78,31 @@ def _cell_forward(cell: str, x_t: Any, h: Any, c: Any, w: dict, xp: Any) -> tupl
         c_new = f * c + i * g
         m = o * xp.tanh(c_new)
         h_new = m @ w["P"].T if "P" in w else m
-        return h_new, c_new, (x_t, h, c, i, f, g, o, c_new, m)
+        return h_new, c_new, (h, c, i, f, g, o, c_new, m)
     if cell == "gru":
         gi_r, gi_z, gi_n = xp.split(gi, 3, axis=1)
         gh_r, gh_z, gh_n = xp.split(gh, 3, axis=1)
         r, z = _sigmoid(gi_r + gh_r, xp), _sigmoid(gi_z + gh_z, xp)
         n = xp.tanh(gi_n + r * gh_n)
-        return (1.0 - z) * n + z * h, None, (x_t, h, r, z, n, gh_n)
+        return (1.0 - z) * n + z * h, None, (h, r, z, n, gh_n)
     a = gi + gh
     h_new = xp.tanh(a) if cell == "rnn_tanh" else xp.maximum(a, 0.0)
-    return h_new, None, (x_t, h, a, h_new)
+    return h_new, None, (h, a, h_new)
 
 
 def _direction_forward(problem: RnnProblem, x: Any, h0: Any, c0: Any, w: dict, xp: Any,
                        mask: Any) -> tuple:
     h, c, ys, saved = h0, c0, [], []
-    for t in range(problem.seq_len):
-        h_new, c_new, step = _cell_forward(problem.cell, x[t], h, c, w, xp)
-        keep = mask[t]
-        h = keep * h_new + (1.0 - keep) * h
-        if c is not None:
-            c = keep * c_new + (1.0 - keep) * c
-        ys.append(keep * h_new)
-        saved.append(step)
+    for start in range(0, problem.seq_len, CHUNK_STEPS):
+        gates = _input_gates(x[start:start + CHUNK_STEPS], w, xp)
+        for t, gi in enumerate(gates, start):
+            h_new, c_new, step = _cell_forward(problem.cell, gi, h, c, w, xp)
+            keep = mask[t]
+            h = keep * h_new + (1.0 - keep) * h
+            if c is not None:
+                c = keep * c_new + (1.0 - keep) * c
+            ys.append(keep * h_new)
+            saved.append(step)
     return xp.stack(ys), h, c, saved
 
 
@@ -113,9 +129,11 @@ def forward(problem: RnnProblem, x: Any, h0: Any, c0: Any | None, weights: list,
 
 def _cell_backward(cell: str, dh: Any, dc: Any, w: dict, step: tuple, grads: dict,
                    xp: Any) -> tuple:
-    """One step back: (dx_t, dh_prev, dc_prev), the weight gradients added to `grads`."""
+    """One step back: the gradients of its input and recurrent gates (dgi, dgh, which
+    _weight_grads turns into the weights' and the input's), dh_prev and dc_prev; a projection's
+    gradient is added to `grads` here."""
     if cell == "lstm":
-        x_t, h, c, i, f, g, o, c_new, m = step
+        h, c, i, f, g, o, c_new, m = step
         if "P" in w:
             grads["P"] += dh.T @ m
             dh = dh @ w["P"]
@@ -126,7 +144,7 @@ def _cell_backward(cell: str, dh: Any, dc: Any, w: dict, step: tuple, grads: dic
         dgi = dgh = da
         dc_prev = dc * f
     elif cell == "gru":
-        x_t, h, r, z, n, gh_n = step
+        h, r, z, n, gh_n = step
         da_n = dh * (1.0 - z) * (1.0 - n ** 2)
         da_r = da_n * gh_n * r * (1.0 - r)
         da_z = dh * (h - n) * z * (1.0 - z)
@@ -134,16 +152,32 @@ def _cell_backward(cell: str, dh: Any, dc: Any, w: dict, step: tuple, grads: dic
         dgh = xp.concatenate([da_r, da_z, da_n * r], axis=1)
         dc_prev = None
     else:
-        x_t, h, a, h_new = step
+        h, a, h_new = step
         dgi = dgh = dh * ((1.0 - h_new ** 2) if cell == "rnn_tanh" else (a > 0))
         dc_prev = None
-    grads["W"] += dgi.T @ x_t
-    grads["R"] += dgh.T @ h
-    if "bW" in grads:
-        grads["bW"] += dgi.sum(axis=0)
-        grads["bR"] += dgh.sum(axis=0)
     dh_prev = dgh @ w["R"] + (dh * z if cell == "gru" else 0.0)
-    return dgi @ w["W"], dh_prev, dc_prev
+    return dgi, dgh, dh_prev, dc_prev
+
+
+def _weight_grads(start: int, back: list, x: Any, saved: list, w: dict, grads: dict,
+                  dx: Any, xp: Any) -> None:
+    """Steps start.. start + len(back) - 1 (`back`: their (dgi, dgh), last step first) as one
+    GEMM each: W's, R's and the biases' gradients added to `grads`, the input's written to dx."""
+    stop = start + len(back)
+    dgi = xp.stack([gi for gi, _ in reversed(back)])
+    dgh = xp.stack([gh for _, gh in reversed(back)])
+    h_prev = xp.stack([step[0] for step in saved[start:stop]])
+    grads["W"] += _rows(dgi).T @ _rows(x[start:stop])
+    grads["R"] += _rows(dgh).T @ _rows(h_prev)
+    if "bW" in grads:
+        grads["bW"] += _rows(dgi).sum(axis=0)
+        grads["bR"] += _rows(dgh).sum(axis=0)
+    dx[start:stop] = (_rows(dgi) @ w["W"]).reshape(dx[start:stop].shape)
+
+
+def _rows(a: Any) -> Any:
+    """(steps, batch, n) as (steps x batch, n): the steps' rows of one GEMM."""
+    return a.reshape(-1, a.shape[-1])
 
 
 def backward(problem: RnnProblem, fwd: Forward, weights: list, dy: Any, dh_n: Any,
@@ -160,21 +194,25 @@ def backward(problem: RnnProblem, fwd: Forward, weights: list, dy: Any, dh_n: An
         dx = xp.zeros_like(layer_in)
         for d in range(problem.directions):
             k = layer * problem.directions + d
+            w, g = weights[layer][d], grads[layer][d]
             dy_d = dy[:, :, d * size:(d + 1) * size]
             dy_d = dy_d if d == 0 else _reverse(dy_d, problem, xp)
+            seq = layer_in if d == 0 else _reverse(layer_in, problem, xp)
             dh, dc = dh_n[k], dc_n[k] if lstm else None
-            dxs = []
+            step_dx, back = xp.zeros_like(seq), []
             for t in reversed(range(problem.seq_len)):
                 keep = mask[t]
                 dh_t = dh + keep * dy_d[t]
-                dx_t, dh_prev, dc_prev = _cell_backward(
-                    problem.cell, keep * dh_t, keep * dc if lstm else None,
-                    weights[layer][d], saved[d][t], grads[layer][d], xp)
+                dgi, dgh, dh_prev, dc_prev = _cell_backward(
+                    problem.cell, keep * dh_t, keep * dc if lstm else None, w, saved[d][t], g,
+                    xp)
                 dh = dh_prev + (1.0 - keep) * dh_t
                 if lstm:
                     dc = dc_prev + (1.0 - keep) * dc
-                dxs.append(dx_t)
-            step_dx = xp.stack(dxs[::-1])
+                back.append((dgi, dgh))
+                if len(back) == CHUNK_STEPS or t == 0:
+                    _weight_grads(t, back, seq, saved[d], w, g, step_dx, xp)
+                    back = []
             dx += step_dx if d == 0 else _reverse(step_dx, problem, xp)
             dh0[k] = dh
             if lstm:
