@@ -63,7 +63,9 @@ def _recurrent_footprint(point: Point, device: str) -> Footprint:
     # two gradients
     chunk = 3 * min(p.seq_len, CHUNK_STEPS) * p.batch * p.gates * p.hidden_size
     data = FLOAT64 * tensors
-    checking = FLOAT64 * (tape + chunk + 3 * tensors)
+    # the flat result and its comparisons, and the oracle's passes kept with the data (its
+    # outputs and gradients, as many elements as the tensors: harness/rnn/oracle.RnnData)
+    checking = FLOAT64 * (tape + chunk + 4 * tensors)
     backend = widest_bytes(point.precision) * (tensors + tape)
     if device == "cuda":
         return Footprint(host=data, device=data + checking + backend)

@@ -106,6 +106,27 @@ def test_oracle_results_are_the_flat_outputs_in_order() -> None:
     assert grads.size == sum(int(np.prod(s)) for s in p.weight_shapes(0).values())
 
 
+def test_a_layers_directions_share_the_oracles_passes(monkeypatch) -> None:
+    """fwd, fwd_train, bwd_data, bwd_filter and train_step on one data: two forward passes and
+    one backward (not five and three), each result what fresh data gives."""
+    from harness.rnn import reference as recurrence
+    calls = []
+    for name in ("forward", "backward"):
+        real = getattr(recurrence, name)
+        monkeypatch.setattr(recurrence, name, lambda *a, _real=real, _name=name, **k: (
+            calls.append(_name), _real(*a, **k))[1])
+    p = RnnProblem("lstm", 4, 5, 6, 3, proj_size=3)
+    data = oracle.make_data(p, "fp32")
+    directions = ("fwd", "fwd_train", "bwd_data", "bwd_filter", "train_step")
+    shared = {d: oracle.reference(p, d, data) for d in directions}
+    assert calls == ["forward", "forward", "backward"]
+    for d in directions:
+        fresh = oracle.make_data(p, "fp32")
+        np.testing.assert_array_equal(shared[d], oracle.reference(p, d, fresh))
+    other = oracle.make_data(p, "fp32", seed=1)      # other data: its own passes
+    assert not np.array_equal(oracle.reference(p, "train_step", other), shared["train_step"])
+
+
 def test_recurrent_and_convolution_rows_share_one_results_file(tmp_path) -> None:
     conv = ConvProblem(1, 2, 5, 5, 2, 3, 3, name="conv")
     rows = _measure([CASES[5], conv], ("fwd",), ["cpu"], precisions=("fp32",))

@@ -14,7 +14,7 @@ Backends return their result through `flat` in the same order.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,14 @@ class RnnData:
     dy: Any
     dh_n: Any
     dc_n: Any
+    # What the oracle computed from these arrays, by array module (_passes): the executor keeps
+    # a problem's data per precision across its directions, so the next direction reuses it.
+    passes: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+# The parts of the oracle's passes each direction writes (module docstring), in order
+_PARTS = {"fwd": ("y", "h", "c"), "fwd_train": ("y", "h", "c"), "bwd_data": ("dx", "dh0", "dc0"),
+          "bwd_filter": ("dw",), "train_step": ("y", "h", "c", "dx", "dh0", "dc0", "dw")}
 
 
 def make_data(problem: RnnProblem, precision: str, seed: int = 0,
@@ -84,22 +92,32 @@ def reference(problem: RnnProblem, direction: str, data: RnnData, xp: Any = np,
     """The exact (float64) result of `direction` on `data`, flat (module docstring)."""
     if op != epilogue.CONV:
         raise ValueError(f"op {op!r}: a recurrent layer has no fused epilogue")
+    if direction not in _PARTS:
+        raise ValueError(f"unknown direction {direction!r}")
+    parts = _passes(problem, data, xp, backward=direction not in ("fwd", "fwd_train"))
+    return flat(*(a for name in _PARTS[direction]
+                  for a in (parts[name] if name == "dw" else [parts[name]])), xp=xp)
+
+
+def _passes(problem: RnnProblem, data: RnnData, xp: Any, backward: bool) -> dict[str, Any]:
+    """The forward pass's outputs and, where `backward`, the gradients (dw: every weight's, in
+    RnnProblem.weight_keys order), computed once per data and array module: forward's for
+    fwd and fwd_train, one forward and backward for the rest (a training step's)."""
+    done = data.passes.get(xp.__name__)
+    if done is not None and (not backward or "dx" in done):
+        return done
     def as_xp(a: Any) -> Any:
         return None if a is None else xp.asarray(a, dtype=xp.float64)
     weights = [[{k: as_xp(v) for k, v in w.items()} for w in layer] for layer in data.weights]
     fwd = recurrence.forward(problem, as_xp(data.x), as_xp(data.h0), as_xp(data.c0), weights, xp)
-    if direction in ("fwd", "fwd_train"):        # training's forward writes the same outputs
-        return flat(fwd.y, fwd.h, fwd.c, xp=xp)
-    dx, dh0, dc0, grads = recurrence.backward(problem, fwd, weights, as_xp(data.dy),
-                                              as_xp(data.dh_n), as_xp(data.dc_n), xp)
-    weight_grads = [grads[layer][d][name] for layer, d, name in problem.weight_keys()]
-    if direction == "bwd_data":
-        return flat(dx, dh0, dc0, xp=xp)
-    if direction == "bwd_filter":
-        return flat(*weight_grads, xp=xp)
-    if direction == "train_step":
-        return flat(fwd.y, fwd.h, fwd.c, dx, dh0, dc0, *weight_grads, xp=xp)
-    raise ValueError(f"unknown direction {direction!r}")
+    done = {"y": fwd.y, "h": fwd.h, "c": fwd.c}
+    if backward:
+        dx, dh0, dc0, grads = recurrence.backward(problem, fwd, weights, as_xp(data.dy),
+                                                  as_xp(data.dh_n), as_xp(data.dc_n), xp)
+        done.update(dx=dx, dh0=dh0, dc0=dc0,
+                    dw=[grads[layer][d][name] for layer, d, name in problem.weight_keys()])
+    data.passes[xp.__name__] = done
+    return done
 
 
 def term_scales(problem: RnnProblem, direction: str, data: RnnData, expected: Any,
