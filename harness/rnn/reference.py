@@ -63,9 +63,8 @@ def _reverse(x: Any, problem: RnnProblem, xp: Any) -> Any:
 
 def _input_gates(x: Any, w: dict, xp: Any) -> Any:
     """x (steps, batch, input) @ W^T + bW: several steps' input GEMMs as one."""
-    steps, batch, _ = x.shape
-    gi = x.reshape(steps * batch, -1) @ w["W"].T + (w["bW"] if "bW" in w else 0.0)
-    return gi.reshape(steps, batch, -1)
+    gi = _rows(x) @ w["W"].T + (w["bW"] if "bW" in w else 0.0)
+    return gi.reshape(*x.shape[:2], -1)
 
 
 def _cell_forward(cell: str, gi: Any, h: Any, c: Any, w: dict, xp: Any) -> tuple:
