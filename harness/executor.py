@@ -27,7 +27,7 @@ from harness.backends.base import (Algorithm, AlgorithmFailed, Prepared, Unsuppo
 from harness.measurement import Measurement, Status
 from harness.point_timing import PointTimer, timing_extras, timing_notes
 from harness.reference import ProblemData
-from harness.race import Race, measuring_order
+from harness.race import Race, measuring_order, tightest_fitting
 from harness.sweep import Point
 from harness.timer import Timing
 
@@ -46,15 +46,6 @@ def _rows_of(rows: Iterable[Measurement]) -> Unit:
     """A unit whose rows are already known (they say why nothing was measured)."""
     known = list(rows)
     return Unit(None, lambda: known)
-
-
-def _tightest(points: list[Point], workspace_bytes: int) -> int | None:
-    """The tightest of the group's limits that the candidate's workspace fits: the race's bar
-    must fit it (harness/race.py). Where the candidate does not fit, its row is over the limit
-    whatever its time, so a rival that fits no tighter limit can still race it."""
-    limits = [p.workspace_limit for p in points
-              if p.workspace_limit is not None and fits(workspace_bytes, p.workspace_limit)]
-    return min(limits) if limits else None
 
 
 def _loosest(points: list[Point]) -> Point:
@@ -107,8 +98,11 @@ class PointExecutor:
         points = [_loosest(group) for group in groups]
         return measuring_order([(algorithm_for(point), point) for point in points])
 
-    def prefetch(self, group: list[Point]) -> None:
-        """Draw the group's test data into the cache now (harness.worker's prefetch)."""
+    def prefetch(self, group: list[Point], ahead: Iterable[Point] = ()) -> None:
+        """Start the setup the points `ahead` can do without test data (Algorithm.ahead), then
+        draw the group's test data into the cache (harness.worker's prefetch)."""
+        for point in ahead:
+            algorithm_for(point).ahead(point)
         self.cached_data(_loosest(group))
 
     def units(self, group: list[Point], skip: frozenset[str] = frozenset(),
@@ -233,7 +227,7 @@ class PointExecutor:
                  for p in group if common[p.precision]["effective_precision"] is None}
         if delivered is None:
             return list(wrong.values())
-        tightest = _tightest(group, prepared.workspace_bytes)
+        tightest = tightest_fitting(group, prepared.workspace_bytes)
         options = point.timing if race is None else race.timing(point.timing, delivered,
                                                                  tightest)
         timing_started = time.perf_counter()

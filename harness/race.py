@@ -105,3 +105,12 @@ def _rank(algo: Algorithm, point: Point) -> int | None:
         if context_lost(err):
             raise
         return None
+
+
+def tightest_fitting(points: list[Point], workspace_bytes: int) -> int | None:
+    """The tightest of the group's limits that the candidate's workspace fits: the race's bar
+    must fit it. Where the candidate does not fit, its row is over the limit
+    whatever its time, so a rival that fits no tighter limit can still race it."""
+    limits = [p.workspace_limit for p in points
+              if p.workspace_limit is not None and fits(workspace_bytes, p.workspace_limit)]
+    return min(limits) if limits else None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 
 from harness import backends, cpu_memory, families, runoff, threads, verified_once
+from harness.batches import ahead_of, batches, is_on_gpu, with_next
 from harness.executor import PointExecutor, computed_precision
 from harness.measurement import HungKey, Measurement
 from harness.plan_cache import CacheFile
@@ -209,16 +210,16 @@ class Measurer:
             return frozenset(variant for p in group
                              for variant in (measured_variants or {}).get(p.point_id, ()))
         held = runoff.HeldLayer()
-        for batch, following in _with_next(_batches(groups(points))):
+        for batch, following in with_next(batches(groups(points))):
             first = batch[0][0]
-            on_gpu = _on_gpu(first)
+            on_gpu = is_on_gpu(first)
             if held.groups and (not on_gpu or runoff.layer_key(first) != held.key):
                 self._settle(held, on_result, done)
             skips = [skipped(g) for g in batch]
             if not on_gpu:
                 self._measure_cpu(batch, skips, on_result, done)
                 continue
-            ahead = following[0] if following and _on_gpu(following[0][0]) else None
+            ahead = ahead_of(following)
             if not runoff.wanted(first):
                 self._measure_gpu(batch, skips, on_result, ahead, done)
                 continue
@@ -247,14 +248,15 @@ class Measurer:
             done(group)
 
     def _measure_gpu(self, batch: list[list[Point]], skips: list[frozenset[str]],
-                     emit: Callable[[Measurement], None] | None, ahead: list[Point] | None,
+                     emit: Callable[[Measurement], None] | None,
+                     ahead: tuple[list[Point], list[Point]] | None,
                      done: Callable[[list[Point]], None] | None = None
                      ) -> list[list[Measurement]]:
-        """A point's candidate groups (`_batches`), each group's merged rows handed to `emit`
-        (None: only returned, for the runoff, which may still change them) and then to `done`.
+        """A point's candidate groups (harness/batches.py), each group's merged rows handed to
+        `emit` (None: only returned, for the runoff, which may still change them), then `done`.
         The groups go to each timing process in one message; while one process measures, the
-        other draws test data: this batch's for the second, `ahead`'s (the next batch's first
-        group) for the first."""
+        other draws test data: this batch's for the second, the next batch's for the first,
+        which also starts the next points' setup (`ahead`: batches.ahead_of)."""
         from harness import process_split
         from harness.worker import Request
         k = process_split.replicates(batch[0][0], "cuda")
@@ -280,7 +282,7 @@ class Measurer:
             if replicate + 1 < k:
                 sibling.prefetch(batch[wanted[0]])
             elif ahead is not None:
-                sibling.prefetch(ahead)
+                sibling.prefetch(*ahead)
             requests = [Request(process_split.shared_group(batch[i], k, replicate),
                                 skips[i] | _settled_variants(per_group[i]),
                                 verified_once.from_rows(per_group[i][0]) if per_group[i]
@@ -324,36 +326,6 @@ class Measurer:
         for pool in self._remotes:
             pool.close()
         self._remotes = []
-
-
-def _batches(all_groups: Iterable[list[Point]]) -> Iterator[list[list[Point]]]:
-    """Consecutive CPU groups of one backend sharing test data (one problem at one precision:
-    the executor's caches hold its data and references across the rounds) as one batch; on a
-    GPU, consecutive groups of one point's candidates (one backend's algorithms of a problem,
-    precision, layout and direction: they share test data and race each other) as one batch,
-    sent to a worker process in one message."""
-    def key(group: list[Point]) -> tuple:
-        p = group[0]
-        if _on_gpu(p):
-            return ("cuda", replace(p, algorithm="*", workspace_limit=None).point_id)
-        return (p.backend, p.problem, p.precision, p.op)
-    for _, batch in groupby(all_groups, key=key):
-        yield list(batch)
-
-
-def _on_gpu(point: Point) -> bool:
-    return backends.get(point.backend).device == "cuda"
-
-
-def _with_next(batches: Iterable[list[list[Point]]]
-               ) -> Iterator[tuple[list[list[Point]], list[list[Point]] | None]]:
-    """Each batch with the one after it (None for the last)."""
-    batches = iter(batches)
-    current = next(batches, None)
-    while current is not None:
-        following = next(batches, None)
-        yield current, following
-        current = following
 
 
 def _emit_all(rows: Iterable[Measurement], emit: Callable[[Measurement], None]) -> None:

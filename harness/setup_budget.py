@@ -52,6 +52,11 @@ def known_over(over: Mapping[Key, str]) -> None:
     _over = dict(over)
 
 
+def is_over(key: Key) -> bool:
+    """Whether a step of this key ran past its budget earlier in this run."""
+    return key in _over
+
+
 @contextmanager
 def watched(key: Key, what: str, budget_s: float) -> Iterator[None]:
     """Run the step in the body under `budget_s`, or raise OverBudget where its key ran over."""

@@ -99,15 +99,15 @@ def _measure_group(connection: Any, executor: Any, group: list[Point], skip: fro
 PREFETCH_CORE_SHARE = 0.5
 
 
-def _prefetch(executor: Any, group: list[Point]) -> None:
+def _prefetch(executor: Any, payload: tuple[list[Point], list[Point]]) -> None:
     """The group's test data drawn into the executor's cache while the sibling timing process
-    measures (runner.Measurer): the later group finds it there. A failure here is left for the
-    group itself to meet and report."""
+    measures (runner.Measurer), after the points ahead started their setup (harness/ahead.py).
+    A failure here is left for the group itself to meet and report."""
     from harness import draws
     from harness.threads import available_cores
     try:
         with draws.at_most(max(1, int(available_cores() * PREFETCH_CORE_SHARE))):
-            executor.prefetch(group)
+            executor.prefetch(*payload)
     except Exception:  # the group's own measurement meets it again and makes it a row
         pass
 
@@ -243,11 +243,12 @@ class WorkerPool:
             pending, rank = self._stream(pending, rank)
         return [list(state.rows) for state in states]
 
-    def prefetch(self, group: list[Point]) -> None:
-        """Ask the (idle) worker to draw `group`'s test data now, not when the group comes."""
+    def prefetch(self, group: list[Point], ahead: list[Point] | None = None) -> None:
+        """Ask the (idle) worker to draw `group`'s test data now, and to start the setup of the
+        points `ahead` that needs none (PointExecutor.prefetch), not when they come."""
         self._ensure_started()
         try:
-            self._connection.send((PREFETCH, group))
+            self._connection.send((PREFETCH, (group, ahead or [])))
         except (BrokenPipeError, OSError):
             self._kill()    # measure_groups starts a fresh one
 

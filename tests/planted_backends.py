@@ -187,6 +187,34 @@ class FakeGpuBackend(FakeBackend):
         return [_GpuExact(), _GpuDies()]
 
 
+# Problems whose setup this process was asked to start ahead of them (Algorithm.ahead)
+_STARTED_AHEAD: set[str] = set()
+
+
+class _StartedAhead(FakeExact):
+    """Its row's `rnn_build_ms` is 1 where the measuring process was asked to start the point's
+    setup ahead of it, and absent where it was not."""
+    backend = "ahead_gpu"
+
+    def ahead(self, point):
+        _STARTED_AHEAD.add(point.problem.name)
+
+    def prepare(self, point, data):
+        prepared = super().prepare(point, data)
+        if point.problem.name in _STARTED_AHEAD:
+            prepared.extras["rnn_build_ms"] = 1.0
+        return prepared
+
+
+class AheadGpuBackend(FakeBackend):
+    """Routed like a GPU backend; says which of its points the process was told were coming."""
+    name = "ahead_gpu"
+    device = "cuda"
+
+    def algorithms(self):
+        return [_StartedAhead()]
+
+
 class _ProcessTimedPrepared(_Forwarding):
     """A fake point on a 'cuda' backend whose every sample is the measuring process's pid in
     microseconds: which worker process took which sample can be read back from the row."""

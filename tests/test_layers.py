@@ -16,7 +16,7 @@ HARNESS = Path(__file__).resolve().parents[1] / "harness"
 LAYERS = [
     # facts and pure helpers: no harness imports of their own (backends.cudnn.lib: a ctypes binding)
     {"problem", "precision", "student_t", "stats", "locks", "threads", "contention", "cpu_memory",
-     "cache_dir", "setup_budget",
+     "cache_dir", "setup_budget", "ahead",
      "backends.cudnn.lib",
      "epilogue", "workspace_limit"},
     # rnn: the recurrent problem family and its float64 recurrence; families: which kinds exist;
@@ -35,7 +35,8 @@ LAYERS = [
     # race: the plans of a point; verified_once: a later process takes the first's verdict
     {"executor", "point_timing", "process_split", "race", "verified_once"},
     {"worker"},
-    {"runoff"},               # a point's finalists prepared again before the answer
+    # runoff: a point's finalists prepared again before the answer; batches: the runner's cuts
+    {"runoff", "batches"},
     {"runner"},
     {"cluster", "env_worker", "ab"},  # ab: two environments' worker processes, interleaved
     {"analysis", "runs", "export", "compare", "peaks", "plan"},

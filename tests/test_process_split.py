@@ -252,7 +252,7 @@ def _per_group(monkeypatch, measure) -> None:
     from harness.worker import WorkerPool
     monkeypatch.setattr(WorkerPool, "measure_groups", lambda self, requests: [
         measure(self, r.group, r.skip) for r in requests])
-    monkeypatch.setattr(WorkerPool, "prefetch", lambda self, group: None)
+    monkeypatch.setattr(WorkerPool, "prefetch", lambda self, group, ahead=None: None)
 
 
 def test_a_group_that_crashes_one_process_is_not_sent_to_the_next(process_gpu, monkeypatch):

@@ -442,9 +442,9 @@ def test_the_idle_process_draws_test_data_ahead(monkeypatch):
     asked: list = []
     prefetch = worker.WorkerPool.prefetch
 
-    def recording(self, group):
+    def recording(self, group, ahead=None):
         asked.append((pools.index(self), group[0].problem.name))
-        return prefetch(self, group)
+        return prefetch(self, group, ahead)
     pools: list = []
     start = worker.WorkerPool.__init__
 
@@ -461,6 +461,31 @@ def test_the_idle_process_draws_test_data_ahead(monkeypatch):
     runner.run_points(points, rows.append)
     assert asked == [(1, "w"), (0, "v"), (1, "v")]
     assert {m.point.algorithm for m in rows if m.ok} == {"plan_ok", "plan_after"}
+
+
+def test_the_first_process_starts_the_next_points_setup_while_the_second_times():
+    """While the second timing process times a point, the first is told of the points to come
+    (batches.ahead_of) and starts their setup that needs no test data (Algorithm.ahead): the
+    first point's row had nothing started ahead, the later ones had."""
+    from harness import runner
+    backends.register("ahead_gpu", "planted_backends:AheadGpuBackend")
+    timing = replace(FAST, gpu_processes=2, runoff=False)
+    points = [Point(replace(PROBLEM, name=name, in_channels=4 + i), "fwd", "fp32", "NCHW",
+                    "ahead_gpu", "exact", None, timing) for i, name in enumerate("abc")]
+    rows: list = []
+    runner.run_points(points, rows.append)
+    assert {m.point.problem.name: m.extras.get("rnn_build_ms") for m in rows if m.ok} == {
+        "a": None, "b": 1.0, "c": 1.0}
+
+
+def test_each_batch_comes_with_the_next_two_and_a_worker_hears_of_those_on_the_gpu():
+    from harness.batches import ahead_of, with_next
+    assert list(with_next(iter("abcd"))) == [("a", ["b", "c"]), ("b", ["c", "d"]),
+                                             ("c", ["d"]), ("d", [])]
+    gpu = [[_point("plans")], [_point("quotes_a_fault")]]
+    cpu = [[replace(_point("exact"), backend="fake")]]
+    assert ahead_of([]) is None and ahead_of([cpu, gpu]) is None
+    assert ahead_of([gpu, cpu]) == (gpu[0], [gpu[0][0], gpu[1][0]])
 
 
 def test_a_prefetched_points_data_is_not_drawn_again(monkeypatch):

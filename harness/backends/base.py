@@ -213,6 +213,11 @@ class Algorithm:
         (PointExecutor.race_order), so a fast one sets the race's bar early."""
         return None
 
+    def ahead(self, point: Point) -> None:
+        """Start, in the background, setup that prepare(point) would otherwise wait for and
+        that needs no test data (cudnn_rnn's PERSIST_DYNAMIC build): the worker calls it for
+        the points that come next (harness/ahead.py). Nothing by default."""
+
     def supports(self, point: Point) -> str | None:
         """None when this algorithm can run the point, else the reason it cannot."""
         raise NotImplementedError

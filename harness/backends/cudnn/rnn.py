@@ -82,6 +82,10 @@ class CudnnRnnAlgorithm(Algorithm):
             raise Unsupported(reason)
         return self._owner.session().prepare(rl.ALGORITHMS[self.name], point, data)
 
+    def ahead(self, point: Point) -> None:
+        if self.name == "persist_dynamic" and not self.refusal(point):
+            self._owner.session().descriptors.build_ahead(point)
+
 
 class CudnnRnnBackend(Backend):
     name = "cudnn_rnn"

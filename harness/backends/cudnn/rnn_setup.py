@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
-from harness import setup_budget
+from harness import ahead, setup_budget
 from harness.backends.base import Unsupported
 from harness.backends.cudnn import lib
 from harness.backends.cudnn import rnn_lib as rl
@@ -53,37 +54,93 @@ class Descriptors:
     run-time compile, took a median 1.65 s a layer on an H100 (DeepBench's training set,
     evidence/runs/deepbench_rnn_training-cudnn_rnn-*), and the directions share one plan, as
     PyTorch's forward and backward do. A build cuDNN refuses is not kept: each direction's row
-    says so."""
+    says so. A build asked for ahead of its point (build_ahead) runs on a background thread with
+    a handle of its own (harness/ahead.py); the point's prepare waits for it under the build's
+    budget, and its row's `rnn_build_ms` is still the build's own time."""
 
-    def __init__(self, handle: Any):
+    def __init__(self, handle: Any, build_handle: Callable[[], Any] | None = None):
         self._handle = handle
+        self._build_handle = build_handle or (lambda: handle)
         self._kept: OrderedDict[tuple, rl.RnnDesc] = OrderedDict()
+        self._ahead = ahead.Ahead(on_thread=relaxed_capture_mode)
 
     def get(self, algo: int, point: Point) -> tuple[rl.RnnDesc, float | None]:
-        """The descriptor, and the ms its build took in this call (None: no build here)."""
+        """The descriptor, and the ms its build took for this call (None: built before)."""
         key = (algo, point.problem, point.precision)
         if key in self._kept:
             self._kept.move_to_end(key)
             return self._kept[key], None
-        p, handle = point.problem, self._handle
-        data_type, math_precision, math_type = PRECISIONS[point.precision]
-        rnn = rl.RnnDesc(
-            algo, rl.CELL_MODES[p.cell], rl.DOUBLE_BIAS if p.bias else rl.NO_BIAS,
-            rl.BIDIRECTIONAL if p.bidirectional else rl.UNIDIRECTIONAL, data_type,
-            math_precision, math_type, (p.input_size, p.hidden_size, p.out_size, p.layers),
-            rl.DropoutDesc(handle), rl.PADDED_IO_ENABLED if p.lengths is not None else 0)
-        built = None
-        if algo == rl.ALGORITHMS["persist_dynamic"]:
-            with setup_budget.watched(_build_key(point), f"cudnnBuildRNNDynamic ({p.cell}, "
-                                      f"hidden {p.hidden_size}, {point.precision})",
-                                      setup_budget.RNN_BUILD_BUDGET_S):
-                started = time.perf_counter()
-                rl.call("cudnnBuildRNNDynamic", handle.ptr, rnn.ptr, p.batch)
-                built = (time.perf_counter() - started) * 1e3
+        step = self._ahead.claim(key)
+        if step is not None:
+            with _watched(point):
+                rnn = step.result()
+            built = step.ms
+        else:
+            rnn = _descriptor(algo, point, self._handle)
+            built = None
+            if algo == DYNAMIC:
+                with _watched(point):
+                    built = _build(rnn, point, self._handle)
         self._kept[key] = rnn
         while len(self._kept) > DESCRIPTORS_KEPT:
             self._kept.popitem(last=False)
         return rnn, built
+
+    def build_ahead(self, point: Point) -> None:
+        """Start PERSIST_DYNAMIC's descriptor and build for `point` on the background thread,
+        unless it is kept, asked for already, or its sizes ran past the budget in this run."""
+        key = (DYNAMIC, point.problem, point.precision)
+        if key in self._kept or setup_budget.is_over(_build_key(point)):
+            return
+        handle = self._build_handle()
+
+        def work() -> rl.RnnDesc:
+            rnn = _descriptor(DYNAMIC, point, handle)
+            _build(rnn, point, handle)
+            return rnn
+        self._ahead.submit(key, work)
+
+
+DYNAMIC = rl.ALGORITHMS["persist_dynamic"]
+
+
+def _descriptor(algo: int, point: Point, handle: Any) -> rl.RnnDesc:
+    p = point.problem
+    data_type, math_precision, math_type = PRECISIONS[point.precision]
+    return rl.RnnDesc(
+        algo, rl.CELL_MODES[p.cell], rl.DOUBLE_BIAS if p.bias else rl.NO_BIAS,
+        rl.BIDIRECTIONAL if p.bidirectional else rl.UNIDIRECTIONAL, data_type,
+        math_precision, math_type, (p.input_size, p.hidden_size, p.out_size, p.layers),
+        rl.DropoutDesc(handle), rl.PADDED_IO_ENABLED if p.lengths is not None else 0)
+
+
+def _build(rnn: rl.RnnDesc, point: Point, handle: Any) -> float:
+    """cudnnBuildRNNDynamic for the point's batch; the ms it took."""
+    started = time.perf_counter()
+    rl.call("cudnnBuildRNNDynamic", handle.ptr, rnn.ptr, point.problem.batch)
+    return (time.perf_counter() - started) * 1e3
+
+
+def _watched(point: Point) -> Any:
+    """A PERSIST_DYNAMIC build (or the wait for one under way) under its budget."""
+    p = point.problem
+    return setup_budget.watched(_build_key(point), f"cudnnBuildRNNDynamic ({p.cell}, hidden "
+                                f"{p.hidden_size}, {point.precision})",
+                                setup_budget.RNN_BUILD_BUDGET_S)
+
+
+def relaxed_capture_mode() -> None:
+    """Let this thread make calls a CUDA graph capture elsewhere would otherwise forbid: the
+    main thread may be capturing a timed call (PyTorch captures in the global mode, which bars
+    every other thread from allocating or loading a module) while this one builds. The driver's
+    setting, per thread; where it cannot be set, a build during a capture fails and the point's
+    prepare meets the failure (Step.result)."""
+    import ctypes
+    try:
+        mode = ctypes.c_int(2)          # CU_STREAM_CAPTURE_MODE_RELAXED
+        ctypes.CDLL("libcuda.so.1").cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))
+    except (OSError, AttributeError):
+        pass
 
 
 def _build_key(point: Point) -> tuple:
@@ -104,8 +161,17 @@ class Session:
         self.cupy = cupy
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.handle = lib.Handle(self.stream.ptr)
-        self.descriptors = Descriptors(self.handle)
+        self.descriptors = Descriptors(self.handle, self._build_handle)
         self._prepared = prepared
+        self._builds: tuple[Any, lib.Handle] | None = None
+
+    def _build_handle(self) -> lib.Handle:
+        """The handle (on a stream of its own) the background thread builds with: cuDNN's
+        handles are one thread's each."""
+        if self._builds is None:
+            stream = self.cupy.cuda.Stream(non_blocking=True)
+            self._builds = (stream, lib.Handle(stream.ptr))
+        return self._builds[1]
 
     def prepare(self, algo: int, point: Point, data: Any) -> Any:
         try:
