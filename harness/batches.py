@@ -29,10 +29,11 @@ def is_on_gpu(point: Point) -> bool:
     return backends.get(point.backend).device == "cuda"
 
 
-# The batches after a point's whose setup a timing process starts ahead (Algorithm.ahead): two,
-# so a PERSIST_DYNAMIC build begins while the sibling process still times the point before
-# (cudnn_rnn's batch is followed by torch_gpu's of the same layer: harness/ahead.py).
-AHEAD_BATCHES = 2
+# The batches after a point's whose setup a timing process starts ahead (Algorithm.ahead). At
+# two (cudnn_rnn's batch is followed by torch_gpu's of the same layer) the LSTMs of hidden 2048
+# still waited 2.5-5.0 s of their 6.3-9.5 s PERSIST_DYNAMIC builds on an H200 (stop 61's
+# before/after); at four the build after next starts while the next one's layer is timed.
+AHEAD_BATCHES = 4
 
 
 def with_next(batches: Iterable[list[list[Point]]], count: int = AHEAD_BATCHES

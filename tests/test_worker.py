@@ -480,7 +480,7 @@ def test_the_first_process_starts_the_next_points_setup_while_the_second_times()
 
 def test_each_batch_comes_with_the_next_two_and_a_worker_hears_of_those_on_the_gpu():
     from harness.batches import ahead_of, with_next
-    assert list(with_next(iter("abcd"))) == [("a", ["b", "c"]), ("b", ["c", "d"]),
+    assert list(with_next(iter("abcd"), 2)) == [("a", ["b", "c"]), ("b", ["c", "d"]),
                                              ("c", ["d"]), ("d", [])]
     gpu = [[_point("plans")], [_point("quotes_a_fault")]]
     cpu = [[replace(_point("exact"), backend="fake")]]
