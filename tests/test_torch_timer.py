@@ -71,6 +71,27 @@ def test_self_capturing_library_as_fast_replayed_keeps_the_replay(stub_timers):
     assert timing.gpu_timer == "cuda_graph" and timing.samples_ms[0] == pytest.approx(7.5e-3)
 
 
+@pytest.mark.parametrize("probe_us, stream_samples", [
+    (7.6, []),                                              # the probe: stream order, not faster
+    (7.0, [point_timing.STREAM_CHECK_SAMPLES]),             # faster: the short check decides
+])
+def test_a_replay_no_slower_than_its_probe_needs_no_other_stream_samples(stub_timers,
+                                                                          monkeypatch, probe_us,
+                                                                          stream_samples):
+    """The graph timer's probe (Timing.probe) is a stream-ordered batch of calls taken before
+    the capture: where the replay is not slower than it by the margin, the stream check is not
+    run."""
+    from dataclasses import replace
+    us, calls = stub_timers
+    graph = timer.time_cuda_graph
+    monkeypatch.setattr(timer, "time_cuda_graph", lambda *args, **kwargs: replace(
+        graph(*args, **kwargs), probe=Timing((probe_us / 1e3,), "budget")))
+    us["graph"] = 7.5
+    timing = point_timing.time_gpu(_prepared(True), TimingOptions(max_samples=40), None)
+    assert calls == ["graph", *(("stream", n) for n in stream_samples)]
+    assert timing.gpu_timer == "cuda_graph" and timing.samples_ms[0] == pytest.approx(7.5e-3)
+
+
 def test_libraries_the_timer_captures_itself_are_timed_once(stub_timers):
     us, calls = stub_timers
     timing = point_timing.time_gpu(_prepared(False), TimingOptions(), None)
