@@ -100,10 +100,11 @@ class PointExecutor:
 
     def prefetch(self, group: list[Point], ahead: Iterable[Point] = ()) -> None:
         """Start the setup the points `ahead` can do without test data (Algorithm.ahead), then
-        draw the group's test data into the cache (harness.worker's prefetch)."""
+        draw the group's test data into the cache (harness.worker's prefetch; no group: none)."""
         for point in ahead:
             algorithm_for(point).ahead(point)
-        self.cached_data(_loosest(group))
+        if group:
+            self.cached_data(_loosest(group))
 
     def units(self, group: list[Point], skip: frozenset[str] = frozenset(),
               verified: dict[str, verified_once.Verified] | None = None) -> Iterator[Unit]:

@@ -256,12 +256,14 @@ class Measurer:
         `emit` (None: only returned, for the runoff, which may still change them), then `done`.
         The groups go to each timing process in one message; while one process measures, the
         other draws test data: this batch's for the second, the next batch's for the first,
-        which also starts the next points' setup (`ahead`: batches.ahead_of)."""
+        which also starts the next points' setup (`ahead`: batches.ahead_of; alone, it does)."""
         from harness import process_split
         from harness.worker import Request
         k = process_split.replicates(batch[0][0], "cuda")
         pools = self._pools(k)
         if len(pools) == 1:     # nothing to merge with: each plan's rows are final as they come
+            if ahead is not None:   # no idle sibling: the one process starts them, then measures
+                pools[0].prefetch([], ahead[1])
             def streamed(group: list[Point]) -> Callable[[list[Measurement]], None] | None:
                 return None if emit is None else (
                     lambda rows: _emit_all(process_split.merge(group, [rows]), emit))

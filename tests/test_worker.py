@@ -463,13 +463,15 @@ def test_the_idle_process_draws_test_data_ahead(monkeypatch):
     assert {m.point.algorithm for m in rows if m.ok} == {"plan_ok", "plan_after"}
 
 
-def test_the_first_process_starts_the_next_points_setup_while_the_second_times():
+@pytest.mark.parametrize("processes", [2, 1])
+def test_the_next_points_setup_starts_while_a_point_is_timed(processes):
     """While the second timing process times a point, the first is told of the points to come
-    (batches.ahead_of) and starts their setup that needs no test data (Algorithm.ahead): the
-    first point's row had nothing started ahead, the later ones had."""
+    (batches.ahead_of) and starts their setup that needs no test data (Algorithm.ahead); a lone
+    process is told before it measures. The first point's row had nothing started ahead, the
+    later ones had."""
     from harness import runner
     backends.register("ahead_gpu", "planted_backends:AheadGpuBackend")
-    timing = replace(FAST, gpu_processes=2, runoff=False)
+    timing = replace(FAST, gpu_processes=processes, runoff=False)
     points = [Point(replace(PROBLEM, name=name, in_channels=4 + i), "fwd", "fp32", "NCHW",
                     "ahead_gpu", "exact", None, timing) for i, name in enumerate("abc")]
     rows: list = []
