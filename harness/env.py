@@ -88,12 +88,19 @@ def _blas() -> dict[str, Any]:
     return {"blas": name, "blas_threads": threads or os.cpu_count()}
 
 
-def _git_commit() -> str | None:
+def _git_commit(here: Path | None = None) -> str | None:
+    """HEAD's short hash, with "+dirty" where tracked files differ from it: such a run is not
+    that commit's (a lent GPU machine's copy of a tree kept the session's first .git, and its
+    rows named a commit hours older than the code they ran: evidence/README.md, stop 61)."""
     try:
-        here = Path(__file__).resolve().parent
+        here = here or Path(__file__).resolve().parent
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
                              capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
+        commit = out.stdout.strip() or None
+        if commit and subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=here,
+                                     capture_output=True, timeout=5).returncode == 1:
+            commit += "+dirty"
+        return commit
     except (OSError, subprocess.SubprocessError):
         return None
 
