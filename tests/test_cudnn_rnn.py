@@ -94,17 +94,20 @@ def test_a_planted_gate_order_fault_is_caught(run_fast):
     assert [m.point.point_id for m in measured if m.status.value != "wrong"] == []
 
 
-def test_dynamic_builds_started_ahead_run_verified_and_overlap_the_point_before(run_fast):
-    """With two timing processes, the first builds the next layers' PERSIST_DYNAMIC kernels on
-    its background thread while the second times (harness/ahead.py): their rows are verified
-    like any, and a later layer's prepare waits for less than half of its build."""
+@pytest.mark.parametrize("processes", [2, 1])
+def test_dynamic_builds_started_ahead_run_verified_and_overlap_the_point_before(run_fast,
+                                                                                 processes):
+    """A timing process builds the next layers' PERSIST_DYNAMIC kernels on its background
+    thread while it or its sibling times the layers before (harness/ahead.py): their rows are
+    verified like any, and a later layer's prepare waits for less than half of its build."""
     from harness.rnn.problem import RnnProblem
-    layers = [RnnProblem("gru", 256, 512, 50, 16 * (i + 1), name=f"gru_n{16 * (i + 1)}")
+    hidden = 256 * (processes + 1)     # layers of their own: a process keeps built descriptors
+    layers = [RnnProblem("gru", 256, hidden, 50, 16 * (i + 1), name=f"gru_n{16 * (i + 1)}")
               for i in range(3)]
     sweep = Sweep("ahead", layers, directions=("train_step",), precisions=("fp16",),
                   backends=(AlgorithmChoice("cudnn_rnn"), AlgorithmChoice("torch_gpu",
                                                                           ("nn_rnn",))))
-    rows = run_fast(sweep, gpu_processes=2)
+    rows = run_fast(sweep, gpu_processes=processes)
     dynamic = [m for m in rows if m.point.algorithm == "persist_dynamic"]
     for m in dynamic:
         print(m.point.problem.name, m.status.value, m.extras.get("rnn_build_ms"),
