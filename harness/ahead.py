@@ -91,10 +91,6 @@ class Ahead:
             del self._steps[key]
             return step if step.started else None
 
-    def pending(self, key: Hashable) -> bool:
-        with self._ready:
-            return key in self._steps
-
     def _serve(self) -> None:
         self._on_thread()
         while True:

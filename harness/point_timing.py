@@ -47,16 +47,16 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
             if prepared.capture is None or options.replay_checked:
                 return replace(timing, gpu_timer="cuda_graph")
             # The probe's batch of calls before the capture (Timing.probe) is a stream-ordered
-            # sample already: a replay no slower than it (nearly every row) needs no other. Else
-            # a few stream-ordered samples tell a replay that is not slower from one that may
-            # be; only the latter is timed in stream order in full.
+            # sample already: a replay no slower than it (nearly every row) needs no other.
+            if timing.probe is not None and capture_changed_kernels(timing, timing.probe) is None:
+                return replace(timing, gpu_timer="cuda_graph")
+            # Else a few stream-ordered samples tell a replay that is not slower from one that
+            # may be; only the latter is timed in stream order in full.
             check = replace(options, min_samples=STREAM_CHECK_SAMPLES,
                             max_samples=STREAM_CHECK_SAMPLES, race_bar_ms=None)
-            for stream_options in (None, check, options):
-                streamed = timing.probe if stream_options is None else time_cuda(
-                    prepared.launch, prepared.stream, stream_options, probed=timing.probe)
-                if streamed is None:
-                    continue
+            for stream_options in (check, options):
+                streamed = time_cuda(prepared.launch, prepared.stream, stream_options,
+                                     probed=timing.probe)
                 capture_error = capture_changed_kernels(timing, streamed)
                 if capture_error is None:
                     return replace(timing, gpu_timer="cuda_graph")
