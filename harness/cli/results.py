@@ -216,8 +216,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_rounds(args, sweep, points, output: RunOutput, base, options, cluster) -> int:
     from harness import compare
     _wait_for_quiet_host(base)
-    new, interrupted = measure(sweep, points, output, args.seed, cluster,
-                               use_cache=not args.no_cache)
+    new, interrupted, _ = measure(sweep, points, output, args.seed, cluster,
+                                  use_cache=not args.no_cache)
     if interrupted:
         return EXIT_INTERRUPTED
     base = _planned_part(base, {p.point_id for p in points})
@@ -231,8 +231,8 @@ def _check_rounds(args, sweep, points, output: RunOutput, base, options, cluster
         _wait_for_quiet_host(base)
         path = output.path.with_name(f"{output.path.stem}-confirm{round_number}"
                                      f"{output.path.suffix}")
-        rerun, interrupted = measure(sweep, again, replace(output, path=path), args.seed,
-                                      cluster, use_cache=not args.no_cache)
+        rerun, interrupted, _ = measure(sweep, again, replace(output, path=path), args.seed,
+                                         cluster, use_cache=not args.no_cache)
         if interrupted:
             return EXIT_INTERRUPTED
         comparison = compare.confirm(comparison, base, rerun, options)

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, UserError, csv_list, say, warn, writing
 from harness.cli.gpu_default import with_gpu_default
@@ -52,10 +52,16 @@ def _layer_names(problem) -> set[str]:
     return {problem.name, problem.name.rsplit(":", 1)[-1]}
 
 
+class Measured(NamedTuple):
+    rows: Any               # this run's rows, a resumed run's earlier sittings included
+    interrupted: bool
+    sitting: Any            # the rows measured now: what this sitting's wall time was spent on
+
+
 def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
-            use_cache: bool = True) -> tuple[Any, bool]:
+            use_cache: bool = True) -> Measured:
     """Run `points` here or on `cluster` (harness.cluster.Cluster), appending rows to the output
-    as they finish; (this run's rows, interrupted). `use_cache`: start from the engines that
+    as they finish. `use_cache`: start from the engines that
     hung in earlier runs on this GPU and libraries, and remember this run's (harness/hang_cache.py),
     and keep the graph API's plan labels (harness/plan_cache.py); not on a cluster, whose
     workers keep no memory."""
@@ -97,6 +103,7 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
         + f"; machine: {env.get('gpu_name') or env.get('cpu_model')}")
     say(f"writing {output.path}")
     interrupted = False
+    measured_now: set[str] = set()
     try:
         with _progress(len(todo)) as progress:
             def on_result(m, measured_on: dict[str, Any] = env,
@@ -106,6 +113,7 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
                 row.update(measured_peaks.row_columns(row, peaks))
                 with writing(output.path, kept):
                     writer.append(row)
+                measured_now.add(row["point_id"])
                 progress.advance(m)
             try:
                 if cluster is None:
@@ -127,7 +135,8 @@ def measure(sweep, points, output: RunOutput, seed: int, cluster=None,
     mine = df[df["run_id"] == run_id] if len(df) else df    # not an appended file's others
     if use_cache:
         caches.remember_hangs(env, remembered, store.hung_engines(mine) if len(mine) else set())
-    return mine, interrupted
+    sitting = mine[mine["point_id"].isin(measured_now)] if len(mine) else mine
+    return Measured(mine, interrupted, sitting)
 
 
 def _measure_on_cluster(cluster, points, on_result: Callable[..., None], seed: int,
@@ -296,13 +305,13 @@ def _run(args: argparse.Namespace, sweep, output: RunOutput) -> int:
     points = planned_points(sweep)
     started = time.perf_counter()
     with connect_cluster(args, points) as cluster:
-        df, interrupted = measure(sweep, points, output, args.seed, cluster,
-                                  use_cache=not args.no_cache)
-    print_best(df)
-    print_stages(df, time.perf_counter() - started)
+        measured = measure(sweep, points, output, args.seed, cluster,
+                           use_cache=not args.no_cache)
+    print_best(measured.rows)
+    print_stages(measured.sitting, time.perf_counter() - started)
     if getattr(args, "profile", False):
-        print_profile(df)
-    if interrupted:
+        print_profile(measured.rows)
+    if measured.interrupted:
         warn("interrupted: finished rows were kept; rerun with --resume to finish")
         return EXIT_INTERRUPTED
     return EXIT_OK
