@@ -28,6 +28,7 @@ SETUP, SETUP_DONE = "setup", "setup_done"     # the worker's messages around a w
 # The longest cudnnBuildRNNDynamic a row waits for: 2.7x the slowest build that returned under
 # hidden 4096 (11.0 s, an H100), and well under the 112.6 s one of hidden 4096.
 RNN_BUILD_BUDGET_S = 30.0
+LONGER = " (--build-budget-s waits longer)"     # where a row over its budget says what to do
 
 Key = tuple
 
@@ -62,7 +63,7 @@ def watched(key: Key, what: str, budget_s: float) -> Iterator[None]:
     """Run the step in the body under `budget_s`, or raise OverBudget where its key ran over."""
     if key in _over:
         raise OverBudget(f"not tried: {what} ran past its {budget_s:.0f} s budget on "
-                         f"{_over[key]} in this run")
+                         f"{_over[key]} in this run{LONGER}")
     if _send is None:
         yield
         return
@@ -75,13 +76,15 @@ def watched(key: Key, what: str, budget_s: float) -> Iterator[None]:
 
 def over_reason(what: str, budget_s: float) -> str:
     """The row of the unit whose step the pool stopped."""
-    return f"not measured: {what} ran past its {budget_s:.0f} s budget: worker killed"
+    return f"not measured: {what} ran past its {budget_s:.0f} s budget: worker killed{LONGER}"
 
 
 class Clock:
     """The pool's clock for the unit under way (WorkerPool._collect): the cap runs from the last
-    message that was not a step's (a step's messages must not restart it), the step's budget
-    from its start."""
+    message that was not a step's (a step's messages must not restart it) and stands still while
+    a step runs; the step's budget runs from the step's start. So a step is stopped by its own
+    budget alone (which may be longer than the cap: --build-budget-s), and a unit's wall time is
+    bounded by its cap plus its steps' budgets."""
 
     def __init__(self) -> None:
         self.step: tuple | None = None      # (key, what, budget_s) of the step under way
@@ -93,6 +96,8 @@ class Clock:
         if kind == SETUP:
             self.step, self._step_since = payload, now
         elif kind == SETUP_DONE:
+            if self.step is not None:
+                self._since += now - self._step_since       # the cap stood still meanwhile
             self.step = None
         else:
             self._since = now
@@ -103,9 +108,6 @@ class Clock:
         """How long to wait for the next message, and whether the step's budget (rather than
         the cap) is what that wait runs out."""
         now = time.monotonic()
-        left = cap_s - (now - self._since)
         if self.step is not None:
-            step_left = self.step[2] - (now - self._step_since)
-            if step_left <= left:
-                return max(0.0, step_left), True
-        return max(0.0, left), False
+            return max(0.0, self.step[2] - (now - self._step_since)), True
+        return max(0.0, cap_s - (now - self._since)), False

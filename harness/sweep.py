@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import product
 
-from harness import epilogue, families
+from harness import epilogue, families, setup_budget
 from harness import precision as precision_table
 from harness.problem import ConvProblem
 from harness.rnn.problem import RnnProblem
@@ -80,6 +80,9 @@ class TimingOptions:
     # build: a runtime-compiled fp8 or int8 plan 0.4 s (median), up to 3.2 s, on an H100
     # (evidence/logs/gpu-test-rows-*.csv.gz), so a sweep of such points is mostly plan builds.
     plan_limit: int | None = None
+    # The longest run-time kernel build a row waits for (cuDNN's PERSIST_DYNAMIC RNN,
+    # harness/setup_budget.py); a longer one leaves the row not_tried, naming it.
+    build_budget_s: float = setup_budget.RNN_BUILD_BUDGET_S
     # Set by harness/runoff.py, never by a user: a fresh preparation of a pick whose first
     # measurement found that replaying the library's own capture runs its eager kernels
     # (gpu_timer cuda_graph; point_timing.time_gpu), so it is timed by replay alone.

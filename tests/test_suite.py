@@ -461,7 +461,7 @@ BAD_OVERRIDES = {
     "precisions": ["int4"], "layouts": ["nhwc"], "batch": 0, "budget_ms": 0,
     "workspace_limits": ["64XB"], "timing_mode": "hot", "gpu_timer": "sundial",
     "gpu_processes": 0, "cpu_rounds": 0, "threads": [0], "ops": ["conv_relu"],
-    "outputs": ["fp128"], "race": "no", "runoff": "no", "plan_limit": 0,
+    "outputs": ["fp128"], "race": "no", "runoff": "no", "plan_limit": 0, "build_budget_s": -1,
 }
 
 
@@ -535,3 +535,19 @@ def test_absurd_layers_name_the_entry(tmp_path, text, entry, fragment):
     with pytest.raises(SuiteError) as info:
         load_suite(write(tmp_path, text))
     assert info.value.entry == entry and fragment in str(info.value), str(info.value)
+
+
+def test_the_build_budget_is_set_by_the_suite_or_the_flag_and_checked(tmp_path):
+    """`[timing] build_budget_s` and --build-budget-s reach every point's timing options (the
+    cuDNN RNN backend waits that long for a PERSIST_DYNAMIC build); nonsense names its place."""
+    path = tmp_path / "mine.toml"
+    path.write_text("name = 'mine'\nlayers = ['ic3ih8oc4kh3']\n[timing]\nbuild_budget_s = 45\n")
+    sweep = load_suite(str(path))
+    assert sweep.timing.build_budget_s == 45
+    assert TimingOptions().build_budget_s == 30
+    assert sweep_with_overrides(sweep, build_budget_s=200).timing.build_budget_s == 200
+    with pytest.raises(SuiteError, match="--build-budget-s"):
+        sweep_with_overrides(sweep, build_budget_s=0)
+    path.write_text("name = 'mine'\nlayers = ['ic3ih8oc4kh3']\n[timing]\nbuild_budget_s = 'x'\n")
+    with pytest.raises(SuiteError, match="timing.build_budget_s"):
+        load_suite(str(path))

@@ -266,7 +266,8 @@ def test_a_setup_step_over_its_budget_is_not_tried_again_on_a_point_that_shares_
     are not tried at all, naming where it ran over; a fast build on other sizes is measured."""
     pool = WorkerPool(unit_timeout_s=60.0)
     big = ConvProblem(1, 4, 6, 6, 8, 3, 3, name="big")
-    at = {name: Point(problem, "fwd", "fp32", "NCHW", "faulty_gpu", "slow_setup", None, FAST)
+    timing = replace(FAST, build_budget_s=1.0)
+    at = {name: Point(problem, "fwd", "fp32", "NCHW", "faulty_gpu", "slow_setup", None, timing)
           for name, problem in (("big", big), ("big_batch_2", replace(big, batch=2)),
                                 ("small", PROBLEM))}
     try:
@@ -277,11 +278,28 @@ def test_a_setup_step_over_its_budget_is_not_tried_again_on_a_point_that_shares_
         pool.close()
     assert (over.status, over.reason) == (
         Status.NOT_TRIED, "not measured: the planted build (8 channels) ran past its 1 s budget: "
-                          "worker killed")
+                          "worker killed (--build-budget-s waits longer)")
     assert (skipped.status, skipped.reason) == (
         Status.NOT_TRIED, "not tried: the planted build (8 channels) ran past its 1 s budget on "
-                          "big fwd in this run")
+                          "big fwd in this run (--build-budget-s waits longer)")
     assert small.status == Status.OK
+
+
+def test_a_build_longer_than_the_unit_cap_but_within_its_budget_is_measured():
+    """--build-budget-s 5 with a 1 s unit cap: the planted 2 s build runs out neither (the cap
+    stands still while a build runs); at a 1 s budget the same build is not tried."""
+    six = ConvProblem(1, 4, 6, 6, 6, 3, 3, name="six")
+    rows = {}
+    for budget in (5.0, 1.0):
+        pool = WorkerPool(unit_timeout_s=1.0)
+        point = Point(six, "fwd", "fp32", "NCHW", "faulty_gpu", "slow_setup", None,
+                      replace(FAST, build_budget_s=budget))
+        try:
+            (rows[budget],) = pool.measure([point])
+        finally:
+            pool.close()
+    assert rows[5.0].status == Status.OK, rows[5.0].reason
+    assert rows[1.0].status == Status.NOT_TRIED
 
 
 def test_a_setup_step_runs_unwatched_in_process_and_a_known_key_is_not_tried(monkeypatch):
@@ -291,13 +309,14 @@ def test_a_setup_step_runs_unwatched_in_process_and_a_known_key_is_not_tried(mon
     monkeypatch.setattr(setup_budget, "_over", {("faulty_gpu", "slow_setup", 4, 4): "w fwd"})
     (row,) = PointExecutor().measure([_point("slow_setup")])
     assert (row.status, row.reason) == (
-        Status.NOT_TRIED, "not tried: the planted build (4 channels) ran past its 1 s budget on "
-                          "w fwd in this run")
+        Status.NOT_TRIED, "not tried: the planted build (4 channels) ran past its 30 s budget on "
+                          "w fwd in this run (--build-budget-s waits longer)")
 
 
 def test_the_pools_clock_is_not_restarted_by_a_steps_messages(monkeypatch):
-    """The unit's cap runs from its start, not from the end of its setup step; the step's own
-    budget from the step's start, and only while it runs."""
+    """The unit's cap runs from its start, not from the end of its setup step, and stands still
+    while the step runs; the step's own budget runs from the step's start, and only then, and is
+    what stops a step even where it is longer than the cap."""
     from harness import setup_budget
     now = [100.0]
     monkeypatch.setattr(setup_budget.time, "monotonic", lambda: now[0])
@@ -305,11 +324,12 @@ def test_the_pools_clock_is_not_restarted_by_a_steps_messages(monkeypatch):
     assert not clock.heard("start", ("v", "e"))
     now[0] = 110.0
     assert clock.heard(setup_budget.SETUP, (("k",), "the build", 30.0))
-    assert clock.wait(60.0) == (30.0, True)           # the budget ends before the cap's 50 s
+    assert clock.wait(60.0) == (30.0, True)
+    assert clock.wait(5.0) == (30.0, True)            # a cap shorter than the budget: no matter
     now[0] = 130.0
     assert clock.heard(setup_budget.SETUP_DONE, None) and clock.step is None
-    assert clock.wait(60.0) == (30.0, False)          # 60 s from the start, not from the step
-    now[0] = 125.0 + 60.0
+    assert clock.wait(60.0) == (50.0, False)          # 60 s from the start, less the step's 20 s
+    now[0] = 180.0
     assert clock.wait(60.0) == (0.0, False)
 
 

@@ -31,7 +31,7 @@ def load_sweep(args: argparse.Namespace):
         threads=csv_list(args.threads, "--threads"),
         ops=csv_list(args.op, "--op"), outputs=csv_list(args.output_type, "--output-type"),
         race=False if args.no_race else None, runoff=False if args.no_runoff else None,
-        plan_limit=args.plan_limit)
+        plan_limit=args.plan_limit, build_budget_s=args.build_budget_s)
     if args.layer is not None:
         wanted = {name for flag in args.layer for name in csv_list(flag, "--layer")}
         kept = tuple(p for p in sweep.problems if _layer_names(p) & wanted)

@@ -42,6 +42,7 @@ The format (suites/quick.toml shows every key):
     warmup = 1                           # untimed runs before timing
     race = true                          # false: time every candidate to the full floor
     plan_limit = 3                       # only each point's first 3 graph-API plans (default: all)
+    build_budget_s = 30                  # longest run-time kernel build a row waits for (RNN)
 
     [compare]
     threshold = 0.05                     # fractional slowdown that counts as a regression
@@ -312,8 +313,9 @@ def _timing(table: dict[str, Any]) -> TimingOptions:
     if "gpu_timer" in table:
         fields["gpu_timer"] = checked_choice(table["gpu_timer"], "timing.gpu_timer", GPU_TIMERS,
                                              "GPU timer")
-    if "budget_ms" in table:
-        fields["budget_ms"] = checked_positive_number(table["budget_ms"], "timing.budget_ms")
+    for key in ("budget_ms", "build_budget_s"):
+        if key in table:
+            fields[key] = checked_positive_number(table[key], f"timing.{key}")
     for key, checked in (("gpu_processes", checked_gpu_processes),
                          ("cpu_rounds", checked_cpu_rounds)):
         if key in table:

@@ -25,7 +25,7 @@ OVERRIDE_FLAGS = {
     "timing_mode": "--timing-mode", "gpu_timer": "--gpu-timer",
     "gpu_processes": "--gpu-processes", "cpu_rounds": "--cpu-rounds", "threads": "--threads",
     "ops": "--op", "outputs": "--output-type", "race": "--no-race",
-    "runoff": "--no-runoff", "plan_limit": "--plan-limit",
+    "runoff": "--no-runoff", "plan_limit": "--plan-limit", "build_budget_s": "--build-budget-s",
 }
 
 
@@ -51,6 +51,7 @@ class Overrides:
     race: bool | None = None
     runoff: bool | None = None
     plan_limit: int | None = None
+    build_budget_s: float | None = None
 
 
 def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
@@ -69,7 +70,8 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                          outputs: Sequence[str] | None = None,
                          race: bool | None = None,
                          runoff: bool | None = None,
-                         plan_limit: int | None = None) -> Sweep:
+                         plan_limit: int | None = None,
+                         build_budget_s: float | None = None) -> Sweep:
     """The sweep with the command line's choices applied; None leaves a setting as the suite has
     it. Errors name the flag (OVERRIDE_FLAGS). Algorithms are `name` (every backend in the sweep)
     or `backend:name` (that backend only; a backend with qualified names ignores plain ones)."""
@@ -78,7 +80,7 @@ def sweep_with_overrides(sweep: Sweep, *, backends: Sequence[str] | None = None,
                       workspace_limits=workspace_limits, timing_mode=timing_mode,
                       gpu_timer=gpu_timer, gpu_processes=gpu_processes, cpu_rounds=cpu_rounds,
                       threads=threads, ops=ops, outputs=outputs, race=race,
-                      runoff=runoff, plan_limit=plan_limit)
+                      runoff=runoff, plan_limit=plan_limit, build_budget_s=build_budget_s)
     try:
         return _apply_overrides(sweep, given)
     except Invalid as error:
@@ -183,4 +185,7 @@ def _override_timing(timing: TimingOptions, given: Overrides) -> TimingOptions:
             changes[name] = checked_bool(getattr(given, name), flag[name])
     if given.plan_limit is not None:
         changes["plan_limit"] = checked_positive_int(given.plan_limit, flag["plan_limit"])
+    if given.build_budget_s is not None:
+        changes["build_budget_s"] = checked_positive_number(given.build_budget_s,
+                                                            flag["build_budget_s"])
     return dataclasses.replace(timing, **changes)

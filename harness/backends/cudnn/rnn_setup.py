@@ -126,7 +126,7 @@ def _watched(point: Point) -> Any:
     p = point.problem
     return setup_budget.watched(_build_key(point), f"cudnnBuildRNNDynamic ({p.cell}, hidden "
                                 f"{p.hidden_size}, {point.precision})",
-                                setup_budget.RNN_BUILD_BUDGET_S)
+                                point.timing.build_budget_s)
 
 
 def relaxed_capture_mode() -> None:
