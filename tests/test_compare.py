@@ -220,6 +220,34 @@ def test_faster_is_symmetric():
     assert not compare(base, new).has_regression
 
 
+def test_a_changed_row_whose_pytorch_ran_other_kernels_says_so():
+    """PyTorch's autotuner may pick another kernel in another process: the verdict stands (the
+    user gets that time), the reason and the summary name the pick; unchanged rows say nothing."""
+    old = ("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_"
+           "warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn")
+    picked = old.replace("tilesize128x128x64", "tilesize128x64x64")
+    torch = {"backend": "torch_gpu", "algorithm": "cudnn_benchmark"}
+    base, new = _frames(
+        [_row("a", _steady(1.0, seed=1), torch_kernels=f"nchwToNhwcKernel<...>+{old}", **torch),
+         _row("b", _steady(1.0, seed=3), torch_kernels=old, **torch)],
+        [_row("a", _steady(1.13, seed=2), torch_kernels=f"nchwToNhwcKernel<...>+Memset+{picked}",
+              **torch),
+         _row("b", _steady(1.0, seed=4), torch_kernels=picked, **torch)])
+    comparison = compare(base, new)
+    a, b = comparison.rows
+    assert a.verdict is Verdict.SLOWER and a.picked_again
+    assert a.reason.endswith("; PyTorch ran other kernels (its autotuner picked again): "
+                             "sm90_xmma_fprop_...tilesize128x128x64... -> "
+                             "Memset + sm90_xmma_fprop_...tilesize128x64x64..."), a.reason
+    assert b.verdict is Verdict.SAME and "kernels" not in b.reason
+    assert ("(1 of the changed rows ran other kernels than in the baseline: PyTorch's autotuner "
+            "picked again") in markdown_summary(comparison)
+    same = _frames([_row("a", _steady(1.0, seed=1), torch_kernels=old, **torch)],
+                   [_row("a", _steady(1.13, seed=2), torch_kernels=old, **torch)])
+    (r,) = compare(*same).rows
+    assert r.verdict is Verdict.SLOWER and "kernels" not in r.reason and not r.picked_again
+
+
 def test_per_layer_threshold_overrides_the_suite_threshold():
     base, new = _frames(
         [_row("conv1", _steady(1.0, seed=1)), _row("conv2", _steady(1.0, seed=3))],

@@ -93,15 +93,10 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
                         "it does not run: each process gives every finalist a placement")
     p.add_argument("--plan-limit", type=int,
                    help="measure only each point's first N graph-API plans in the heuristics' "
-                        "order (mode A's ranking first), as torch.backends.cudnn."
-                        "benchmark_limit caps PyTorch's search (default: every plan; a "
-                        "runtime-compiled fp8/int8 plan takes 0.4 s to build, up to 3 s); the run "
-                        "says how many plans it left out")
-    p.add_argument("--build-budget-s", type=float,
-                   help="wait up to this many seconds for a run-time kernel build (cuDNN's "
-                        "PERSIST_DYNAMIC RNN algorithm: 1-11 s a DeepBench layer, 113 s for an "
-                        "LSTM of hidden 4096 on an H200) before its row is not_tried, naming it "
-                        "(default 30)")
+                        "order, as torch.backends.cudnn.benchmark_limit caps PyTorch's search "
+                        "(default: every plan); the run says how many it left out")
+    p.add_argument("--build-budget-s", type=float, help="longest wait for a run-time kernel "
+                   "build (PERSIST_DYNAMIC RNN: 52-115 s at LSTM hidden 4096) (default 30)")
     p.add_argument("--cpu-rounds", type=int,
                    help="rounds that share each CPU point's samples (default 2), each with "
                         "fresh buffers and apart by the points that share its test data: the "

@@ -4,6 +4,7 @@ rules)."""
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,6 +34,7 @@ class PointSamples:
     host_probe: float | None = None  # the slowest host_probe_ms its rows read (CPU rows)
     threads: int | None = None       # cpu_threads: the threads it ran with (CPU rows)
     raced: bool = False              # a race stopped it after its first samples (harness/race.py)
+    kernels: str | None = None       # torch_kernels: what PyTorch ran (its autotuner's pick)
 
 
 def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
@@ -40,7 +42,7 @@ def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
     all its ok samples together."""
     points: dict[str, PointSamples] = {}
     wanted = [c for c in ("point_id", "status", "reason", "samples_ms", "process_samples",
-                          *_CONTENTION, *_META) if c in df.columns]
+                          "torch_kernels", *_CONTENTION, *_META) if c in df.columns]
     # only what is read: result files are wide
     for rec, raced in zip(df[wanted].to_dict("records"), raced_out(df)):
         pid = str(rec["point_id"])
@@ -53,6 +55,7 @@ def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
                 samples.tolist(), _text(rec.get("process_samples")))]
             point.contended = point.contended or _contention(rec)
             point.raced = point.raced or bool(raced)
+            point.kernels = point.kernels or _text(rec.get("torch_kernels"))
             probe, ran_with = _number(rec.get("host_probe_ms")), _number(rec.get("cpu_threads"))
             if probe is not None:
                 point.host_probe = max(point.host_probe or 0.0, probe)
@@ -86,13 +89,50 @@ def judge_matched(ids: list[str], base: dict[str, PointSamples], new: dict[str, 
         spell = None if shared else _host_spell_reason(b, n, ratio, verdict)
         if shared or spell:
             verdict, reason = Verdict.AMBIGUOUS, shared or spell
+        picked = _picked_again(b, n)
+        if picked and verdict != Verdict.SAME:
+            reason += picked
         rows.append(RowResult(pid, verdict, reason, **b.meta, base_median_ms=base_med,
                               new_median_ms=new_med, ratio=ratio, p_value=float(p),
                               adjusted_p=float(adj), threshold=threshold,
                               n_base=b.samples.size, n_new=n.samples.size,
                               contended=bool(shared or spell), host_spell=bool(spell),
-                              raced=b.raced or n.raced))
+                              raced=b.raced or n.raced, picked_again=bool(picked)))
     return rows
+
+
+def _picked_again(base: PointSamples, new: PointSamples) -> str:
+    """"; PyTorch ran other kernels: ... -> ..." where the two runs' rows name different kernels
+    (PyTorch's autotuner times its candidates afresh in each process and may pick another one:
+    stop 62 saw 23 of 120 ResNet-50 torch_gpu rows change kernels between two runs of one tree,
+    and all 5 of the SLOWER rows among them), else "". The change is real for the user, so the
+    verdict stands; the reason says the pick, not the code, moved."""
+    if base.kernels is None or new.kernels is None or base.kernels == new.kernels:
+        return ""
+    was, now = base.kernels.split("+"), new.kernels.split("+")
+    gone = [k for k in was if k not in now] or was
+    came = [k for k in now if k not in was] or now
+    return (f"; PyTorch ran other kernels (its autotuner picked again): "
+            f"{_kernel_names(gone, came)} -> {_kernel_names(came, gone)}")
+
+
+def _kernel_names(names: list[str], others: list[str], head: int = 16, most: int = 90) -> str:
+    """The names, each cut to what tells it from the nearest of `others` (cuDNN's kernel names
+    differ in a tile size amid 130 characters): its first `head` characters, then the words
+    (split at "_") that differ."""
+    shown = []
+    for name in names:
+        common = [(len(os.path.commonprefix([name, o])),
+                   len(os.path.commonprefix([name[::-1], o[::-1]]))) for o in others]
+        start, end = max(common, default=(0, 0))
+        start = name.rfind("_", 0, start) + 1          # whole words: back to a "_"
+        stop = name.find("_", max(start, len(name) - end))
+        stop = len(name) if stop < 0 else stop
+        middle = name[start:stop] if start > head else name[:stop]
+        text = name[:head] + "..." + middle if start > head else middle
+        cut = stop < len(name) or len(text) > most
+        shown.append(text[:most] + ("..." if cut else ""))
+    return " + ".join(shown)
 
 
 def host_spell(base: PointSamples, new: PointSamples) -> float | None:

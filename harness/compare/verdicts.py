@@ -116,6 +116,7 @@ class RowResult:
     contended: bool = False             # a CPU timing shared the cores in either run: AMBIGUOUS
     host_spell: bool = False            # ... at the host: a slow spell (contention.HOST_SLOWER)
     raced: bool = False                 # raced out in either run: out of the suite estimate
+    picked_again: bool = False          # PyTorch ran other kernels than in the baseline
 
     @property
     def effect(self) -> float | None:

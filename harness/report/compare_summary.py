@@ -86,6 +86,10 @@ def _counts_line(c: Comparison) -> str:
         line += (f" ({shared} of the AMBIGUOUS rows shared the CPU in either run, with other "
                  "processes or in a slow spell of the host: their times measure the neighbours; "
                  "re-measure them on a quiet machine)")
+    picked = sum(r.picked_again and r.verdict in CHANGED for r in c.rows)
+    if picked:   # a real change for the user, but of PyTorch's pick, not of the code measured
+        line += (f" ({picked} of the changed rows ran other kernels than in the baseline: "
+                 "PyTorch's autotuner picked again, see each row's reason and `torch_kernels`)")
     return line
 
 
