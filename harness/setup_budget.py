@@ -62,7 +62,7 @@ def is_over(key: Key) -> bool:
 def watched(key: Key, what: str, budget_s: float) -> Iterator[None]:
     """Run the step in the body under `budget_s`, or raise OverBudget where its key ran over."""
     if key in _over:
-        raise OverBudget(f"not tried: {what} ran past its {budget_s:.0f} s budget on "
+        raise OverBudget(f"not tried: {what} ran past its {budget_s:g} s budget on "
                          f"{_over[key]} in this run{LONGER}")
     if _send is None:
         yield
@@ -76,7 +76,7 @@ def watched(key: Key, what: str, budget_s: float) -> Iterator[None]:
 
 def over_reason(what: str, budget_s: float) -> str:
     """The row of the unit whose step the pool stopped."""
-    return f"not measured: {what} ran past its {budget_s:.0f} s budget: worker killed{LONGER}"
+    return f"not measured: {what} ran past its {budget_s:g} s budget: worker killed{LONGER}"
 
 
 class Clock:
@@ -89,18 +89,22 @@ class Clock:
     def __init__(self) -> None:
         self.step: tuple | None = None      # (key, what, budget_s) of the step under way
         self._since = self._step_since = time.monotonic()
+        self._paused_at: float | None = None     # since when the cap stands still
 
     def heard(self, kind: str, payload: Any) -> bool:
         """Take a message; True where it was a step's (nothing else to do with it)."""
         now = time.monotonic()
-        if kind == SETUP:
+        if kind == SETUP:       # a step within a step (none today) keeps the cap paused
             self.step, self._step_since = payload, now
+            self._paused_at = now if self._paused_at is None else self._paused_at
         elif kind == SETUP_DONE:
-            if self.step is not None:
-                self._since += now - self._step_since       # the cap stood still meanwhile
-            self.step = None
+            if self._paused_at is not None:
+                self._since += now - self._paused_at        # the cap stood still meanwhile
+            self.step = self._paused_at = None
         else:
             self._since = now
+            if self._paused_at is not None:
+                self._paused_at = now
             return False
         return True
 

@@ -425,7 +425,7 @@ class _HangingEngine(FakeExact):
 class _SlowSetup(FakeExact):
     """A setup step under the point's build budget (harness/setup_budget.py), as
     cudnnBuildRNNDynamic runs: it never returns for 8 or more output channels, whatever the batch
-    (not in its key), and takes 2 s for 6."""
+    (not in its key), and takes 4 s for 6."""
     backend = "faulty_gpu"
     name = "slow_setup"
 
@@ -436,7 +436,7 @@ class _SlowSetup(FakeExact):
                                   f"the planted build ({p.out_channels} channels)",
                                   point.timing.build_budget_s):
             if p.out_channels >= 6:
-                time.sleep(3600 if p.out_channels >= 8 else 2.0)
+                time.sleep(3600 if p.out_channels >= 8 else 4.0)
         return super().prepare(point, data)
 
 

@@ -242,6 +242,11 @@ def test_a_changed_row_whose_pytorch_ran_other_kernels_says_so():
     assert b.verdict is Verdict.SAME and "kernels" not in b.reason
     assert ("(1 of the changed rows ran other kernels than in the baseline: PyTorch's autotuner "
             "picked again") in markdown_summary(comparison)
+    more = _frames([_row("a", _steady(1.0, seed=1), torch_kernels=f"k<1+2>+{old}", **torch)],
+                   [_row("a", _steady(1.13, seed=2), torch_kernels=f"k<1+2>+{old}+Memset",
+                         **torch)])
+    (r,) = compare(*more).rows
+    assert r.reason.endswith("(its autotuner picked again): also Memset"), r.reason
     same = _frames([_row("a", _steady(1.0, seed=1), torch_kernels=old, **torch)],
                    [_row("a", _steady(1.13, seed=2), torch_kernels=old, **torch)])
     (r,) = compare(*same).rows

@@ -120,3 +120,17 @@ def test_rows_of_one_call_under_several_workspace_limits_share_its_cost():
     assert len(rows) == 3 and all(r.status == "ok" for r in rows)
     prepare = [r.extras["stage_prepare_ms"] for r in rows]
     assert len(set(prepare)) == 1 and 10 <= sum(prepare) and prepare[0] < 30
+
+
+def test_a_resumed_sitting_says_what_the_plan_limit_left_out_of_the_whole_run(capsys):
+    """A point whose two plans were measured one in each sitting: the sitting alone reads as
+    a plan limit that was never set; the whole run does not."""
+    whole = pd.DataFrame({"planned_point_id": ["p", "p"], "algorithm": ["eng0", "eng1"],
+                          "plans_offered": [2, 2], "status": ["ok", "ok"],
+                          "stage_prepare_ms": [1000.0, 1000.0], "stage_time_ms": [500.0, 500.0]})
+    sitting = whole.iloc[1:]
+    print_stages(sitting, 3.0)
+    assert "plan limit: 1 of 1 points" in capsys.readouterr().out
+    print_stages(sitting, 3.0, whole=whole)
+    out = capsys.readouterr().out
+    assert "plan limit" not in out and "prepare 1.0 s (33%)" in out

@@ -548,6 +548,8 @@ def test_the_build_budget_is_set_by_the_suite_or_the_flag_and_checked(tmp_path):
     assert sweep_with_overrides(sweep, build_budget_s=200).timing.build_budget_s == 200
     with pytest.raises(SuiteError, match="--build-budget-s"):
         sweep_with_overrides(sweep, build_budget_s=0)
+    with pytest.raises(SuiteError, match="more than a day"):    # Connection.poll would overflow
+        sweep_with_overrides(sweep, build_budget_s=1e9)
     path.write_text("name = 'mine'\nlayers = ['ic3ih8oc4kh3']\n[timing]\nbuild_budget_s = 'x'\n")
     with pytest.raises(SuiteError, match="timing.build_budget_s"):
         load_suite(str(path))

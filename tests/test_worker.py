@@ -286,20 +286,20 @@ def test_a_setup_step_over_its_budget_is_not_tried_again_on_a_point_that_shares_
 
 
 def test_a_build_longer_than_the_unit_cap_but_within_its_budget_is_measured():
-    """--build-budget-s 5 with a 1 s unit cap: the planted 2 s build runs out neither (the cap
-    stands still while a build runs); at a 1 s budget the same build is not tried."""
+    """--build-budget-s 8 with a 3 s unit cap: the planted 4 s build runs out neither (the cap
+    stands still while a build runs); at a 2 s budget the same build is not tried."""
     six = ConvProblem(1, 4, 6, 6, 6, 3, 3, name="six")
     rows = {}
-    for budget in (5.0, 1.0):
-        pool = WorkerPool(unit_timeout_s=1.0)
+    for budget in (8.0, 2.0):
+        pool = WorkerPool(unit_timeout_s=3.0)
         point = Point(six, "fwd", "fp32", "NCHW", "faulty_gpu", "slow_setup", None,
                       replace(FAST, build_budget_s=budget))
         try:
             (rows[budget],) = pool.measure([point])
         finally:
             pool.close()
-    assert rows[5.0].status == Status.OK, rows[5.0].reason
-    assert rows[1.0].status == Status.NOT_TRIED
+    assert rows[8.0].status == Status.OK, rows[8.0].reason
+    assert rows[2.0].status == Status.NOT_TRIED
 
 
 def test_a_setup_step_runs_unwatched_in_process_and_a_known_key_is_not_tried(monkeypatch):
@@ -331,6 +331,12 @@ def test_the_pools_clock_is_not_restarted_by_a_steps_messages(monkeypatch):
     assert clock.wait(60.0) == (50.0, False)          # 60 s from the start, less the step's 20 s
     now[0] = 180.0
     assert clock.wait(60.0) == (0.0, False)
+    clock.heard(setup_budget.SETUP, (("k",), "the build", 30.0))     # at 180
+    now[0] = 185.0
+    assert not clock.heard("row", None)      # a message mid-step restarts the cap, still paused
+    now[0] = 200.0
+    clock.heard(setup_budget.SETUP_DONE, None)
+    assert clock.wait(60.0) == (60.0, False)
 
 
 def test_a_plan_that_hung_in_one_process_is_not_waited_for_in_the_next(monkeypatch):

@@ -19,89 +19,8 @@ from harness.cli.common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED,
                                 UserError, count, one_line, utf8_text, warn)
 from harness.cli.results import (cmd_check, cmd_compare, cmd_env, cmd_list, cmd_peaks, cmd_report,
                                  cmd_shapes, cmd_table)
+from harness.cli.flags import add_compare_flags, add_sweep_flags
 from harness.cli.running import cmd_run
-
-
-def _add_compare_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threshold", help="practical slowdown threshold, e.g. 5%% or 0.05 "
-                                       "(default: the suite's, else 5%%)")
-    p.add_argument("--layer-threshold", action="append", metavar="LAYER=PCT",
-                   help="a threshold for one layer (repeatable)")
-    p.add_argument("--suite-threshold",
-                   help="threshold of the suite verdict on the geometric-mean ratio (default 3%%)")
-    p.add_argument("--fail-on", default="slower", choices=["slower", "ambiguous", "never"],
-                   help="exit 1 for: slower = a SLOWER row or suite, a BROKEN row or a MISSING "
-                        "row (default); ambiguous = also an AMBIGUOUS row or suite; never = only "
-                        "report")
-    p.add_argument("--allow-missing", action="store_true",
-                   help="do not exit 1 for MISSING rows (points verified in the baseline that "
-                        "the candidate lacks or did not run: unsupported, over the workspace "
-                        "limit, not tried), for a candidate meant to measure fewer points; "
-                        "BROKEN rows still fail")
-    p.add_argument("--alpha", type=float, default=0.002, help="significance level (0.002)")
-    p.add_argument("--correction", default="bh", choices=["bh", "holm", "none"],
-                   help="multiple-comparison control across rows (default bh)")
-    p.add_argument("--allow-env-mismatch", action="store_true",
-                   help="compare runs from different GPUs/drivers/libraries; marked in the report")
-    p.add_argument("--report", help="also write the Markdown summary here")
-    p.add_argument("--verdicts", help="write every row's verdict as CSV here")
-
-
-def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", help="comma list of backends (default: the suite's; with a GPU, "
-                                     "cudnn,cudnn_graph,torch_gpu at fp32/tf32 NCHW and "
-                                     "fp16/bf16 NHWC; naming backends, cpu included, runs the "
-                                     "suite's precisions and layouts)")
-    p.add_argument("--algorithm", help="comma list of algorithms (default: all of each backend)")
-    p.add_argument("--direction", help="comma list of fwd, bwd_data, bwd_filter")
-    p.add_argument("--precision",
-                   help="comma list of fp32, tf32, fp16, bf16, fp64, fp8_e4m3, fp8_e5m2, int8")
-    p.add_argument("--layout", help="comma list of NCHW, NHWC")
-    p.add_argument("--batch", type=int, help="override every layer's batch size")
-    p.add_argument("--layer", action="append",
-                   help="comma list of layer names to run (default: all); may be repeated")
-    p.add_argument("--workspace-limit", help="comma list of limits, e.g. 0,64MiB,unlimited")
-    p.add_argument("--budget-ms", type=float, help="time budget per point in milliseconds")
-    p.add_argument("--threads", help="comma list of thread counts for CPU points, e.g. 1,2,all "
-                                     "(default: all cores; recorded in the `threads` column)")
-    p.add_argument("--op", help="comma list of conv (default), conv_bias, conv_bias_relu, "
-                                "conv_bias_add_relu: what follows the convolution in the timed "
-                                "call; epilogues are forward-only (other directions run conv)")
-    p.add_argument("--output-type", help="comma list of auto (default: each precision's own result "
-                                    "type) and result precisions for fp8 (fwd: bf16, fp32, "
-                                    "fp8_e4m3 / fp8_e5m2) and int8 (fwd: int8); 8-bit results "
-                                    "are written scaled by a power of two")
-    p.add_argument("--timing-mode", help="warm (default) or cold (caches flushed per sample)")
-    p.add_argument("--gpu-timer", help="graph (default: replay a CUDA graph of the calls, kernel "
-                                       "time) or stream (stream order, as eager frameworks run)")
-    p.add_argument("--gpu-processes", type=int,
-                   help="worker processes that share each GPU point's samples (default 2; 1 "
-                        "in the GPU default, which answers 'which algorithm'): a "
-                        "point's time can depend on the process it runs in, and a row that "
-                        "shows that spread is not mistaken for a regression by compare")
-    p.add_argument("--no-race", action="store_true",
-                   help="time every candidate to the full sample floor; by default a graph-API "
-                        "plan or a GPU backend's algorithm whose first four samples are all over "
-                        "1.2x the fastest of its point so far stops there (stop_reason "
-                        "raced_out): it cannot be the best")
-    p.add_argument("--no-runoff", action="store_true",
-                   help="decide each GPU point on its first measurement; by default the "
-                        "candidates within 8%% of a point's fastest (each backend's two "
-                        "fastest) are prepared afresh once more in each timing process and "
-                        "timed again, since where their buffers land moves a ~10 us kernel "
-                        "by up to 8%% (runoff_preparations); with --gpu-processes 2 or more "
-                        "it does not run: each process gives every finalist a placement")
-    p.add_argument("--plan-limit", type=int,
-                   help="measure only each point's first N graph-API plans in the heuristics' "
-                        "order, as torch.backends.cudnn.benchmark_limit caps PyTorch's search "
-                        "(default: every plan); the run says how many it left out")
-    p.add_argument("--build-budget-s", type=float, help="longest wait for a run-time kernel "
-                   "build (PERSIST_DYNAMIC RNN: 52-115 s at LSTM hidden 4096) (default 30)")
-    p.add_argument("--cpu-rounds", type=int,
-                   help="rounds that share each CPU point's samples (default 2), each with "
-                        "fresh buffers and apart by the points that share its test data: the "
-                        "run's own replicates, from which compare takes a noise floor that a "
-                        "regression cannot raise")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -179,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "and cuDNN's heuristics. Without a GPU: the suite's CPU "
                                      "algorithms.")
     run.add_argument("suite", nargs="?", help="suite name or TOML path (default: quick)")
-    _add_sweep_flags(run)
+    add_sweep_flags(run)
     _add_cache_flag(run)
     run.add_argument("--out", help="results file (.parquet or .csv); default: a new file "
                                    "results/<suite>-<machine>-<run id>.parquet")
@@ -259,7 +178,7 @@ exit codes:
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     compare.add_argument("baseline")
     compare.add_argument("candidate")
-    _add_compare_flags(compare)
+    add_compare_flags(compare)
     compare.set_defaults(func=cmd_compare)
 
     check = sub.add_parser("check", help="run a suite and compare it with a baseline, "
@@ -281,9 +200,9 @@ exit codes:
     _add_existing_output_flags(check)
     check.add_argument("--seed", type=count(0), default=0)
     _add_cluster_flags(check)
-    _add_sweep_flags(check)
+    add_sweep_flags(check)
     _add_cache_flag(check)
-    _add_compare_flags(check)
+    add_compare_flags(check)
     check.set_defaults(func=cmd_check)
     _add_ab_parser(sub, exit_codes)
     _add_history_parser(sub)
@@ -345,8 +264,8 @@ on a shared runner what two stored runs cannot (docs/regression-checks.md).""",
                          "<suite>-<machine>-<run id>-ab-{base,new}.parquet)")
     ab.add_argument("--force", action="store_true", help="replace existing output files")
     ab.add_argument("--seed", type=count(0), default=0)
-    _add_sweep_flags(ab)
-    _add_compare_flags(ab)
+    add_sweep_flags(ab)
+    add_compare_flags(ab)
     ab.set_defaults(func=cmd_ab, cluster=None)
 
 

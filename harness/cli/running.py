@@ -308,7 +308,7 @@ def _run(args: argparse.Namespace, sweep, output: RunOutput) -> int:
         measured = measure(sweep, points, output, args.seed, cluster,
                            use_cache=not args.no_cache)
     print_best(measured.rows)
-    print_stages(measured.sitting, time.perf_counter() - started)
+    print_stages(measured.sitting, time.perf_counter() - started, whole=measured.rows)
     if getattr(args, "profile", False):
         print_profile(measured.rows)
     if measured.interrupted:

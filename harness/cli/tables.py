@@ -147,11 +147,13 @@ def _saving(row, name: str) -> str:
     return "-" if saved is None else f"{saved[0]:.4g} ms ({saved[1]:.1f}%)"
 
 
-def print_stages(df, wall_s: float) -> None:
-    """One line: where this run's wall time went, from the rows' stage columns (summed over each
-    row's processes, so with two GPU processes the stages can add up to more than the wall) and
-    the rest (worker start-up, test data, writing). A problem's float64
-    reference is computed by its first row's verification, so it counts under verify."""
+def print_stages(df, wall_s: float, whole=None) -> None:
+    """One line: where this sitting's wall time went, from its rows' stage columns (`df`; summed
+    over each row's processes, so with two GPU processes the stages can add up to more than the
+    wall) and the rest (worker start-up, test data, writing). A problem's float64
+    reference is computed by its first row's verification, so it counts under verify. What the
+    races, runoffs and plan limit left out is said of the whole run (`whole`, default `df`): a
+    resumed point's plans are split between its sittings."""
     from harness.measurement import STAGE_COLUMNS
     present = [c for c in STAGE_COLUMNS if c in df.columns]
     totals = {c.removeprefix("stage_").removesuffix("_ms"): float(df[c].fillna(0).sum()) / 1e3
@@ -167,7 +169,8 @@ def print_stages(df, wall_s: float) -> None:
         f"float64 with the references, time; other: start-up, test data, writing): "
         f"{', '.join(parts)}")
     from harness.analysis.stages import plan_limit_line, race_line, runoff_line
-    for line in (race_line(df), runoff_line(df), plan_limit_line(df)):
+    whole = df if whole is None else whole
+    for line in (race_line(whole), runoff_line(whole), plan_limit_line(whole)):
         if line:
             say(line)
 

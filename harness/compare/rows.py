@@ -55,7 +55,7 @@ def points_by_id(df: pd.DataFrame) -> dict[str, PointSamples]:
                 samples.tolist(), _text(rec.get("process_samples")))]
             point.contended = point.contended or _contention(rec)
             point.raced = point.raced or bool(raced)
-            point.kernels = point.kernels or _text(rec.get("torch_kernels"))
+            point.kernels = point.kernels or _text(rec.get("torch_kernels")) or None
             probe, ran_with = _number(rec.get("host_probe_ms")), _number(rec.get("cpu_threads"))
             if probe is not None:
                 point.host_probe = max(point.host_probe or 0.0, probe)
@@ -109,11 +109,25 @@ def _picked_again(base: PointSamples, new: PointSamples) -> str:
     verdict stands; the reason says the pick, not the code, moved."""
     if base.kernels is None or new.kernels is None or base.kernels == new.kernels:
         return ""
-    was, now = base.kernels.split("+"), new.kernels.split("+")
-    gone = [k for k in was if k not in now] or was
-    came = [k for k in now if k not in was] or now
-    return (f"; PyTorch ran other kernels (its autotuner picked again): "
-            f"{_kernel_names(gone, came)} -> {_kernel_names(came, gone)}")
+    was, now = _kernel_list(base.kernels), _kernel_list(new.kernels)
+    gone, came = [k for k in was if k not in now], [k for k in now if k not in was]
+    said = "; PyTorch ran other kernels (its autotuner picked again): "
+    if not gone or not came:        # only one more, or one fewer, kernel (a Memset, say)
+        return said + ("also " + _kernel_names(came, was) if came
+                       else "no longer " + _kernel_names(gone, now))
+    return said + f"{_kernel_names(gone, came)} -> {_kernel_names(came, gone)}"
+
+
+def _kernel_list(kernels: str) -> list[str]:
+    """A row's torch_kernels ("a+b<1+2>+c": names joined by "+", which a kernel's template
+    arguments may hold too) as its names."""
+    names, depth, start = [], 0, 0
+    for i, char in enumerate(kernels):
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "+" and depth == 0:
+            names.append(kernels[start:i])
+            start = i + 1
+    return names + [kernels[start:]]
 
 
 def _kernel_names(names: list[str], others: list[str], head: int = 16, most: int = 90) -> str:

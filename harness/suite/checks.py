@@ -165,6 +165,19 @@ def checked_positive_number(value: Any, where: str) -> float:
     return float(value)
 
 
+# The longest build budget taken (a day): a wait the pool can poll for (Connection.poll overflows
+# at about 2.1e6 s), and longer than any build a sweep should wait on.
+MOST_BUILD_BUDGET_S = 86_400.0
+
+
+def checked_build_budget(value: Any, where: str) -> float:
+    """Seconds a run-time kernel build may take (TimingOptions.build_budget_s)."""
+    seconds = checked_positive_number(value, where)
+    if seconds > MOST_BUILD_BUDGET_S:
+        raise Invalid(where, f"{value!r} s is more than a day ({MOST_BUILD_BUDGET_S:g} s)")
+    return seconds
+
+
 def checked_fraction(value: Any, where: str, example: str = "0.01 for 1%") -> float:
     number = checked_positive_number(value, where)
     if number >= 1:

@@ -64,7 +64,8 @@ from harness.problem_text import parse_benchdnn, parse_deepbench
 from harness.rnn.problem import RnnProblem, RnnProblemError
 from harness.suite import rnn_layers
 from harness.suite.axes import checked_choices, checked_threads, checked_workspace_limits
-from harness.suite.checks import (Invalid, SuiteError, check_keys, checked_bool, checked_choice,
+from harness.suite.checks import (Invalid, SuiteError, check_keys, checked_bool,
+                                  checked_build_budget, checked_choice,
                                   checked_cpu_rounds, checked_fraction, checked_gpu_processes,
                                   checked_int_at_least, checked_list, checked_outputs,
                                   checked_plain_name, checked_positive_int, checked_positive_number,
@@ -313,9 +314,11 @@ def _timing(table: dict[str, Any]) -> TimingOptions:
     if "gpu_timer" in table:
         fields["gpu_timer"] = checked_choice(table["gpu_timer"], "timing.gpu_timer", GPU_TIMERS,
                                              "GPU timer")
-    for key in ("budget_ms", "build_budget_s"):
-        if key in table:
-            fields[key] = checked_positive_number(table[key], f"timing.{key}")
+    if "budget_ms" in table:
+        fields["budget_ms"] = checked_positive_number(table["budget_ms"], "timing.budget_ms")
+    if "build_budget_s" in table:
+        fields["build_budget_s"] = checked_build_budget(table["build_budget_s"],
+                                                        "timing.build_budget_s")
     for key, checked in (("gpu_processes", checked_gpu_processes),
                          ("cpu_rounds", checked_cpu_rounds)):
         if key in table:

@@ -9,7 +9,8 @@ from typing import Any
 from harness import epilogue
 from harness.problem import ConvProblem
 from harness.suite.axes import checked_choices, checked_threads, checked_workspace_limits
-from harness.suite.checks import (Invalid, SuiteError, checked_bool, checked_choice,
+from harness.suite.checks import (Invalid, SuiteError, checked_bool, checked_build_budget,
+                                  checked_choice,
                                   checked_cpu_rounds,
                                   checked_gpu_processes, checked_outputs, checked_positive_int,
                                   checked_positive_number, checked_text, checked_unique_list)
@@ -186,6 +187,6 @@ def _override_timing(timing: TimingOptions, given: Overrides) -> TimingOptions:
     if given.plan_limit is not None:
         changes["plan_limit"] = checked_positive_int(given.plan_limit, flag["plan_limit"])
     if given.build_budget_s is not None:
-        changes["build_budget_s"] = checked_positive_number(given.build_budget_s,
-                                                            flag["build_budget_s"])
+        changes["build_budget_s"] = checked_build_budget(given.build_budget_s,
+                                                         flag["build_budget_s"])
     return dataclasses.replace(timing, **changes)

@@ -1,8 +1,9 @@
 """cuDNN's four RNN algorithms (issue 40) through the v8 API (rnn_lib.py): STANDARD, and the
 persistent kernels PERSIST_STATIC, PERSIST_DYNAMIC (compiled for the batch by
 cudnnBuildRNNDynamic, which counts as setup: `rnn_build_ms` of the layer's first row; a build
-past its 30 s budget makes the row and the same sizes' later rows `not_tried`: setup_budget.py) and
-PERSIST_STATIC_SMALL_H, for LSTM, GRU and plain ReLU / tanh RNNs, every direction:
+past its budget (`--build-budget-s`) makes the row and the same sizes' later rows `not_tried`:
+setup_budget.py) and PERSIST_STATIC_SMALL_H, for LSTM, GRU and plain ReLU / tanh RNNs, every
+direction:
 
   fwd         cudnnRNNForward in INFERENCE mode
   fwd_train   cudnnRNNForward in TRAINING mode (it also fills the reserve space backward reads)
