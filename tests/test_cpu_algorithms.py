@@ -933,11 +933,18 @@ def test_im2col_shifted_workspace_is_planes_output_block_and_weights(direction: 
 
 
 @needs_blas
-@pytest.mark.parametrize("ratio, stride, col2im", [(2, 1, False), (4, 1, False), (8, 1, True),
-                                                   (2, 2, True)])
-def test_im2col_bwd_data_keeps_col2im_from_8x_channels_when_shifted(ratio: int, stride: int,
-                                                                     col2im: bool,
-                                                                     monkeypatch) -> None:
+@pytest.mark.parametrize("ratio, stride, numba, col2im", [
+    (2, 1, False, False), (4, 1, False, False), (8, 1, False, True), (2, 2, False, True),
+    (1, 1, True, False), (2, 1, True, True), (4, 1, True, True), (1, 2, True, False)])
+def test_im2col_bwd_data_keeps_col2im_from_2x_channels_or_8x_when_shifted_by_numpy(
+        ratio: int, stride: int, numba: bool, col2im: bool, monkeypatch) -> None:
+    """K >= 2C takes col2im, but with shifted correlations (stride 1) and NumPy's col2im only
+    from K >= 8C; compiled, its scatter is cheap enough from 2C (Im2col.bwd_data)."""
+    from harness.backends.cpu import compiled
+    if numba and compiled.unavailable_reason() is not None:
+        pytest.skip(f"numba: {compiled.unavailable_reason()}")
+    if not numba:
+        monkeypatch.setattr(compiled, "unavailable_reason", lambda: compiled.MISSING)
     p = ConvProblem(1, 16, 16 * stride, 40 * stride, 16 * ratio, 3, 3, stride_h=stride,
                     stride_w=stride, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
     called = []

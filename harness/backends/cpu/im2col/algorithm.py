@@ -31,8 +31,8 @@ coordinates are a, b modulo the stride) receives only the taps r with r*dilation
 stride), so it is a stride-1 forward correlation of dy with that sub-kernel rotated by 180
 degrees, channel axes swapped per group (at stride 1, one phase and the whole kernel). col2im
 (dcol = W^T dy, then its taps added into dx: col2im.py, compiled where numba is) remains where
-K >= 2C, or 8C at stride 1 where the correlations are shifted GEMMs (`Im2col.bwd_data` says
-why).
+K >= 2C, or, where col2im is NumPy's, 8C at stride 1 where the correlations are shifted GEMMs
+(`Im2col.bwd_data` says why).
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ from harness.threads import cores_for
 # (evidence/notes/constants.md#im2col-block_bytes).
 BLOCK_BYTES = 8 << 20
 # bwd_data keeps col2im where K >= this many times C (the second at stride 1 with shifted
-# correlations); see Im2col.bwd_data.
+# correlations, where col2im is NumPy's); see Im2col.bwd_data.
 COL2IM_MIN_RATIO = 2
 SHIFTED_COL2IM_MIN_RATIO = 8
 
@@ -361,14 +361,20 @@ class Im2col(CpuAlgorithm):
         each add a strided read-modify-write worth about two copies. Shifted correlations copy
         nothing per tap, so at stride 1 col2im stays only from K >= 8C
         (SHIFTED_COL2IM_MIN_RATIO).
-        Study: evidence/logs/im2col-issue16-cpu-intel-xeon-2026-11-24.txt"""
+        Study: evidence/logs/im2col-issue16-cpu-intel-xeon-2026-11-24.txt, with NumPy's
+        col2im. Compiled (numba: col2im_compiled.py), col2im's scatter costs less, and it beat
+        shifted correlations from K >= 2C as well (one thread / all cores: VGG-16 conv2_1 0.82 /
+        0.84, conv3_1 0.87 / 0.79, conv4_1 0.90 / 0.88), not at K = C (ResNet-50 res2a 0.87 /
+        1.12, res3a 0.98 / 1.07, res4a 0.93 / 1.05; VGG-16 conv5_1 0.95 / 0.92): 2-core AMD
+        EPYC VM, evidence/logs/im2col-col2im-rule-issue42-cpu-amd-epyc-2026-11-28.txt."""
         p = point.problem
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
         parts, zeroed = _data_parts(p, dtype, w, dy, dx, cores_for(point.threads))
         stride_1 = (p.stride_h, p.stride_w) == (1, 1)
         shifted = stride_1 and all(part.plan.shifted for part in parts)
-        ratio = SHIFTED_COL2IM_MIN_RATIO if shifted else COL2IM_MIN_RATIO
+        ratio = (SHIFTED_COL2IM_MIN_RATIO if shifted and not col2im.compiled_runs(p)
+                 else COL2IM_MIN_RATIO)
         if p.out_channels >= ratio * p.in_channels:
             return _col2im(point, p, w, dy, dtype)
         kernel, workspace = _correlations(point, dtype, parts, zeroed)

@@ -1,6 +1,6 @@
-"""im2col's col2im input gradient (algorithm.py's Im2col.bwd_data says where it runs: K >= 2C, or
-8C at stride 1 with shifted correlations): dcol = W^T dy, the column matrix's gradient, then each
-of its C*R*S rows added into padded dx at its tap's offset.
+"""im2col's col2im input gradient (algorithm.py's Im2col.bwd_data says where it runs: K >= 2C, or,
+NumPy's, 8C at stride 1 with shifted correlations): dcol = W^T dy, the column matrix's gradient,
+then each of its C*R*S rows added into padded dx at its tap's offset.
 
 Two ways, the same sums:
 - compiled (numba, col2im_compiled.py): the images shared among the launch's threads
@@ -37,6 +37,11 @@ from harness.threads import cores_for
 # and VGG-16 conv1_1, one thread and two (evidence/logs/im2col-col2im-...).
 BLOCK_COLUMNS = 16384
 KERNELS = "harness.backends.cpu.im2col.col2im_compiled"
+
+
+def compiled_runs(p: ConvProblem) -> bool:
+    """Whether `p`'s col2im would be the compiled one (numba here, few enough groups)."""
+    return compiled.unavailable_reason() is None and p.groups <= MAX_GROUP_CALLS
 
 
 def col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: type,
