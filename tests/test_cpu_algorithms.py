@@ -935,11 +935,13 @@ def test_im2col_shifted_workspace_is_planes_output_block_and_weights(direction: 
 @needs_blas
 @pytest.mark.parametrize("ratio, stride, numba, col2im", [
     (2, 1, False, False), (4, 1, False, False), (8, 1, False, True), (2, 2, False, True),
-    (1, 1, True, False), (2, 1, True, True), (4, 1, True, True), (1, 2, True, False)])
+    (1, 2, False, False), (1, 1, True, False), (2, 1, True, True), (4, 1, True, True),
+    (1, 2, True, True)])
 def test_im2col_bwd_data_keeps_col2im_from_2x_channels_or_8x_when_shifted_by_numpy(
         ratio: int, stride: int, numba: bool, col2im: bool, monkeypatch) -> None:
     """K >= 2C takes col2im, but with shifted correlations (stride 1) and NumPy's col2im only
-    from K >= 8C; compiled, its scatter is cheap enough from 2C (Im2col.bwd_data)."""
+    from K >= 8C; compiled, its scatter is cheap enough from 2C, and at stride 2 (16 x 40
+    output pixels) whatever K / C (Im2col.bwd_data)."""
     from harness.backends.cpu import compiled
     if numba and compiled.unavailable_reason() is not None:
         pytest.skip(f"numba: {compiled.unavailable_reason()}")
@@ -952,6 +954,19 @@ def test_im2col_bwd_data_keeps_col2im_from_2x_channels_or_8x_when_shifted_by_num
     monkeypatch.setattr(im2col, "_col2im", lambda *a, **k: called.append(1) or real(*a, **k))
     _check_all(p, seed=17, names=["im2col"])
     assert bool(called) == col2im
+
+
+@needs_blas
+def test_a_strided_bwd_data_on_a_tiny_output_plane_keeps_the_phase_correlations(
+        monkeypatch) -> None:
+    """7 x 7 output pixels (col2im.STRIDED_MIN_PIXELS): col2im's GEMMs would be 49 wide."""
+    from harness.backends.cpu import compiled
+    if compiled.unavailable_reason() is not None:
+        pytest.skip(f"numba: {compiled.unavailable_reason()}")
+    p = ConvProblem(1, 16, 14, 14, 16, 3, 3, stride_h=2, stride_w=2, pad_top=1, pad_left=1,
+                    pad_bottom=1, pad_right=1)
+    monkeypatch.setattr(im2col, "_col2im", _col2im_forbidden)
+    _check_all(p, seed=19, names=["im2col"])
 
 
 # ---- Winograd: odd shapes and block splits -----------------------------------------------------

@@ -85,3 +85,17 @@ def test_many_groups_take_numpy_col2im() -> None:
                     groups=12)
     prepared = _assert_right(p, "fp32")
     assert prepared.extras["cpu_kernel"].startswith("numpy: 12 groups")
+
+
+@needs_numba
+def test_many_taps_are_scattered_in_blocks_of_dcol_bytes(monkeypatch) -> None:
+    """C*R*S = 1,600 rows (DeepBench train_06's): a whole image's dcol holds 1,600 x 9 x 36
+    values; under DCOL_BYTES a block takes two output rows (the minimum columns lowered so this
+    small image splits), and the sums stay right."""
+    p = ConvProblem(1, 32, 21, 81, 32, 5, 10, stride_h=2, stride_w=2, name="train_06-like")
+    row = 1600 * 36 * 4                      # dcol bytes of one output row (9 x 36 outputs)
+    whole = _assert_right(p, "fp32", threads=1).workspace_bytes
+    monkeypatch.setattr(col2im, "DCOL_BYTES", 2 * row)
+    monkeypatch.setattr(col2im, "DCOL_MIN_COLUMNS", 1)
+    assert _assert_right(p, "fp32", threads=1).workspace_bytes == whole - 7 * row
+    _assert_right(p, "fp64", threads=0)

@@ -366,7 +366,9 @@ class Im2col(CpuAlgorithm):
         shifted correlations from K >= 2C as well (one thread / all cores: VGG-16 conv2_1 0.82 /
         0.84, conv3_1 0.87 / 0.79, conv4_1 0.90 / 0.88), not at K = C (ResNet-50 res2a 0.87 /
         1.12, res3a 0.98 / 1.07, res4a 0.93 / 1.05; VGG-16 conv5_1 0.95 / 0.92): 2-core AMD
-        EPYC VM, evidence/logs/im2col-col2im-rule-issue42-cpu-amd-epyc-2026-11-28.txt."""
+        EPYC VM, evidence/logs/im2col-col2im-rule-issue42-cpu-amd-epyc-2026-11-28.txt. At
+        stride > 1 it beat the phase correlations at any K / C but on tiny output planes
+        (col2im.pays_strided)."""
         p = point.problem
         w, dy = data.w.astype(dtype), data.dy.astype(dtype)
         dx = np.empty(p.input_shape, dtype)
@@ -375,7 +377,7 @@ class Im2col(CpuAlgorithm):
         shifted = stride_1 and all(part.plan.shifted for part in parts)
         ratio = (SHIFTED_COL2IM_MIN_RATIO if shifted and not col2im.compiled_runs(p)
                  else COL2IM_MIN_RATIO)
-        if p.out_channels >= ratio * p.in_channels:
+        if p.out_channels >= ratio * p.in_channels or col2im.pays_strided(p):
             return _col2im(point, p, w, dy, dtype)
         kernel, workspace = _correlations(point, dtype, parts, zeroed)
         return CpuPrepared(dx, kernel, workspace)

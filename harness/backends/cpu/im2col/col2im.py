@@ -37,11 +37,31 @@ from harness.threads import cores_for
 # and VGG-16 conv1_1, one thread and two (evidence/logs/im2col-col2im-...).
 BLOCK_COLUMNS = 16384
 KERNELS = "harness.backends.cpu.im2col.col2im_compiled"
+# ... but no more than this many bytes of dcol a block, where its C*R*S rows are many: DeepBench
+# train_06's whole image (1,600 rows x 6,308 columns, 40 MB) went to memory between the GEMM
+# and the scatter; in blocks of 8 MiB its input gradient ran 0.79 / 0.78 of the phase
+# correlations (one thread / all cores), VGG-16 conv3_1 and conv4_1 1.00-1.02, DeepBench
+# train_61 0.96-0.98 of whole images
+# (evidence/logs/im2col-col2im-blocks-issue42-cpu-amd-epyc-2026-11-28.txt).
+DCOL_BYTES = 8 << 20
+DCOL_MIN_COLUMNS = 1024     # and GEMMs no narrower than this
+# Compiled, col2im beats the phase correlations at stride > 1 whatever K / C, from output planes
+# of this many pixels up (ResNet-50 v1.5's stride-2 3x3 layers, one thread / all cores: 28x28
+# 0.93 / 0.66, 14x14 1.00 / 0.74, but 7x7 1.29 / 0.75; same log).
+STRIDED_MIN_PIXELS = 196
 
 
 def compiled_runs(p: ConvProblem) -> bool:
     """Whether `p`'s col2im would be the compiled one (numba here, few enough groups)."""
     return compiled.unavailable_reason() is None and p.groups <= MAX_GROUP_CALLS
+
+
+def pays_strided(p: ConvProblem) -> bool:
+    """Whether col2im beats the phase correlations of a strided `p` whatever K / C
+    (STRIDED_MIN_PIXELS)."""
+    strided = any(a.stride > 1 for a in p.spatial)
+    plane = int(np.prod([a.out for a in p.spatial]))
+    return strided and plane >= STRIDED_MIN_PIXELS and compiled_runs(p)
 
 
 def col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: type,
@@ -70,7 +90,9 @@ def _compiled(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray,
     g, kg, cg = p.groups, p.filters_per_group, p.channels_per_group
     taps, q = p.kernel_h * p.kernel_w, p.out_w
     crs = p.in_channels * taps
-    rows = max(1, min(p.out_h, -(-BLOCK_COLUMNS // q)))
+    columns = min(BLOCK_COLUMNS, max(DCOL_MIN_COLUMNS,
+                                     DCOL_BYTES // (crs * np.dtype(dtype).itemsize)))
+    rows = max(1, min(p.out_h, -(-columns // q)))
     blocks = split(p.out_h, rows)
     slots = cores_for(point.threads)
     wmat_t = np.ascontiguousarray(w.reshape(g, kg, cg * taps).swapaxes(1, 2))
