@@ -119,7 +119,8 @@ def floor_launch(p: ConvProblem, direction: str,
 
 
 def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms: dict,
-            profile: bool, raw: bool = False, dense: bool = False) -> dict | None:
+            profile: bool, raw: bool = False, dense: bool = False,
+            warm_s: float = 0.0) -> dict | None:
     data = reference.make_data(p, "fp32")
     expected = reference.reference(p, direction, data)
     runs = {}
@@ -156,7 +157,10 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
                 taken, ticks, began = {}, _busy_ticks(), time.perf_counter()
                 for name in names[round_ % len(names):] + names[:round_ % len(names)]:
                     time.sleep(_SETTLE_S)
+                    warmed = time.perf_counter()
                     runs[name]()
+                    while time.perf_counter() - warmed < warm_s:
+                        runs[name]()
                     start = time.perf_counter_ns()
                     runs[name]()
                     taken[name] = (time.perf_counter_ns() - start) * 1e-6
@@ -204,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default="HEAD")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--raw", action="store_true", help="print every sample too")
+    parser.add_argument("--warm-s", type=float, default=0.0,
+                        help="after each pause, launch for this long before the timed launch "
+                             "(0: one untimed launch). Two-thread launches of "
+                             "workers.run_chunks run at one core's speed for their first few "
+                             "after idle cores; the harness warms up >= 0.25 s (timer.py)")
     parser.add_argument("--dense-floor", action="store_true",
                         help="also the floor with contiguous result rows (floor_launch)")
     args = parser.parse_args(argv)
@@ -224,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         for direction in args.directions.split(","):
             for threads in (int(t) for t in args.threads.split(",")):
                 row = measure(p, direction, threads, args.reps, algorithms, args.profile,
-                              args.raw, args.dense_floor)
+                              args.raw, args.dense_floor, args.warm_s)
                 if row is not None:
                     rows.append(row)
                     print(f"  {p.name} {direction} {label(threads)}: done", file=sys.stderr,
