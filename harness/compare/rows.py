@@ -142,8 +142,7 @@ def _kernel_names(names: list[str], others: list[str], head: int = 16, most: int
         start = name.rfind("_", 0, start) + 1          # whole words: back to a "_"
         stop = name.find("_", max(start, len(name) - end))
         stop = len(name) if stop < 0 else stop
-        middle = name[start:stop] if start > head else name[:stop]
-        text = name[:head] + "..." + middle if start > head else middle
+        text = name[:head] + "..." + name[start:stop] if start > head else name[:stop]
         cut = stop < len(name) or len(text) > most
         shown.append(text[:most] + ("..." if cut else ""))
     return " + ".join(shown)

@@ -51,9 +51,14 @@ DCOL_MIN_COLUMNS = 1024     # and GEMMs no narrower than this
 STRIDED_MIN_PIXELS = 196
 
 
+def numpy_reason(p: ConvProblem) -> str | None:
+    """Why `p`'s col2im would be NumPy's, or None where the compiled one runs."""
+    return (f"{p.groups} groups: one batched GEMM beats per-group BLAS calls"
+            if p.groups > MAX_GROUP_CALLS else compiled.unavailable_reason())
+
+
 def compiled_runs(p: ConvProblem) -> bool:
-    """Whether `p`'s col2im would be the compiled one (numba here, few enough groups)."""
-    return compiled.unavailable_reason() is None and p.groups <= MAX_GROUP_CALLS
+    return numpy_reason(p) is None
 
 
 def pays_strided(p: ConvProblem) -> bool:
@@ -68,8 +73,7 @@ def col2im(point: Point, p: ConvProblem, w: np.ndarray, dy: np.ndarray, dtype: t
            block_bytes: int) -> CpuPrepared:
     """The compiled col2im where it runs and builds, else NumPy's (`block_bytes`: its blocks of
     whole images); the row says which (`cpu_kernel`)."""
-    reason = (f"{p.groups} groups: one batched GEMM beats per-group BLAS calls"
-              if p.groups > MAX_GROUP_CALLS else compiled.unavailable_reason())
+    reason = numpy_reason(p)
     if reason is None:
         prepared = _compiled(point, p, w, dy, dtype)
         if isinstance(prepared, CpuPrepared):
