@@ -22,10 +22,11 @@ CACHE_KEY = ("cpu_model", "cpu_cores", "numpy", "blas")
 PRECISIONS = {"fp32": "float32", "fp64": "float64"}
 
 
-def cache_path(env: dict[str, Any]) -> Path:
+def cache_path(env: dict[str, Any], stem: str = "cpu-peaks") -> Path:
+    """The cache file `stem` keeps for this CPU and its libraries (CACHE_KEY, numba's version)."""
     key = "|".join(str(env.get(k)) for k in CACHE_KEY) + f"|numba {installed_version('numba')}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return cache_dir.folder() / f"cpu-peaks-{digest}.json"
+    return cache_dir.folder() / f"{stem}-{digest}.json"
 
 
 def load_cached(env: dict[str, Any]) -> dict[str, Any] | None:

@@ -5,13 +5,15 @@ are harness/timer.py's.
 """
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from harness import contention, threads
+from harness import contention, host_cores, threads
 from harness.backends.base import Prepared
 from harness.call_bound import CallBound
+from harness.host_cores import HostCores, Reading
 from harness.stopping import lost_in_probe
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
 
@@ -67,12 +69,37 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
                    capture_error=capture_error)
 
 
-def time_cpu_alone(prepared: Prepared, options, flush) -> Timing:
-    """A CPU point timed between two readings of the host probe (contention.host_probe_ms)."""
+def time_cpu_alone(prepared: Prepared, options, flush, host: HostCores,
+                   parallel: bool) -> Timing:
+    """A CPU point timed between two readings of the host probe (contention.host_probe_ms). A
+    `parallel` (multi-threaded) point's readings also say whether the host gave it its cores
+    (harness/host_cores.py); where it did not, the point is timed once more when the host
+    gives them back, and a second timing without them is contended and says why."""
     cores = threads.available_cores()
-    before = contention.host_probe_ms(cores)
+    timing, readings = _between_readings(prepared, options, flush, host, cores, parallel)
+    withheld = host.withheld(cores, *readings) if parallel else None
+    if withheld is not None:
+        first = timing
+        timing, readings = _between_readings(prepared, options, flush, host, cores, parallel,
+                                             host.wait(cores))
+        again = host.withheld(cores, *readings)
+        if again is not None:
+            why = (f"{again}; timed once more, the first timing: "
+                   f"{statistics.median(first.samples_ms):.4g} ms")
+            timing = replace(timing, contention="; ".join(filter(None, (timing.contention,
+                                                                         why))))
+    return replace(timing, host_probe_ms=sum(r.probe_ms for r in readings) / 2,
+                   host_speedup=max(r.speedup for r in readings) if parallel else None)
+
+
+def _between_readings(prepared: Prepared, options, flush, host: HostCores, cores: int,
+                      parallel: bool, before: Reading | None = None
+                      ) -> tuple[Timing, tuple[Reading, Reading]]:
+    """The point timed (_timed_again_if_shared) between two readings of the host (`before`:
+    one just taken)."""
+    before = before or host.read(cores, parallel)
     timing = _timed_again_if_shared(prepared, options, flush)
-    return replace(timing, host_probe_ms=(before + contention.host_probe_ms(cores)) / 2)
+    return timing, (before, host.read(cores, parallel))
 
 
 def _timed_again_if_shared(prepared: Prepared, options, flush) -> Timing:
@@ -110,7 +137,7 @@ def timing_extras(timing: Timing) -> dict[str, Any]:
                       contended=timing.contention is not None, contention_check=use.check,
                       samples_retaken=use.retaken,
                       cpu_wait=contention.wait_share(use, timing.samples_ms),
-                      host_probe_ms=timing.host_probe_ms)
+                      host_probe_ms=timing.host_probe_ms, host_speedup=timing.host_speedup)
     if timing.capture_error is not None:
         extras["capture_error"] = timing.capture_error
     if timing.gpu_timer is not None:
@@ -134,12 +161,15 @@ class PointTimer:
     """Times a verified point on its device, keeping one cache flusher a device for cold
     timing."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: HostCores | None = None) -> None:
         self._flushers: dict[str, Callable[[], None]] = {}
+        self._host = host or host_cores.this_process()
 
-    def time(self, prepared: Prepared, options, bound: CallBound | None = None) -> Timing:
+    def time(self, prepared: Prepared, options, bound: CallBound | None = None,
+             parallel: bool = False) -> Timing:
         """`bound`: how long the verified call kept the GPU busy at the least; a candidate
-        that lost the race by that alone is not timed (harness/call_bound.py)."""
+        that lost the race by that alone is not timed (harness/call_bound.py). `parallel`: a
+        CPU point that runs on more than one thread."""
         own = prepared.own_timing(options)
         if own is not None:
             return own
@@ -148,7 +178,7 @@ class PointTimer:
             lost = bound is not None and lost_in_probe(bound.at_least_ms, options)
             timing = bound.raced_out() if lost else time_gpu(prepared, options, flush)
             return replace(timing, sm_clock_mhz=sm_clock())
-        return time_cpu_alone(prepared, options, flush)
+        return time_cpu_alone(prepared, options, flush, self._host, parallel)
 
     def _flusher(self, device: str) -> Callable[[], None]:
         if device not in self._flushers:

@@ -144,7 +144,7 @@ def _merged_torch_pick(measurements: list[Measurement]
 # round did; its retakes add up; the worst round speaks for waits, load, steal and CPU/wall.
 _CONTENTION_MERGE = {"contended": any, "samples_retaken": sum, "cpu_wait": max,
                      "load_avg": max, "cpu_steal": max, "cpu_time_ratio": min,
-                     "host_probe_ms": max}
+                     "host_probe_ms": max, "host_speedup": min}
 # A plan raced out in any process (harness/stopping.py): by how much it lost in the worst; a
 # later process that took the first's verdict (harness/verified_once.py) says so in the row.
 _RACE_MERGE = {"raced_out_by": max, "verified_in": lambda found: found[0]}

@@ -170,6 +170,10 @@ EXTRA_COLUMNS: dict[str, str] = {
     # a fixed matmul on every core, timed around the point: the host's speed then
     # (contention.host_probe_ms; the slowest round's)
     "host_probe_ms": "float64",
+    # a small matmul's time at one thread over its time at every core, the higher of two
+    # readings around the point (harness/host_cores.py; multi-threaded points only): well under
+    # its usual value the host withheld cores, and the point was timed again or is contended
+    "host_speedup": "float64",
 }
 
 # A recurrent layer's shape (harness/rnn/problem.RnnProblem; NA in convolution rows): layers,

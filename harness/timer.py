@@ -42,6 +42,7 @@ class Timing:
     cpu_use: contention.CpuUse | None = None   # CPU timers: what the process got
     contention: str | None = None     # set by the executor: why the point shared the CPU
     host_probe_ms: float | None = None  # set by the executor: contention.host_probe_ms around it
+    host_speedup: float | None = None   # set by the executor: host_cores.Reading.speedup (higher)
     raced_on: str | None = None       # what raced it out before the timer ran (call_bound)
     probe: Timing | None = None       # time_cuda_graph's probe (a later time_cuda's `probed`)
 
@@ -304,8 +305,7 @@ def _timed_batch(launch, stream, calls, hold_ms, flush, cupy,
 
 
 class CaptureFailed(RuntimeError):
-    """The calls could not be captured into a CUDA graph (the caller falls back to the held
-    stream)."""
+    """The calls could not be captured into a CUDA graph (the caller times the held stream)."""
 
 
 def capture_calls(launch: Callable[[], None], stream: Any, calls: int) -> Any:

@@ -22,7 +22,8 @@ LAYERS = [
     # rnn: the recurrent problem family and its float64 recurrence; families: which kinds exist;
     # draws: random test data on the process's cores
     {"problem_text", "rnn", "families", "draws"},
-    {"env", "sweep", "cpu_peaks"},
+    # host_cores: whether the host gave a CPU point its cores (remembered per CPU, as cpu_peaks)
+    {"env", "sweep", "cpu_peaks", "host_cores"},
     {"measurement", "suite.checks", "reference", "verdict", "rnn.oracle", "oracles"},
     {"suite"},                # its loader, axes and overrides
 

@@ -18,7 +18,7 @@ Rounds as evidence/studies/im2col_strided.py times them: the three interleaved l
 in an order that rotates every round, each timed launch after a pause (OpenBLAS's threads spin a
 while after a call) and one untimed launch. A round during which other processes used more than
 NEIGHBOUR_SHARE of a core (/proc/stat's busy time less this process's own) is dropped and taken
-again, up to --reps more times: the VM is shared, and a neighbour's burst on one of its two
+again, up to 3 x --reps more times: the VM is shared, and a neighbour's burst on one of its two
 cores had moved two-thread rounds 2-8x (stop 56). The run-queue waits harness/contention.py
 reads do not serve here: a two-thread launch's own threads (OpenBLAS's spinning workers beside
 convbench's) wait for each other. Per point: medians, the median and spread of the per-round
@@ -51,7 +51,8 @@ from harness.backends.cpu import gemm_floor
 from harness.problem import ConvProblem
 from harness.suite import load_suite
 from harness.sweep import DIRECTIONS, Point
-from harness.threads import limited, label
+from harness.host_cores import HostCores
+from harness.threads import cores_for, limited, label
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "harness/backends/cpu/im2col"
@@ -149,11 +150,15 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
         samples = {name: [] for name in runs}
         names = list(runs)
         contended = 0
+        # Stop 63: a round where the host withheld cores (harness/host_cores.py, its GEMM read
+        # well under its usual parallel speedup before and after the round) is dropped too.
+        host, cores = HostCores(), cores_for(threads)
         gc.disable()
         try:
-            for round_ in range(2 * reps):
+            for round_ in range(4 * reps):
                 if len(samples["floor"]) == reps:
                     break
+                before = host.read(cores, cores > 1)
                 taken, ticks, began = {}, _busy_ticks(), time.perf_counter()
                 for name in names[round_ % len(names):] + names[:round_ % len(names)]:
                     time.sleep(_SETTLE_S)
@@ -164,7 +169,8 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
                     start = time.perf_counter_ns()
                     runs[name]()
                     taken[name] = (time.perf_counter_ns() - start) * 1e-6
-                if _neighbour_share(ticks, time.perf_counter() - began) > NEIGHBOUR_SHARE:
+                shared = _neighbour_share(ticks, time.perf_counter() - began) > NEIGHBOUR_SHARE
+                if shared or host.withheld(cores, before, host.read(cores, cores > 1)):
                     contended += 1
                     continue
                 for name, ms in taken.items():
@@ -254,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                      if "dense" in r else ""))
         print("floor* = gemm_floor.floor_ms (best of three at prepare, the sweep's column); "
               "ratios to floor are per round, [lowest-highest]; kept/cont = rounds kept / "
-              f"dropped as contended (neighbours over {NEIGHBOUR_SHARE:.0%} of a core)")
+              f"dropped as contended (neighbours over {NEIGHBOUR_SHARE:.0%} of a core, or the host "
+              "withholding cores: harness/host_cores.py)")
     print(f"load average at end {os.getloadavg()}")
     return 0
 

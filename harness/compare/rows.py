@@ -299,7 +299,7 @@ def confirmed_row(first: RowResult, again: RowResult | None) -> RowResult:
 
 
 _CONTENTION = ("contended", "cpu_time_ratio", "load_avg", "cpu_steal", "host_probe_ms",
-               "cpu_threads")
+               "host_speedup", "cpu_threads")
 
 
 def _contention(rec: dict[str, Any]) -> str | None:
