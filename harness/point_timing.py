@@ -163,7 +163,7 @@ class PointTimer:
 
     def __init__(self, host: HostCores | None = None) -> None:
         self._flushers: dict[str, Callable[[], None]] = {}
-        self._host = host or host_cores.this_process()
+        self._host = host         # None: the process's, made at its first CPU point
 
     def time(self, prepared: Prepared, options, bound: CallBound | None = None,
              parallel: bool = False) -> Timing:
@@ -178,7 +178,8 @@ class PointTimer:
             lost = bound is not None and lost_in_probe(bound.at_least_ms, options)
             timing = bound.raced_out() if lost else time_gpu(prepared, options, flush)
             return replace(timing, sm_clock_mhz=sm_clock())
-        return time_cpu_alone(prepared, options, flush, self._host, parallel)
+        return time_cpu_alone(prepared, options, flush,
+                              self._host or host_cores.this_process(), parallel)
 
     def _flusher(self, device: str) -> Callable[[], None]:
         if device not in self._flushers:

@@ -169,9 +169,7 @@ def test_a_point_with_one_low_reading_is_timed_once():
 
 
 def test_one_host_reads_for_every_executor_of_a_process():
-    from harness.point_timing import PointTimer
     assert host_cores.this_process() is host_cores.this_process()
-    assert PointTimer()._host is PointTimer()._host
 
 
 def test_rounds_merge_to_their_lowest_speedup():
