@@ -1,5 +1,6 @@
 """Where convbench keeps what it learnt once and reuses in later runs on the same machine (the
-measured peaks, the engines that hung, the graph API's plan lists): $CONVBENCH_CACHE_DIR, else
+measured peaks, the engines that hung, the graph API's plan lists, the host's parallel capacity:
+harness/host_cores.py): $CONVBENCH_CACHE_DIR, else
 $XDG_CACHE_HOME/convbench, else ~/.cache/convbench. Results never go here: they are the user's
 files (results/)."""
 from __future__ import annotations

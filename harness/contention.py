@@ -172,16 +172,17 @@ class CpuUse:
         return max(readings) if readings else None
 
 
-def host_probe_ms(cores: int) -> float:
-    """Median time of a fixed float32 matmul on `cores` BLAS threads (module docstring). The
-    thread count is set here, whatever the environment says (OPENBLAS_NUM_THREADS=1 is a change
-    a regression check must see, not one its probe may absorb)."""
+def host_probe_ms(cores: int, size: int = PROBE_SIZE, repeats: int = PROBE_REPEATS) -> float:
+    """Median time of a fixed float32 matmul on `cores` BLAS threads (module docstring; other
+    sizes: harness/host_cores.py). The thread count is set here, whatever the environment says
+    (OPENBLAS_NUM_THREADS=1 is a change a regression check must see, not one its probe may
+    absorb)."""
     import numpy as np
     from threadpoolctl import threadpool_limits
-    a = np.ones((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
+    a = np.ones((size, size), dtype=np.float32)
     times = []
     with threadpool_limits(cores):
-        for _ in range(PROBE_REPEATS):
+        for _ in range(repeats):
             start = time.perf_counter_ns()
             a @ a
             times.append((time.perf_counter_ns() - start) / 1e6)

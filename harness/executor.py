@@ -234,7 +234,7 @@ class PointExecutor:
         timing_started = time.perf_counter()
         try:
             timing = self._timer.time(prepared, options, bound,
-                                      parallel=threads.cores_for(point.threads) > 1)
+                                      cores=threads.cores_for(point.threads))
         except Exception as err:  # backend failure while timing: a failed row
             return [wrong.get(p.point_id) or _failed(p, algo, err) for p in group]
         stages["stage_time_ms"] = (time.perf_counter() - timing_started) * 1e3

@@ -12,15 +12,16 @@ them, where contention's 384 probe overlapped (1.70-2.04 against 1.35-1.66) and 
 GEMM at two threads (few joins) hardly moved
 (evidence/logs/host-withheld-cores-issue42-cpu-amd-epyc-2026-11-29.txt).
 
-A multi-threaded CPU point reads that speedup just before and just after it is timed. Both under
-WITHHELD_SHARE of the host's capacity (CAPACITY_QUANTILE of the last READINGS_KEPT readings of
-this process, seeded by SEED_READS at its first point) say the host withheld cores while the
-point ran: the point waits until the probe reads the capacity again (at most WAIT_S) and is
-timed once more; if the host withheld them again, the row keeps the second timing, is
-`contended` (never ranked, AMBIGUOUS in `compare`) and says why. `host_speedup` holds the higher
-reading, the one judged. Both readings, because a single reading may catch a spell of
-milliseconds that the point does not feel; a quantile, not the best, because one slow
-one-thread read makes an outlier.
+A multi-threaded CPU point reads that speedup, at its own thread count, just before and just
+after it is timed. Both under WITHHELD_SHARE of the host's capacity (CAPACITY_QUANTILE of the
+last READINGS_KEPT readings of this process, seeded by SEED_READS at its first point) say the
+host withheld cores while the point ran: the point polls until a reading is over that share
+again (at most WAIT_S; the polls do not count towards the capacity, or a long spell would
+become it) and is timed once more; if the reading after the second timing finds the cores
+withheld again, the row keeps the second timing, is `contended` (never ranked, AMBIGUOUS in
+`compare`) and says why. `host_speedup` holds the higher reading. Both readings for the first
+timing, because a single reading may catch a spell of milliseconds that the point does not
+feel; a quantile, not the best, because one slow one-thread read makes an outlier.
 
 Spells last up to tens of seconds, longer than a process of a few points, whose own readings
 are then all low. So the capacity is also the highest of the last STORED_PROCESSES processes'
@@ -31,9 +32,10 @@ readings; `compare`'s probe rule (docs/regression-checks.md) still covers those 
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -59,18 +61,8 @@ class Reading:
 
 
 def sync_probe_ms(cores: int) -> float:
-    """The median time of SYNC_PROBE_REPEATS square matmuls of SYNC_PROBE_SIZE at `cores` BLAS
-    threads, in ms."""
-    import numpy as np
-    from threadpoolctl import threadpool_limits
-    a = np.ones((SYNC_PROBE_SIZE, SYNC_PROBE_SIZE), dtype=np.float32)
-    times = []
-    with threadpool_limits(cores):
-        for _ in range(SYNC_PROBE_REPEATS):
-            start = time.perf_counter_ns()
-            a @ a
-            times.append((time.perf_counter_ns() - start) / 1e6)
-    return statistics.median(times)
+    """contention's probe matmul at SYNC_PROBE_SIZE (its threads join often), at `cores`."""
+    return contention.host_probe_ms(cores, SYNC_PROBE_SIZE, SYNC_PROBE_REPEATS)
 
 
 class CapacityFile:
@@ -90,19 +82,20 @@ class CapacityFile:
             return {}
         return {int(cores): [float(v) for v in values][-STORED_PROCESSES:]
                 for cores, values in raw.items()
-                if str(cores).isdigit() and isinstance(values, list)
-                and all(type(v) in (int, float) and v > 0 for v in values)}
+                if cores.isascii() and cores.isdigit() and isinstance(values, list)
+                and all(type(v) in (int, float) and 0 < v < math.inf for v in values)}
 
     def add(self, cores: int, capacity: float) -> None:
         stored = self.load()
         stored[cores] = (stored.get(cores, []) + [round(capacity, 4)])[-STORED_PROCESSES:]
-        partial = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+        partial = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(json.dumps({str(k): v for k, v in stored.items()}))
             os.replace(partial, self.path)     # whole or not at all, beside other processes
-        except OSError:
-            pass                               # a read-only cache folder: nothing remembered
+        except OSError:                        # a read-only cache folder: nothing remembered
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
 
 
 class HostCores:
@@ -127,28 +120,32 @@ class HostCores:
         kept = sorted(self._speedups[cores])
         return kept[int(CAPACITY_QUANTILE * (len(kept) - 1))]
 
-    def read(self, cores: int, speedup: bool = True) -> Reading:
-        """The probe at `cores` threads and, with `speedup`, its speedup over one thread (1.0
-        at one core)."""
-        if not speedup:
+    def read(self, cores: int, speed_cores: int, record: bool = True) -> Reading:
+        """contention's probe at `cores` threads (the row's host_probe_ms) and, where
+        `speed_cores` > 1, the sync probe's speedup at that many threads; `record`: the speedup
+        counts towards the capacity (a wait's polls do not: a long spell would fill it)."""
+        if speed_cores <= 1:
             return Reading(self._probe(cores), None)
+        reading = Reading(self._probe(cores), self._speedup_at(speed_cores))
+        if record:
+            self._record(speed_cores, reading.speedup)
+        return reading
+
+    def _speedup_at(self, cores: int) -> float:
+        """The sync probe's speedup at `cores` threads (seeding the capacity at the first)."""
         if self._stored is None:
             self._stored = self._store.load() if self._store is not None else {}
         if cores not in self._speedups:
-            self._speedups[cores] = deque(maxlen=READINGS_KEPT)
-            for _ in range(SEED_READS):
-                self._speedups[cores].append(self._speedup(cores))
-        reading = Reading(self._probe(cores), self._speedup(cores))
-        self._speedups[cores].append(reading.speedup)
+            self._speedups[cores] = deque(
+                (self._sync(1) / max(self._sync(cores), 1e-9) for _ in range(SEED_READS)),
+                maxlen=READINGS_KEPT)
+        return self._sync(1) / max(self._sync(cores), 1e-9)
+
+    def _record(self, cores: int, speedup: float) -> None:
+        self._speedups[cores].append(speedup)
         self._count[cores] = self._count.get(cores, 0) + 1
         if self._count[cores] == STORE_AFTER and self._store is not None:
             self._store.add(cores, self._own_capacity(cores))
-        return reading
-
-    def _speedup(self, cores: int) -> float:
-        if cores <= 1:
-            return 1.0
-        return self._sync(1) / max(self._sync(cores), 1e-9)
 
     def withheld(self, cores: int, *readings: Reading) -> str | None:
         """Why the readings say the host withheld cores (every one under WITHHELD_SHARE of the
@@ -160,15 +157,14 @@ class HostCores:
         if high >= WITHHELD_SHARE * capacity:
             return None
         return (f"the host withheld cores: {cores} threads ran a small matmul at most {high:.2f}x "
-                f"one thread's speed around the point, where this process reads {capacity:.2f}x")
+                f"one thread's speed around the point, where this machine reads {capacity:.2f}x")
 
-    def wait(self, cores: int) -> Reading:
-        """Read until the capacity is back (or WAIT_S has passed); the last reading."""
+    def wait(self, cores: int, speed_cores: int) -> None:
+        """Poll until the speedup at `speed_cores` is back over WITHHELD_SHARE of the capacity
+        (or WAIT_S has passed)."""
         deadline = self._clock() + WAIT_S
-        while True:
-            reading = self.read(cores)
-            if self.withheld(cores, reading) is None or self._clock() >= deadline:
-                return reading
+        while self.withheld(speed_cores, self.read(cores, speed_cores, record=False)) \
+                and self._clock() < deadline:
             self._sleep(POLL_S)
 
 

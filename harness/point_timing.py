@@ -70,36 +70,44 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
 
 
 def time_cpu_alone(prepared: Prepared, options, flush, host: HostCores,
-                   parallel: bool) -> Timing:
+                   point_cores: int) -> Timing:
     """A CPU point timed between two readings of the host probe (contention.host_probe_ms). A
-    `parallel` (multi-threaded) point's readings also say whether the host gave it its cores
+    multi-threaded point's readings also say whether the host gave it its `point_cores` cores
     (harness/host_cores.py); where it did not, the point is timed once more when the host
-    gives them back, and a second timing without them is contended and says why."""
+    gives them back, and a second timing whose reading after it finds them withheld again is
+    contended and says why (the reading before it follows a wait that ended on a quiet one)."""
     cores = threads.available_cores()
-    timing, readings = _between_readings(prepared, options, flush, host, cores, parallel)
-    withheld = host.withheld(cores, *readings) if parallel else None
-    if withheld is not None:
+    timing, readings = _between_readings(prepared, options, flush, host, cores, point_cores)
+    if host.withheld(point_cores, *readings) is not None:
         first = timing
-        timing, readings = _between_readings(prepared, options, flush, host, cores, parallel,
-                                             host.wait(cores))
-        again = host.withheld(cores, *readings)
+        host.wait(cores, point_cores)
+        timing, readings = _between_readings(prepared, options, flush, host, cores, point_cores)
+        timing = _with_first_retakes(timing, first)
+        again = host.withheld(point_cores, readings[1])
         if again is not None:
             why = (f"{again}; timed once more, the first timing: "
                    f"{statistics.median(first.samples_ms):.4g} ms")
             timing = replace(timing, contention="; ".join(filter(None, (timing.contention,
                                                                          why))))
+    speedups = [r.speedup for r in readings if r.speedup is not None]
     return replace(timing, host_probe_ms=sum(r.probe_ms for r in readings) / 2,
-                   host_speedup=max(r.speedup for r in readings) if parallel else None)
+                   host_speedup=max(speedups) if speedups else None)
 
 
 def _between_readings(prepared: Prepared, options, flush, host: HostCores, cores: int,
-                      parallel: bool, before: Reading | None = None
-                      ) -> tuple[Timing, tuple[Reading, Reading]]:
-    """The point timed (_timed_again_if_shared) between two readings of the host (`before`:
-    one just taken)."""
-    before = before or host.read(cores, parallel)
+                      point_cores: int) -> tuple[Timing, tuple[Reading, Reading]]:
+    """The point timed (_timed_again_if_shared) between two readings of the host."""
+    before = host.read(cores, point_cores)
     timing = _timed_again_if_shared(prepared, options, flush)
-    return timing, (before, host.read(cores, parallel))
+    return timing, (before, host.read(cores, point_cores))
+
+
+def _with_first_retakes(timing: Timing, first: Timing) -> Timing:
+    """`timing` counting the samples its discarded first timing retook too."""
+    if timing.cpu_use is None or first.cpu_use is None:
+        return timing
+    return replace(timing, cpu_use=replace(
+        timing.cpu_use, retaken=timing.cpu_use.retaken + first.cpu_use.retaken))
 
 
 def _timed_again_if_shared(prepared: Prepared, options, flush) -> Timing:
@@ -166,10 +174,10 @@ class PointTimer:
         self._host = host         # None: the process's, made at its first CPU point
 
     def time(self, prepared: Prepared, options, bound: CallBound | None = None,
-             parallel: bool = False) -> Timing:
+             cores: int = 1) -> Timing:
         """`bound`: how long the verified call kept the GPU busy at the least; a candidate
-        that lost the race by that alone is not timed (harness/call_bound.py). `parallel`: a
-        CPU point that runs on more than one thread."""
+        that lost the race by that alone is not timed (harness/call_bound.py). `cores`: the
+        cores a CPU point runs on (threads.cores_for)."""
         own = prepared.own_timing(options)
         if own is not None:
             return own
@@ -179,7 +187,7 @@ class PointTimer:
             timing = bound.raced_out() if lost else time_gpu(prepared, options, flush)
             return replace(timing, sm_clock_mhz=sm_clock())
         return time_cpu_alone(prepared, options, flush,
-                              self._host or host_cores.this_process(), parallel)
+                              self._host or host_cores.this_process(), cores)
 
     def _flusher(self, device: str) -> Callable[[], None]:
         if device not in self._flushers:

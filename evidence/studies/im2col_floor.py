@@ -158,7 +158,7 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
             for round_ in range(4 * reps):
                 if len(samples["floor"]) == reps:
                     break
-                before = host.read(cores, cores > 1)
+                before = host.read(cores, cores)
                 taken, ticks, began = {}, _busy_ticks(), time.perf_counter()
                 for name in names[round_ % len(names):] + names[:round_ % len(names)]:
                     time.sleep(_SETTLE_S)
@@ -170,7 +170,7 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
                     runs[name]()
                     taken[name] = (time.perf_counter_ns() - start) * 1e-6
                 shared = _neighbour_share(ticks, time.perf_counter() - began) > NEIGHBOUR_SHARE
-                if shared or host.withheld(cores, before, host.read(cores, cores > 1)):
+                if shared or host.withheld(cores, before, host.read(cores, cores)):
                     contended += 1
                     continue
                 for name, ms in taken.items():

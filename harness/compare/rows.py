@@ -309,11 +309,12 @@ def _contention(rec: dict[str, Any]) -> str | None:
     if _text(flag) is None or not bool(flag):      # None, NA or NaN: not measured
         return None
     load, ratio = _number(rec.get("load_avg")), _number(rec.get("cpu_time_ratio"))
-    steal = _number(rec.get("cpu_steal"))
-    details = ", ".join(text for text in (
-        None if load is None else f"load {load:.1f}",
-        None if ratio is None else f"CPU/wall {ratio:.2f}",
-        None if not steal else f"steal {steal:.0%}") if text)
+    steal, speedup = _number(rec.get("cpu_steal")), _number(rec.get("host_speedup"))
+    parts = (None if load is None else f"load {load:.1f}",
+             None if ratio is None else f"CPU/wall {ratio:.2f}",
+             None if not steal else f"steal {steal:.0%}",
+             None if speedup is None else f"its threads {speedup:.2f}x one in the host's probe")
+    details = ", ".join(text for text in parts if text)
     return "shared the CPU" + (f" ({details})" if details else "")
 
 
