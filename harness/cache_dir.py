@@ -29,6 +29,18 @@ def scope(env: Mapping[str, Any]) -> dict[str, Any]:
     return {name: env.get(name) for name in SCOPE_FIELDS}
 
 
+def replace_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: other processes (a run's workers, another run) may
+    read it meanwhile. OSError where the folder cannot be written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def scoped(env: Mapping[str, Any], stem: str, suffix: str) -> Path:
     """The file `stem` keeps for this scope: a run with any other scope reads and writes another
     file, so a stale entry is never read."""

@@ -17,7 +17,6 @@ run. `--no-cache` neither reads nor writes it. Where: harness/cache_dir.py.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,9 +64,7 @@ def save(env: Mapping[str, Any], hung: Iterable[HungKey]) -> Path | None:
     if not keys:
         return None
     where = path(env)
-    where.parent.mkdir(parents=True, exist_ok=True)
-    partial = where.with_name(f".{where.name}.{os.getpid()}")
-    partial.write_text(json.dumps({"format": FORMAT, "scope": cache_dir.scope(env),
-                                   "hung_engines": [list(key) for key in keys]}, indent=1))
-    os.replace(partial, where)
+    cache_dir.replace_text(where, json.dumps({"format": FORMAT, "scope": cache_dir.scope(env),
+                                              "hung_engines": [list(key) for key in keys]},
+                                             indent=1))
     return where

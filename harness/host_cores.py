@@ -35,14 +35,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import contention
+from harness import cache_dir, contention
 
 # The probe: a 256 x 256 float32 matmul, the median of this many (0.19 ms at two threads).
 SYNC_PROBE_SIZE, SYNC_PROBE_REPEATS = 256, 9
@@ -88,14 +87,8 @@ class CapacityFile:
     def add(self, cores: int, capacity: float) -> None:
         stored = self.load()
         stored[cores] = (stored.get(cores, []) + [round(capacity, 4)])[-STORED_PROCESSES:]
-        partial = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(json.dumps({str(k): v for k, v in stored.items()}))
-            os.replace(partial, self.path)     # whole or not at all, beside other processes
-        except OSError:                        # a read-only cache folder: nothing remembered
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):     # a read-only cache folder: nothing remembered
+            cache_dir.replace_text(self.path, json.dumps({str(k): v for k, v in stored.items()}))
 
 
 class HostCores:
