@@ -55,7 +55,7 @@ WAIT_S, POLL_S = 2.0, 0.05
 
 @dataclass(frozen=True)
 class Reading:
-    probe_ms: float           # contention.host_probe_ms at the point's cores
+    probe_ms: float           # contention.host_probe_ms at every core (the row's host_probe_ms)
     speedup: float | None     # the sync probe's one-thread time over its time now (None: unread)
 
 
@@ -129,9 +129,11 @@ class HostCores:
         if self._stored is None:
             self._stored = self._store.load() if self._store is not None else {}
         if cores not in self._speedups:
-            self._speedups[cores] = deque(
-                (self._sync(1) / max(self._sync(cores), 1e-9) for _ in range(SEED_READS)),
-                maxlen=READINGS_KEPT)
+            self._speedups[cores] = deque((self._fresh_speedup(cores) for _ in range(SEED_READS)),
+                                          maxlen=READINGS_KEPT)
+        return self._fresh_speedup(cores)
+
+    def _fresh_speedup(self, cores: int) -> float:
         return self._sync(1) / max(self._sync(cores), 1e-9)
 
     def _record(self, cores: int, speedup: float) -> None:
