@@ -113,15 +113,14 @@ class HostCores:
         kept = sorted(self._speedups[cores])
         return kept[int(CAPACITY_QUANTILE * (len(kept) - 1))]
 
-    def read(self, cores: int, speed_cores: int, record: bool = True) -> Reading:
+    def read(self, cores: int, speed_cores: int) -> Reading:
         """contention's probe at `cores` threads (the row's host_probe_ms) and, where
-        `speed_cores` > 1, the sync probe's speedup at that many threads; `record`: the speedup
-        counts towards the capacity (a wait's polls do not: a long spell would fill it)."""
+        `speed_cores` > 1, the sync probe's speedup at that many threads, which counts towards
+        the capacity."""
         if speed_cores <= 1:
             return Reading(self._probe(cores), None)
         reading = Reading(self._probe(cores), self._speedup_at(speed_cores))
-        if record:
-            self._record(speed_cores, reading.speedup)
+        self._record(speed_cores, reading.speedup)
         return reading
 
     def _speedup_at(self, cores: int) -> float:
@@ -154,12 +153,13 @@ class HostCores:
         return (f"the host withheld cores: {cores} threads ran a small matmul at most {high:.2f}x "
                 f"one thread's speed around the point, where this machine reads {capacity:.2f}x")
 
-    def wait(self, cores: int, speed_cores: int) -> None:
-        """Poll until the speedup at `speed_cores` is back over WITHHELD_SHARE of the capacity
-        (or WAIT_S has passed)."""
+    def wait(self, speed_cores: int) -> None:
+        """Poll the sync probe until its speedup at `speed_cores` is back over WITHHELD_SHARE of
+        the capacity (or WAIT_S has passed). The polls do not count towards the capacity: a
+        long spell would become it."""
         deadline = self._clock() + WAIT_S
-        while self.withheld(speed_cores, self.read(cores, speed_cores, record=False)) \
-                and self._clock() < deadline:
+        while (self._speedup_at(speed_cores) < WITHHELD_SHARE * self.capacity(speed_cores)
+               and self._clock() < deadline):
             self._sleep(POLL_S)
 
 

@@ -80,7 +80,7 @@ def time_cpu_alone(prepared: Prepared, options, flush, host: HostCores,
     timing, readings = _between_readings(prepared, options, flush, host, cores, point_cores)
     if host.withheld(point_cores, *readings) is not None:
         first = timing
-        host.wait(cores, point_cores)
+        host.wait(point_cores)
         timing, readings = _between_readings(prepared, options, flush, host, cores, point_cores)
         timing = _with_first_retakes(timing, first)
         again = host.withheld(point_cores, readings[1])

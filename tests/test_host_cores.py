@@ -114,11 +114,11 @@ def test_one_core_or_no_speedup_read_is_never_withheld():
 def test_waiting_for_the_cores_polls_until_they_are_back_or_the_time_is_up_unrecorded(
         monkeypatch):
     host, scripted = _host([1.9] * SEEDS + [1.0, 1.0, 1.8, 1.0])
-    host.wait(2, 2)
+    host.wait(2)
     assert scripted.syncs.count(2) == SEEDS + 3              # 1.0, 1.0, then 1.8: back
     monkeypatch.setattr(host_cores, "WAIT_S", 20.0)          # forty polls of a long spell
     host, scripted = _host([1.9] * SEEDS + [1.0])
-    host.wait(2, 2)
+    host.wait(2)
     assert 38 <= scripted.syncs.count(2) - SEEDS <= 42       # at half a second a poll
     assert host.capacity(2) == pytest.approx(1.9)            # the polls count not
 
