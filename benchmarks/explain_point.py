@@ -74,7 +74,7 @@ def _graph_dot(prepared, path: str) -> str:
     """One captured call's CUDA graph as DOT, captured the way the graph timer does."""
     capture = getattr(prepared, "capture", None)
     if capture is None:
-        from harness.timer import capture_calls
+        from harness.graph_timer import capture_calls
         graph = capture_calls(prepared.launch, prepared.stream, 1)
         text = graph.debug_dot_str()
     else:                            # PyTorch: its own graph object, in debug mode

@@ -24,7 +24,8 @@ from harness import backends, reference
 from harness.executor import PointExecutor, algorithm_for
 from harness.suite import load_suite
 from harness.sweep import Point, TimingOptions
-from harness.timer import _spin, time_cuda, time_cuda_graph
+from harness.graph_timer import time_cuda_graph
+from harness.timer import _spin, time_cuda
 
 TIMING = TimingOptions(budget_ms=100, min_samples=20, max_samples=200, noise_target=0.002)
 CANDIDATES = [  # (layer, direction, precision, layout, algorithm)

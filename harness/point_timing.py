@@ -14,7 +14,7 @@ from harness import contention, host_cores, threads
 from harness.backends.base import Prepared
 from harness.call_bound import CallBound
 from harness.host_cores import HostCores, Reading
-from harness.stopping import lost_in_probe
+from harness.stopping import REPLAYED, lost_in_probe
 from harness.timer import CpuCacheFlusher, Timing, time_cpu
 
 
@@ -26,32 +26,40 @@ from harness.timer import CpuCacheFlusher, Timing, time_cpu
 STREAM_CHECK_SAMPLES = 5
 
 
-def time_gpu(prepared: Prepared, options, flush) -> Timing:
+# A verified call that kept the GPU busy this long needs no batch to amortise a timer's events:
+# the graph timer's probe is that one call, held (timer._probe).
+LONG_CALL_MS = 1.0
+
+
+def time_gpu(prepared: Prepared, options, flush, bound: CallBound | None = None) -> Timing:
     """Warm points replay a CUDA graph of the calls unless the stream timer is asked for; cold
     points (an L2 flush between calls) and libraries whose calls cannot be captured use the held
     stream. The Timing says which, and why capture failed. A library that captures its own
     calls (PyTorch) is timed both ways: where the replay is slower, capture changed its kernels
-    and the stream-ordered timing, what eager users get, is kept (timer.capture_changed_kernels).
+    and the stream-ordered timing, what eager users get, is kept
+    (graph_timer.capture_changed_kernels).
     A stream timing that could not hold the stream keeps the gpu_timer time_cuda gave it. A
     fresh preparation of a pick already checked so (TimingOptions.replay_checked, set by
-    harness/runoff.py) is timed by replay alone."""
-    from harness.timer import CaptureFailed, capture_changed_kernels, time_cuda, time_cuda_graph
+    harness/runoff.py) is timed by replay alone. `bound`: the verified call's (call_bound)."""
+    from harness.graph_timer import CaptureFailed, capture_changed_kernels, time_cuda_graph
+    from harness.timer import time_cuda
     capture_error = None
     if flush is None and options.gpu_timer == "graph":
         try:
             timing = time_cuda_graph(prepared.launch, prepared.stream, options,
-                                     capture=prepared.capture)
+                                     capture=prepared.capture,
+                                     long_call_host_ms=_long_call_host_ms(bound))
         except CaptureFailed as err:
             capture_error = str(err)[:300]
         else:
             if timing.gpu_timer is not None:   # raced out by its stream-ordered probe
                 return timing
             if prepared.capture is None or options.replay_checked:
-                return replace(timing, gpu_timer="cuda_graph")
+                return replace(timing, gpu_timer=REPLAYED)
             # The probe's batch of calls before the capture (Timing.probe) is a stream-ordered
             # sample already: a replay no slower than it (nearly every row) needs no other.
             if timing.probe is not None and capture_changed_kernels(timing, timing.probe) is None:
-                return replace(timing, gpu_timer="cuda_graph")
+                return replace(timing, gpu_timer=REPLAYED)
             # Else a few stream-ordered samples tell a replay that is not slower from one that
             # may be; only the latter is timed in stream order in full.
             check = replace(options, min_samples=STREAM_CHECK_SAMPLES,
@@ -61,12 +69,19 @@ def time_gpu(prepared: Prepared, options, flush) -> Timing:
                                      probed=timing.probe)
                 capture_error = capture_changed_kernels(timing, streamed)
                 if capture_error is None:
-                    return replace(timing, gpu_timer="cuda_graph")
+                    return replace(timing, gpu_timer=REPLAYED)
             return replace(streamed, gpu_timer=streamed.gpu_timer or "held_stream",
                            capture_error=capture_error)
     timing = time_cuda(prepared.launch, prepared.stream, options, flush)
     return replace(timing, gpu_timer=timing.gpu_timer or "held_stream",
                    capture_error=capture_error)
+
+
+def _long_call_host_ms(bound: CallBound | None) -> float | None:
+    """The host's cost of the verified call where that call was long (LONG_CALL_MS), else None."""
+    if bound is None or bound.host_ms is None or bound.at_least_ms < LONG_CALL_MS:
+        return None
+    return bound.host_ms
 
 
 def time_cpu_alone(prepared: Prepared, options, flush, host: HostCores,
@@ -184,7 +199,7 @@ class PointTimer:
         flush = self._flusher(prepared.device) if options.mode == "cold" else None
         if prepared.device == "cuda":
             lost = bound is not None and lost_in_probe(bound.at_least_ms, options)
-            timing = bound.raced_out() if lost else time_gpu(prepared, options, flush)
+            timing = bound.raced_out() if lost else time_gpu(prepared, options, flush, bound)
             return replace(timing, sm_clock_mhz=sm_clock())
         return time_cpu_alone(prepared, options, flush,
                               self._host or host_cores.this_process(), cores)

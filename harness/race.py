@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.backends.base import Algorithm, context_lost, fits
 from harness.stopping import (PROBE_RACE_FACTOR, PROBE_STREAM_ALLOWANCE_MS, RACE_MARGIN,
-                              RACED_OUT, stopped_by_probe)
+                              RACE_SAMPLES, RACED_OUT, REPLAY_FIRST_FACTOR, stopped_by_probe)
 from harness.sweep import Point, TimingOptions
 from harness.timer import Timing
 
@@ -68,10 +68,14 @@ class Race:
             how, within = f"on {timing.raced_on}", (
                 f"a plan whose call may take under {(1 + RACE_MARGIN) * PROBE_RACE_FACTOR:.2g}x "
                 f"of that plus {PROBE_STREAM_ALLOWANCE_MS * 1e3:.0f} us is timed")
-        elif stopped_by_probe(timing.stop_reason, timing.samples_ms):
-            how, within = "by its probe (3 calls in stream order)", (
+        elif stopped_by_probe(timing.stop_reason, timing.samples_ms, timing.gpu_timer):
+            how, within = "by its probe (its calls in stream order)", (
                 f"a plan under {(1 + RACE_MARGIN) * PROBE_RACE_FACTOR:.2g}x of that plus "
                 f"{PROBE_STREAM_ALLOWANCE_MS * 1e3:.0f} us in its probe is replayed")
+        elif len(timing.samples_ms) < RACE_SAMPLES:     # its first replayed sample
+            how = "on its first replayed sample"
+            within = (f"a plan under {(1 + RACE_MARGIN) * REPLAY_FIRST_FACTOR:.2g}x of that "
+                      f"there is timed on")
         else:
             how = f"after {len(timing.samples_ms)} samples"
             within = f"a plan within {RACE_MARGIN:.0%} of that is timed in full"

@@ -34,7 +34,7 @@ from dataclasses import replace
 from harness import process_split
 from harness.executor import computed_precision
 from harness.measurement import STAGE_COLUMNS, Measurement, Status
-from harness.stopping import RACED_OUT
+from harness.stopping import RACED_OUT, REPLAYED
 from harness.sweep import UNLIMITED, Point, TimingOptions
 
 # A candidate further than this behind its point's fastest cannot be moved past it by where its
@@ -197,7 +197,7 @@ def _replayed(rows: Sequence[Measurement]) -> set[str]:
         if m.ok:
             timers.setdefault(measured_as(m.point).point_id, set()).add(
                 m.extras.get("gpu_timer"))
-    return {key for key, seen in timers.items() if seen == {"cuda_graph"}}
+    return {key for key, seen in timers.items() if seen == {REPLAYED}}
 
 
 class HeldLayer:

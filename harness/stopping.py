@@ -35,6 +35,15 @@ RACE_SAMPLES = 4
 # same rows no plan whose final median was within 2% of its point's best was raced out at margins
 # of 10-30%; 20% leaves room for a clock step in a whole heat.
 RACE_MARGIN = 0.2
+# A graph's replays need no heat to place a plan far behind: the first replayed sample (four
+# replays of up to 20 calls, the first held batch) read at most 1.031x its row's median at 15,884
+# timed rows of efficientnet_b0 on an H200 (1.062x at 6,125 rows of its second run), where a
+# stream-ordered or CPU sample carries the first batch's gaps. A plan whose first replayed sample
+# is over the bar by this factor (1.44x the fastest so far) is raced out there: 96.6% of the
+# 14,419 plans that run's heats raced out, each of which had paid a second held batch of 16
+# replays (320 calls) for its heat (evidence/studies/effb0_stages.py: 9.3 ms a plan, 240 s).
+REPLAY_FIRST_FACTOR = 1 + RACE_MARGIN
+REPLAYED = "cuda_graph"     # the gpu_timer of a row whose samples are a graph's replays
 
 
 # A GPU plan this many times over the bar in the graph timer's probe (one held batch of three
@@ -62,19 +71,25 @@ def lost_in_probe(probe_ms: float, options: TimingOptions) -> bool:
             and probe_ms - PROBE_STREAM_ALLOWANCE_MS > bar * PROBE_RACE_FACTOR)
 
 
-def stopped_by_probe(stop_reason: str | None, samples: Sequence[float]) -> bool:
-    """Whether a timed candidate was raced out by its probe (timer.time_cuda_graph) or before
-    it, on its verified call (harness/call_bound.py): fewer samples than a heat, none of them
-    replayed (stream order, or the profiled kernels)."""
-    return stop_reason == RACED_OUT and len(samples) < RACE_SAMPLES
-
-
 def raced_out(samples: Sequence[float], options: TimingOptions) -> bool:
     """Whether the heat is over and even its fastest sample lost to the bar (options.race_bar_ms,
-    set per plan by harness/race.py; None: no race)."""
+    set per plan by harness/race.py; None: no race), or, for a graph's replays, whether the first
+    replayed sample alone lost to it by REPLAY_FIRST_FACTOR."""
     bar = options.race_bar_ms
-    return (bar is not None and RACE_SAMPLES <= len(samples) < options.min_samples
-            and min(samples) > bar)
+    if bar is None or not samples or len(samples) >= options.min_samples:
+        return False
+    if len(samples) >= RACE_SAMPLES:
+        return min(samples) > bar
+    return options.race_first_replay and min(samples) > bar * REPLAY_FIRST_FACTOR
+
+
+def stopped_by_probe(stop_reason: str | None, samples: Sequence[float],
+                     gpu_timer: str | None) -> bool:
+    """Whether a timed candidate was raced out by its probe (graph_timer.time_cuda_graph) or before
+    it, on its verified call (harness/call_bound.py): fewer samples than a heat, none of them
+    replayed (stream order, or the profiled kernels)."""
+    return (stop_reason == RACED_OUT and len(samples) < RACE_SAMPLES
+            and gpu_timer != REPLAYED)
 
 
 class StoppingRule:

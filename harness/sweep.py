@@ -89,6 +89,9 @@ class TimingOptions:
     replay_checked: bool = False
     # Set per plan by harness/race.py, never by a user: the bar (ms per launch) of that race.
     race_bar_ms: float | None = None
+    # Set by the graph timer for its replays, never by a user: the race may end after the first
+    # sample (harness/stopping.REPLAY_FIRST_FACTOR).
+    race_first_replay: bool = False
     # Set by harness/process_split.py, never by a user: which of a point's replicates (GPU timing
     # processes, CPU rounds) this is. The first also asks a library for its own picks (cuDNN's
     # heuristic and Find: the policy columns, which the merged row takes from the first); a

@@ -8,23 +8,21 @@ batch; the GPU then runs it back to back between one pair of events. If the hold
 host has finished enqueueing, the batch is thrown away and the hold or the batch resized, within
 bounds (harness/stream_hold.py). time_cuda_graph (the default for warm points) captures the
 calls into a CUDA graph and times its replays the same way, which also leaves out the ~1 us the
-GPU spends between stream-ordered kernels.
+GPU spends between stream-ordered kernels (harness/graph_timer.py).
 """
 from __future__ import annotations
 
 import gc
 import os
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from harness import contention
 from harness.contention import load_average, stolen_ms
-from harness.stopping import RACE_SAMPLES, RACED_OUT, StoppingRule, lost_in_probe
-from harness.stream_hold import (UNHELD, Hold, calls_per_graph, measure_host_ms, unheld_samples,
-                                 warm_pairs)
+from harness.stopping import RACE_SAMPLES, StoppingRule
+from harness.stream_hold import UNHELD, Hold, measure_host_ms, unheld_samples, warm_pairs
 from harness.sweep import TimingOptions
 from harness.threads import available_cores
 
@@ -205,7 +203,8 @@ class GpuL2Flusher:
 
 def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
               flush: Callable[[], None] | None = None, batch_calls: int = 20,
-              host_probe_calls: int = 5, probed: Timing | None = None) -> Timing:
+              host_probe_calls: int = 5, probed: Timing | None = None,
+              host_ms: float | None = None) -> Timing:
     """GPU time per call from CUDA events, with the stream held while each batch is enqueued.
 
     Warm mode brackets a whole batch of back-to-back calls with one pair of events and records the
@@ -217,10 +216,12 @@ def time_cuda(launch: Callable[[], None], stream: Any, options: TimingOptions,
 
     `probed`: time_cuda_graph's probe of the same calls; its host cost stands for this timer's
     probe, and where it could not hold the stream for them this timer does not try (five probe
-    calls of a 750-step GRU's training step were 13% of its time stage on an H200)."""
+    calls of a 750-step GRU's training step were 13% of its time stage on an H200). `host_ms`:
+    the host's cost of a call, read by the caller already (no host probe then)."""
     import cupy
-    host_ms = measure_host_ms(launch, stream, host_probe_calls) if probed is None \
-        else probed.host_ms
+    if host_ms is None:
+        host_ms = measure_host_ms(launch, stream, host_probe_calls) if probed is None \
+            else probed.host_ms
     for _ in range(options.warmup):
         launch()
     stream.synchronize()
@@ -302,99 +303,3 @@ def _timed_batch(launch, stream, calls, hold_ms, flush, cupy,
         return None, enqueue_ms
     per_pair = calls // pairs
     return [cupy.cuda.get_elapsed_time(s, e) / per_pair for s, e in events], enqueue_ms
-
-
-class CaptureFailed(RuntimeError):
-    """The calls could not be captured into a CUDA graph (the caller times the held stream)."""
-
-
-def capture_calls(launch: Callable[[], None], stream: Any, calls: int) -> Any:
-    """`calls` back-to-back launches captured into one instantiated CUDA graph on `stream`."""
-    stream.synchronize()
-    stream.begin_capture()
-    try:
-        for _ in range(calls):
-            launch()
-    except Exception as err:
-        _end_capture_quietly(stream)
-        raise CaptureFailed(f"{type(err).__name__}: {err}") from err
-    try:
-        graph = stream.end_capture()
-        graph.upload(stream)
-    except Exception as err:
-        raise CaptureFailed(f"{type(err).__name__}: {err}") from err
-    return graph
-
-
-def _end_capture_quietly(stream: Any) -> None:
-    try:
-        stream.end_capture()
-    except Exception:  # the capture is already broken; leaving it is what matters
-        pass
-
-
-def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOptions,
-                    max_calls_per_graph: int = 20,
-                    capture: Callable[[int], Callable[[], None]] | None = None) -> Timing:
-    """GPU time per call from replays of a CUDA graph of back-to-back calls (warm mode).
-
-    Stream order costs about a microsecond between one call's last kernel and the next call's
-    first, which the held-stream timer counts (5-15% of a 10-25 us kernel on an H100); inside a
-    graph the GPU resolves the dependency itself and the replay agrees with the kernel durations
-    CUPTI records (benchmarks/gpu_fidelity.py). `capture(calls)`, when given, captures with the
-    library's own machinery (PyTorch needs its allocator's graph pool) and returns the replay.
-    Raises CaptureFailed when the library's calls cannot be captured."""
-    # One held batch of 3 calls gives the host cost and a per-call estimate. The host probe's
-    # calls are the warm-up: the verified runs have just run the plan.
-    probe = time_cuda(launch, stream, replace(_after_host_probe(options, PROBE_HOST_CALLS),
-                                              min_samples=1, max_samples=1),
-                      batch_calls=3, host_probe_calls=PROBE_HOST_CALLS)
-    if probe.gpu_timer is None and lost_in_probe(probe.samples_ms[0], options):
-        # raced out before its capture: the row's one sample is the probe's, in stream order
-        return replace(probe, stop_reason=RACED_OUT, gpu_timer="held_stream")
-    calls = calls_per_graph(probe.samples_ms[0], options, max_calls_per_graph)
-    if options.race_bar_ms is not None:         # the replays' samples are `calls` calls each
-        options = replace(options, race_bar_ms=options.race_bar_ms * calls)
-    if capture is None:
-        graph = capture_calls(launch, stream, calls)
-        replay_graph = lambda: graph.launch(stream)  # noqa: E731 - one line, named for the timer
-    else:
-        replay_graph = capture(calls)
-    # A replay's host cost is one graph launch whatever it holds: one replay tells it (five
-    # would run 5 x `calls` calls on the GPU before the first sample, per row).
-    replay = time_cuda(replay_graph, stream, _after_host_probe(options, 1), batch_calls=4,
-                       host_probe_calls=1)
-    note = replay.timer_note and f"graph replays: {replay.timer_note}"  # a "call" is a replay
-    return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason,
-                  probe.host_ms, timer_note=note, probe=probe)
-
-
-# Calls the graph timer's probe issues to measure a call's host cost: they also warm it up.
-PROBE_HOST_CALLS = 3
-
-
-def _after_host_probe(options: TimingOptions, probe_calls: int) -> TimingOptions:
-    """`options` for a timer whose host probe's `probe_calls` untimed calls count towards the
-    warm-up."""
-    return replace(options, warmup=max(0, options.warmup - probe_calls))
-
-
-# A graph replay runs the calls without stream order's ~1 us between kernels, so it is never
-# slower than the held stream for the same kernels. A library that captures itself (PyTorch) may
-# run other kernels under capture than eagerly (an H100 showed res2a_branch2a bwd_data fp16 NHWC
-# at 11.7 us replayed, 8.0 us in stream order and in an independent measurement): a replay this
-# much slower than the stream means capture changed what it runs, and its eager time is the
-# honest one.
-CAPTURE_SLOWER_MARGIN = 0.05
-
-
-def capture_changed_kernels(replayed: Timing, streamed: Timing) -> str | None:
-    """Why the replayed timing of a self-capturing library is not what its users get (its
-    median over the stream-ordered one's by more than CAPTURE_SLOWER_MARGIN), or None."""
-    graph_ms = statistics.median(replayed.samples_ms)
-    stream_ms = statistics.median(streamed.samples_ms)
-    if graph_ms <= stream_ms * (1 + CAPTURE_SLOWER_MARGIN):
-        return None
-    return (f"graph replay {graph_ms * 1e3:.1f} us vs stream order {stream_ms * 1e3:.1f} us: "
-            "capture changed the library's kernels, so it is timed in stream order")
-

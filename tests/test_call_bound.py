@@ -52,7 +52,7 @@ def timed(monkeypatch) -> list:
     """The GPU timer's calls, each answering a full timing of 1 ms samples."""
     seen = []
 
-    def time_gpu(prepared, options, flush):
+    def time_gpu(prepared, options, flush, bound=None):
         seen.append(options)
         return Timing((1.0,) * 5, "noise_target", 0.1, gpu_timer="cuda_graph")
     monkeypatch.setattr(point_timing, "time_gpu", time_gpu)

@@ -128,7 +128,8 @@ def test_timers_keep_host_overhead_out():
     """A ~20 us kernel timed with a 1 ms host sleep in the launcher moves by less than 5%, with
     the held stream and with graph replay; the replay leaves out the stream-order gap."""
     import cupy
-    from harness.timer import _spin, time_cuda, time_cuda_graph
+    from harness.graph_timer import time_cuda_graph
+    from harness.timer import _spin, time_cuda
     stream = cupy.cuda.Stream(non_blocking=True)
     options = TimingOptions(budget_ms=50, min_samples=20, max_samples=40, noise_target=0.001)
 
@@ -178,14 +179,14 @@ def test_warm_rows_are_timed_by_graph_replay_cold_and_stream_rows_by_the_held_st
             assert min(shares) >= 1, m.extras["process_samples"]
             assert sum(shares[:2]) >= m.point.timing.min_samples > 3, (shares, m.point.timing)
     # a candidate raced out by its probe was timed in stream order only (harness/race.py)
-    assert {m.extras.get("gpu_timer") for m in warm if m.ok
-            and not stopped_by_probe(m.stop_reason, m.samples_ms)} == {"cuda_graph"}
+    assert {m.extras.get("gpu_timer") for m in warm if m.ok and not stopped_by_probe(
+        m.stop_reason, m.samples_ms, m.extras.get("gpu_timer"))} == {"cuda_graph"}
     # ...or before it, on its verified call's events (harness/call_bound.py)
     for timed in (cold, stream):
         assert {m.extras.get("gpu_timer") for m in timed if m.ok and not stopped_by_probe(
-            m.stop_reason, m.samples_ms)} == {"held_stream"}
+            m.stop_reason, m.samples_ms, m.extras.get("gpu_timer"))} == {"held_stream"}
         assert {m.extras.get("gpu_timer") for m in timed if m.ok and stopped_by_probe(
-            m.stop_reason, m.samples_ms)} <= {"held_stream", UNHELD}
+            m.stop_reason, m.samples_ms, m.extras.get("gpu_timer"))} <= {"held_stream", UNHELD}
     # for the log: the stream timer also counts the gap between stream-ordered kernels
     by = {m.point.algorithm: m.median_ms for m in warm if m.ok}
     for m in stream:

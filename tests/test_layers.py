@@ -30,8 +30,9 @@ LAYERS = [
     {"models"},
     {"schema"},
     # call_bound: how long a verified call kept the GPU busy at the least
-    {"timer", "stopping", "stream_hold", "call_bound", "backends.base", "store", "hang_cache",
-     "plan_cache"},
+    # graph_timer: the replays of a CUDA graph of the calls, timed by timer.time_cuda
+    {"timer", "graph_timer", "stopping", "stream_hold", "call_bound", "backends.base", "store",
+     "hang_cache", "plan_cache"},
     {"memory", "backends", "backends.cpu", "backends.cudnn", "backends.torch", "backends.fake"},
     # race: the plans of a point; verified_once: a later process takes the first's verdict
     {"executor", "point_timing", "process_split", "race", "verified_once"},

@@ -122,6 +122,21 @@ def test_the_heat_races_a_plan_out_only_when_every_sample_lost(samples, expected
     assert stopping.raced_out(samples, replace(options, race_bar_ms=None)) is False
 
 
+@pytest.mark.parametrize("over_the_line, first_replay, expected", [
+    ([1.05], True, True),           # a first replayed sample over the bar by the factor
+    ([0.95], True, False),          # over the bar, within the factor: the heat decides
+    ([1.05], False, False),         # a first sample in stream order or on a CPU: the heat
+    ([1.05, 1.05], True, True),
+    ([1.05] * 12, True, False),     # at the floor a plan is timed in full anyway
+])
+def test_a_graphs_first_replayed_sample_races_a_plan_far_over_the_bar(over_the_line,
+                                                                      first_replay, expected):
+    """The line is the bar times REPLAY_FIRST_FACTOR; samples are given as multiples of it."""
+    options = replace(TIMING, race_bar_ms=1.0, race_first_replay=first_replay)
+    samples = [x * stopping.REPLAY_FIRST_FACTOR for x in over_the_line]
+    assert stopping.raced_out(samples, options) is expected
+
+
 def test_a_plan_raced_out_in_one_process_says_by_how_much_it_lost_in_the_worst():
     from harness import process_split
     from harness.measurement import Measurement
@@ -296,7 +311,11 @@ def test_a_row_raced_out_by_its_probe_says_how():
     probe = Timing((3.0,), stopping.RACED_OUT, gpu_timer="held_stream")
     columns, note = race.row_notes("fp32", probe, None)
     assert columns == {"raced_out_by": 3.0, "raced_against": "fast"}
-    assert note.startswith("raced out by its probe (3 calls in stream order): 3 ms, 3.00x")
+    assert note.startswith("raced out by its probe (its calls in stream order): 3 ms, 3.00x")
     assert "under 2.4x of that plus 50 us in its probe is replayed" in note
-    heat = Timing((3.0,) * stopping.RACE_SAMPLES, stopping.RACED_OUT)
+    heat = Timing((3.0,) * stopping.RACE_SAMPLES, stopping.RACED_OUT, gpu_timer="cuda_graph")
     assert race.row_notes("fp32", heat, None)[1].startswith("raced out after 4 samples")
+    first = Timing((3.0,), stopping.RACED_OUT, gpu_timer="cuda_graph")
+    assert race.row_notes("fp32", first, None)[1].startswith(
+        "raced out on its first replayed sample: 3 ms, 3.00x")
+    assert "under 1.4x of that there is timed on" in race.row_notes("fp32", first, None)[1]

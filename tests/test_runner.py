@@ -237,13 +237,14 @@ class _CapturelessGpuWork(Prepared):
 
 
 def test_gpu_timer_falls_back_to_the_held_stream_and_says_why(monkeypatch):
-    from harness import timer
+    from harness import graph_timer, timer
 
     def refuse_capture(*args, **kwargs):
-        raise timer.CaptureFailed("cudaErrorStreamCaptureUnsupported: operation not permitted")
+        raise graph_timer.CaptureFailed(
+            "cudaErrorStreamCaptureUnsupported: operation not permitted")
 
     held = timer.Timing((0.01, 0.011), "budget", 0.05)
-    monkeypatch.setattr(timer, "time_cuda_graph", refuse_capture)
+    monkeypatch.setattr(graph_timer, "time_cuda_graph", refuse_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
     timing = point_timing.time_gpu(work, TimingOptions(), None)
@@ -260,13 +261,13 @@ def test_gpu_timer_falls_back_to_the_held_stream_and_says_why(monkeypatch):
     (TimingOptions(gpu_timer="stream"), None),       # --gpu-timer stream asked for
 ], ids=["cold", "stream_timer"])
 def test_gpu_points_that_need_the_held_stream_never_try_capture(monkeypatch, options, flush):
-    from harness import timer
+    from harness import graph_timer, timer
 
     def must_not_capture(*args, **kwargs):
         raise AssertionError("this point must not be timed by graph replay")
 
     held = timer.Timing((0.02,), "budget", 0.05)
-    monkeypatch.setattr(timer, "time_cuda_graph", must_not_capture)
+    monkeypatch.setattr(graph_timer, "time_cuda_graph", must_not_capture)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: held)
     work = _CapturelessGpuWork()
     timing = point_timing.time_gpu(work, options, flush)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import point_timing, schema, stream_hold, timer
+from harness import graph_timer, point_timing, schema, stream_hold, timer
 from harness.executor import PointExecutor
 from harness.problem import ConvProblem
 from harness.stream_hold import MAX_HOLD_MS, MAX_MISSES, UNHELD, Hold
@@ -167,7 +167,7 @@ def test_cold_mode_falls_back_with_a_flush_before_every_call(gpu):
 def test_graph_replays_that_block_the_host_carry_the_note(gpu):
     launch = _launch(gpu, 0.05, 0.5, waits=True)
     replay = _launch(gpu, 0.05, 0.5 * 3, waits=True)     # the captured calls, as one launch
-    timing = timer.time_cuda_graph(launch, gpu, OPTIONS, capture=lambda calls: replay)
+    timing = graph_timer.time_cuda_graph(launch, gpu, OPTIONS, capture=lambda calls: replay)
     assert timing.timer_note.startswith("graph replays: the call blocks the host")
     assert gpu.spins <= 2 * MAX_MISSES       # the probe's holds and the replays'
 
@@ -183,7 +183,7 @@ def _graph_timing(gpu, kernel_ms: float, bar_ms: float | None,
         return _launch(gpu, 0.01, kernel_ms * calls)
     options = replace(TimingOptions(budget_ms=5, min_samples=8, max_samples=50, warmup=1),
                       race_bar_ms=bar_ms, replicate=replicate)
-    return timer.time_cuda_graph(_launch(gpu, 0.01, kernel_ms), gpu, options,
+    return graph_timer.time_cuda_graph(_launch(gpu, 0.01, kernel_ms), gpu, options,
                                  capture=capture), captured
 
 
@@ -200,21 +200,30 @@ def test_a_plan_far_over_the_bar_in_its_probe_is_raced_out_before_its_capture(gp
     raced, captured = _graph_timing(gpu, _probe_limit(bar) + 0.01, bar)
     assert raced.stop_reason == stopping.RACED_OUT and raced.gpu_timer == "held_stream"
     assert captured == [] and len(raced.samples_ms) == 1
-    assert gpu.log.count("launch") == timer.PROBE_HOST_CALLS + 3   # no other warm-up
+    assert gpu.log.count("launch") == graph_timer.PROBE_HOST_CALLS + 3   # no other warm-up
 
 
-@pytest.mark.parametrize("kernel, bar, replicate", [
-    (lambda bar: _probe_limit(bar) - 0.01, 0.1, 0),
-    (lambda bar: 3 * _probe_limit(bar), 0.1, 1),
-    (lambda bar: 1.0, None, 0)], ids=["inside_the_stream_allowance", "later_process", "no_race"])
-def test_a_plan_the_probe_cannot_rule_out_is_replayed(gpu, kernel, bar, replicate):
+@pytest.mark.parametrize("kernel, bar, replicate, raced_after", [
+    (lambda bar: _probe_limit(bar) - 0.01, 0.1, 0, 1),
+    (lambda bar: 3 * _probe_limit(bar), 0.1, 1, 1),
+    (lambda bar: 1.1 * bar, 0.1, 0, 5),
+    (lambda bar: 1.0, None, 0, None)],
+    ids=["inside_the_stream_allowance", "later_process", "within_the_first_replay_factor",
+         "no_race"])
+def test_a_plan_the_probe_cannot_rule_out_is_replayed(gpu, kernel, bar, replicate, raced_after):
     """Under PROBE_RACE_FACTOR x the bar plus the stream allowance (or in a later timing
     process, or with no race) the plan is captured and replayed: stream order may read a plan
-    slower than its replays, and a later process meets the candidates in another order."""
+    slower than its replays, and a later process meets the candidates in another order. A first
+    replayed sample over the bar by REPLAY_FIRST_FACTOR ends the race there; one within it
+    runs the heat (the first held batch, then four samples), and one with no bar the floor."""
     from harness import stopping
     timing, captured = _graph_timing(gpu, kernel(bar or 0.1), bar, replicate)
     assert captured and timing.gpu_timer is None
-    assert len(timing.samples_ms) >= (stopping.RACE_SAMPLES if bar else 8)
+    if raced_after is None:
+        assert len(timing.samples_ms) >= 8 and timing.stop_reason != stopping.RACED_OUT
+    else:
+        assert timing.stop_reason == stopping.RACED_OUT
+        assert len(timing.samples_ms) == raced_after
 
 
 # ---- the rule itself (harness/stream_hold.Hold) --------------------------------------------------
@@ -290,7 +299,7 @@ def test_a_stream_timing_that_could_not_hold_keeps_its_timer_and_note(monkeypatc
                                                                        flush, captures_itself):
     slow_replay = Timing((0.9,) * 3, "budget", 0.05)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: UNHELD_TIMING)
-    monkeypatch.setattr(timer, "time_cuda_graph", lambda *args, **kwargs: slow_replay)
+    monkeypatch.setattr(graph_timer, "time_cuda_graph", lambda *args, **kwargs: slow_replay)
     capture = (lambda calls: (lambda: None)) if captures_itself else None
     timing = point_timing.time_gpu(_prepared(capture), options, flush)
     assert (timing.gpu_timer, timing.timer_note) == (UNHELD, NOTE)
@@ -304,7 +313,7 @@ def test_a_plan_raced_out_by_its_probe_keeps_the_stream_timer_unchecked(monkeypa
     library's replay check (which would time it in stream order again) does not run."""
     from harness import stopping
     probe = Timing((0.5,), stopping.RACED_OUT, 0.01, gpu_timer="held_stream")
-    monkeypatch.setattr(timer, "time_cuda_graph", lambda *args, **kwargs: probe)
+    monkeypatch.setattr(graph_timer, "time_cuda_graph", lambda *args, **kwargs: probe)
     monkeypatch.setattr(timer, "time_cuda", lambda *args, **kwargs: pytest.fail("timed again"))
     capture = (lambda calls: (lambda: None)) if captures_itself else None
     assert point_timing.time_gpu(_prepared(capture), TimingOptions(), None) == probe
@@ -385,5 +394,32 @@ def test_a_self_capturing_librarys_stream_check_reuses_the_graph_probe(gpu, monk
     prepared.launch, prepared.stream = launch, gpu
     timing = point_timing.time_gpu(prepared, TimingOptions(min_samples=5, budget_ms=5), None)
     assert timing.gpu_timer == "cuda_graph" and timing.capture_error is None
-    assert probes == [timer.PROBE_HOST_CALLS, 1]     # the calls' probe, the replays' probe
+    assert probes == [graph_timer.PROBE_HOST_CALLS, 1]     # the calls' probe, the replays' probe
     assert timing.probe.gpu_timer is None            # the check could hold the stream
+
+
+@pytest.mark.parametrize("at_least_ms, host_ms, one_held_call", [
+    (2.0, 0.5, True), (point_timing.LONG_CALL_MS, 0.5, True),
+    (0.9, 0.5, False), (2.0, None, False)], ids=["long", "at_the_line", "short", "no_host"])
+def test_a_long_verified_calls_probe_is_one_held_call_on_its_host_cost(
+        gpu, monkeypatch, at_least_ms, host_ms, one_held_call):
+    """A verified call that kept the GPU busy a millisecond or more (harness/call_bound.py) needs
+    no batch and no host probe: the graph timer's probe is that call once, held for the host
+    cost read around the verified call, and a plan far over the bar is raced out on it."""
+    from dataclasses import replace
+
+    from harness import call_bound, stopping
+    probes = _counting_host_probes(monkeypatch)
+    launch = _launch(gpu, 0.4, 5.0)
+    prepared = _prepared(capture=None)
+    prepared.launch, prepared.stream = launch, gpu
+    bound = call_bound.CallBound(at_least_ms, 5.0, UNHELD, host_ms, "its second verified call")
+    options = replace(TimingOptions(budget_ms=5, min_samples=8, max_samples=50, warmup=1),
+                      race_bar_ms=1.0)
+    raced = point_timing.time_gpu(prepared, options, None, bound)
+    assert raced.stop_reason == stopping.RACED_OUT and raced.gpu_timer == "held_stream"
+    assert raced.samples_ms == pytest.approx([5.0])
+    calls, probed = (1, []) if one_held_call else (2 * graph_timer.PROBE_HOST_CALLS,
+                                                   [graph_timer.PROBE_HOST_CALLS])
+    assert (gpu.log.count("launch"), probes, gpu.spins) == (calls, probed, 1)
+    assert raced.host_ms == pytest.approx(host_ms if one_held_call else 0.4)

@@ -171,7 +171,7 @@ def test_captured_calls_replay_on_their_stream_and_a_refusal_is_capture_failed()
     under capture is the timer's CaptureFailed."""
     from contextlib import contextmanager
 
-    from harness.timer import CaptureFailed
+    from harness.graph_timer import CaptureFailed
     log = []
 
     class Graph:

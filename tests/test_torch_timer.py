@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import point_timing, timer
+from harness import graph_timer, point_timing, timer
 from harness.sweep import TimingOptions
 from harness.timer import Timing
 
@@ -24,7 +24,7 @@ def _timing(us: float) -> Timing:
 ])
 def test_a_replay_slower_than_stream_order_means_capture_changed_kernels(replayed, streamed,
                                                                          changed):
-    reason = timer.capture_changed_kernels(_timing(replayed), _timing(streamed))
+    reason = graph_timer.capture_changed_kernels(_timing(replayed), _timing(streamed))
     assert (reason is not None) == changed
     if changed:
         assert f"{replayed:.1f} us" in reason and f"{streamed:.1f} us" in reason
@@ -41,7 +41,7 @@ def stub_timers(monkeypatch):
             return _timing(us[name])
         return timed
     us = {"graph": 11.7, "stream": 8.0}
-    monkeypatch.setattr(timer, "time_cuda_graph", stub(us, "graph"))
+    monkeypatch.setattr(graph_timer, "time_cuda_graph", stub(us, "graph"))
     monkeypatch.setattr(timer, "time_cuda", stub(us, "stream"))
     return us, calls
 
@@ -83,8 +83,8 @@ def test_a_replay_no_slower_than_its_probe_needs_no_other_stream_samples(stub_ti
     run."""
     from dataclasses import replace
     us, calls = stub_timers
-    graph = timer.time_cuda_graph
-    monkeypatch.setattr(timer, "time_cuda_graph", lambda *args, **kwargs: replace(
+    graph = graph_timer.time_cuda_graph
+    monkeypatch.setattr(graph_timer, "time_cuda_graph", lambda *args, **kwargs: replace(
         graph(*args, **kwargs), probe=Timing((probe_us / 1e3,), "budget")))
     us["graph"] = 7.5
     timing = point_timing.time_gpu(_prepared(True), TimingOptions(max_samples=40), None)

@@ -87,7 +87,8 @@ _SWEEP_KEYS = ("directions", "precisions", "layouts", "workspace_limits", "batch
 _BACKEND_KEYS = ("name", "algorithms", "optional")
 # every TimingOptions field but those the harness sets per measurement
 _TIMING_KEYS = tuple(f.name for f in dataclasses.fields(TimingOptions)
-                     if f.name not in ("race_bar_ms", "replicate"))
+                     if f.name not in ("race_bar_ms", "race_first_replay", "replicate",
+                                       "replay_checked"))
 _COMPARE_KEYS = ("threshold",)
 _PROBLEM_FIELDS = tuple(f.name for f in dataclasses.fields(ConvProblem))
 _REQUIRED_FIELDS = tuple(f.name for f in dataclasses.fields(ConvProblem)

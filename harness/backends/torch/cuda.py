@@ -35,7 +35,7 @@ def captured(torch: Any, stream: Any, calls: int, launch: Callable[[], None],
     the graph's private pool, so the graph goes into `kept`, held until its results are let
     go); returns the replay. Raises CaptureFailed where PyTorch cannot capture the calls (the
     held stream then times them)."""
-    from harness.timer import CaptureFailed
+    from harness.graph_timer import CaptureFailed
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph, stream=stream):
