@@ -83,7 +83,7 @@ def test_rows_are_named_by_plan_and_carry_plan_facts(rows):
             assert m.family == expected, (m.point.algorithm, m.family, notes)
             # a plan raced out by its probe stops there, timed in stream order (harness/race.py),
             # or before it on its verified call's events (harness/call_bound.py)
-            probed = stopped_by_probe(m.stop_reason, m.samples_ms)
+            probed = stopped_by_probe(m.stop_reason, m.samples_ms, m.extras.get("gpu_timer"))
             assert m.extras["gpu_timer"] in (("held_stream", UNHELD) if probed
                                              else ("cuda_graph",)), (
                 m.extras.get("capture_error"), m.reason)

@@ -399,13 +399,15 @@ def test_a_self_capturing_librarys_stream_check_reuses_the_graph_probe(gpu, monk
 
 
 @pytest.mark.parametrize("at_least_ms, host_ms, one_held_call", [
-    (2.0, 0.5, True), (point_timing.LONG_CALL_MS, 0.5, True),
-    (0.9, 0.5, False), (2.0, None, False)], ids=["long", "at_the_line", "short", "no_host"])
+    (2.0, 0.5, True), (point_timing.LONG_CALL_MS, 0.5, True), (0.1, 1.5, True),
+    (0.9, 0.5, False), (2.0, None, False)],
+    ids=["long", "at_the_line", "host_heavy", "short", "no_host"])
 def test_a_long_verified_calls_probe_is_one_held_call_on_its_host_cost(
         gpu, monkeypatch, at_least_ms, host_ms, one_held_call):
-    """A verified call that kept the GPU busy a millisecond or more (harness/call_bound.py) needs
-    no batch and no host probe: the graph timer's probe is that call once, held for the host
-    cost read around the verified call, and a plan far over the bar is raced out on it."""
+    """A verified call that kept the GPU busy a millisecond or more, or took the host that long
+    to issue (harness/call_bound.py), needs no batch and no host probe: the graph timer's probe
+    is that call once, held for the host cost read around the verified call, and a plan far
+    over the bar is raced out on it."""
     from dataclasses import replace
 
     from harness import call_bound, stopping
