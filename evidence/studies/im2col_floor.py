@@ -46,12 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np
 
-from harness import backends, cpu_memory, reference
+from harness import backends, cpu_memory, host_cores, reference
 from harness.backends.cpu import gemm_floor
 from harness.problem import ConvProblem
 from harness.suite import load_suite
 from harness.sweep import DIRECTIONS, Point
-from harness.host_cores import HostCores
 from harness.threads import cores_for, limited, label
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +151,9 @@ def measure(p: ConvProblem, direction: str, threads: int, reps: int, algorithms:
         contended = 0
         # Stop 63: a round where the host withheld cores (harness/host_cores.py, its GEMM read
         # well under its usual parallel speedup before and after the round) is dropped too.
-        host, cores = HostCores(), cores_for(threads)
+        # Stop 64: judged against the capacity the machine's earlier processes stored, as a
+        # sweep's points are (a study started inside a long spell had judged by its own).
+        host, cores = host_cores.this_process(), cores_for(threads)
         gc.disable()
         try:
             for round_ in range(4 * reps):
