@@ -2,7 +2,8 @@
 is timed (issue 40).
 
 A recurrent candidate far behind its point's best still paid for every stage of the timer: the
-host probe (three calls), the probe (three more), a capture and replays. On an H200 a GRU of 750
+host probe (three calls), the probe (three more; one held call for a call of a millisecond or
+more since stop 64), a capture and replays. On an H200 a GRU of 750
 steps spent 10.4 s timing PERSIST_DYNAMIC (1.73 s a call, 55x the best) and 24 s timing the
 plain loop (13.8x), whose calls are host-bound, so the probe was never held and never raced it
 out (evidence/logs/issue40-stop58-nvidia-h200-2026-11-28.txt). Yet the calls already made say
@@ -45,6 +46,9 @@ class CallBound:
     gpu_timer: str
     host_ms: float | None   # the host's time to issue the call, where it was read
     words: str              # how it was read, for the row's reason
+    # the host's time in the call alone, without the two events' records around it: what a
+    # timer's host probe reads (graph_timer._probe's hold and the row's host_ms)
+    launch_ms: float | None = None
 
     def raced_out(self) -> Timing:
         """The Timing of a candidate raced out on this bound."""
@@ -52,15 +56,17 @@ class CallBound:
                       raced_on=self.words)
 
 
-def from_events(events_ms: float, host_ms: float) -> CallBound:
+def from_events(events_ms: float, host_ms: float, launch_ms: float | None = None) -> CallBound:
     return CallBound(max(0.0, events_ms - host_ms), events_ms, UNHELD, host_ms,
                      f"its second verified call ({events_ms:.4g} ms between events in stream "
-                     f"order, {host_ms:.4g} ms of it the host issuing the call)")
+                     f"order, {host_ms:.4g} ms of it the host issuing the call)", launch_ms)
 
 
-def from_kernels(busy_ms: float, host_ms: float | None) -> CallBound:
+def from_kernels(busy_ms: float, host_ms: float | None,
+                 launch_ms: float | None = None) -> CallBound:
     return CallBound(busy_ms, busy_ms, PROFILED_KERNELS, host_ms,
-                     f"its profiled call (its kernels kept the GPU busy {busy_ms:.4g} ms)")
+                     f"its profiled call (its kernels kept the GPU busy {busy_ms:.4g} ms)",
+                     launch_ms)
 
 
 def combined(events: CallBound, kernels: CallBound | None) -> CallBound:

@@ -14,7 +14,8 @@ from typing import Any
 from harness.stopping import RACED_OUT, lost_in_probe
 from harness.stream_hold import calls_per_graph
 from harness.sweep import TimingOptions
-from harness.timer import Timing, time_cuda
+from harness import timer
+from harness.timer import Timing
 
 
 class CaptureFailed(RuntimeError):
@@ -58,7 +59,8 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
     CUPTI records (benchmarks/gpu_fidelity.py). `capture(calls)`, when given, captures with the
     library's own machinery (PyTorch needs its allocator's graph pool) and returns the replay.
     `long_call_host_ms`: the host's cost of a call the caller knows to be long (point_timing:
-    a verified call that kept the GPU busy a millisecond or more), read around that call.
+    a verified call that kept the GPU busy, or the host issuing it, a millisecond or more),
+    read around that call.
     Raises CaptureFailed when the library's calls cannot be captured."""
     probe = _probe(launch, stream, options, long_call_host_ms)
     if probe.gpu_timer is None and lost_in_probe(probe.samples_ms[0], options):
@@ -75,7 +77,7 @@ def time_cuda_graph(launch: Callable[[], None], stream: Any, options: TimingOpti
         replay_graph = capture(calls)
     # A replay's host cost is one graph launch whatever it holds: one replay tells it (five
     # would run 5 x `calls` calls on the GPU before the first sample, per row).
-    replay = time_cuda(replay_graph, stream, _after_host_probe(options, 1), batch_calls=4,
+    replay = timer.time_cuda(replay_graph, stream, _after_host_probe(options, 1), batch_calls=4,
                        host_probe_calls=1)
     note = replay.timer_note and f"graph replays: {replay.timer_note}"  # a "call" is a replay
     return Timing(tuple(s / calls for s in replay.samples_ms), replay.stop_reason,
@@ -98,9 +100,9 @@ def _probe(launch: Callable[[], None], stream: Any, options: TimingOptions,
     an H200: evidence/studies/effb0_stages.py); one held call costs about 22 ms."""
     one = replace(options, min_samples=1, max_samples=1)
     if long_call_host_ms is not None:
-        return time_cuda(launch, stream, replace(one, warmup=0), batch_calls=1,
+        return timer.time_cuda(launch, stream, replace(one, warmup=0), batch_calls=1,
                          host_ms=long_call_host_ms)
-    return time_cuda(launch, stream, _after_host_probe(one, PROBE_HOST_CALLS), batch_calls=3,
+    return timer.time_cuda(launch, stream, _after_host_probe(one, PROBE_HOST_CALLS), batch_calls=3,
                      host_probe_calls=PROBE_HOST_CALLS)
 
 

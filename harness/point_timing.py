@@ -1,7 +1,7 @@
 """How the executor times a verified point and what the row says about it: which timer ran (a CUDA
 graph's replay, the held stream, or events call by call where the stream could not be held), the
 CPU's share of the machine, the SM clock. harness/executor.py calls these; the timers themselves
-are harness/timer.py's.
+are harness/timer.py's and harness/graph_timer.py's.
 """
 from __future__ import annotations
 
@@ -82,11 +82,13 @@ def time_gpu(prepared: Prepared, options, flush, bound: CallBound | None = None)
 
 
 def _long_call_host_ms(bound: CallBound | None) -> float | None:
-    """The host's cost of the verified call where that call was long on the GPU or on the host
-    (LONG_CALL_MS), else None."""
+    """The host's cost of the verified call (the call alone, where that was read) where that
+    call was long on the GPU or on the host (LONG_CALL_MS), else None."""
     if bound is None or bound.host_ms is None:
         return None
-    return bound.host_ms if max(bound.at_least_ms, bound.host_ms) >= LONG_CALL_MS else None
+    if max(bound.at_least_ms, bound.host_ms) < LONG_CALL_MS:
+        return None
+    return bound.launch_ms if bound.launch_ms is not None else bound.host_ms
 
 
 def time_cpu_alone(prepared: Prepared, options, flush, host: HostCores,

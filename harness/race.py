@@ -74,7 +74,7 @@ class Race:
                 f"{PROBE_STREAM_ALLOWANCE_MS * 1e3:.0f} us in its probe is replayed")
         elif len(timing.samples_ms) < RACE_SAMPLES:     # its first replayed sample
             how = "on its first replayed sample"
-            within = (f"a plan under {(1 + RACE_MARGIN) * REPLAY_FIRST_FACTOR:.2g}x of that "
+            within = (f"a plan under {(1 + RACE_MARGIN) * REPLAY_FIRST_FACTOR:.3g}x of that "
                       f"there is timed on")
         else:
             how = f"after {len(timing.samples_ms)} samples"

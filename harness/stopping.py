@@ -9,7 +9,9 @@ held batch (RACE_SAMPLES samples), even its fastest sample is over RACE_MARGIN a
 median among the plans of its point timed before it (harness/race.py keeps that bar). Such a plan
 cannot be the point's best, so its row keeps the samples it has (`stop_reason` "raced_out");
 every plan that could still win is timed in full. A plan far over the bar already in the graph
-timer's probe (PROBE_RACE_FACTOR) is raced out there, before its calls are captured.
+timer's probe (PROBE_RACE_FACTOR) is raced out there, before its calls are captured, and one
+whose first replayed sample is over it by REPLAY_FIRST_FACTOR on that sample
+(harness/graph_timer.py).
 """
 from __future__ import annotations
 
@@ -46,8 +48,8 @@ REPLAY_FIRST_FACTOR = 1 + RACE_MARGIN
 REPLAYED = "cuda_graph"     # the gpu_timer of a row whose samples are a graph's replays
 
 
-# A GPU plan this many times over the bar in the graph timer's probe (one held batch of three
-# calls in stream order, before anything is captured) is raced out there: over 2.4x the fastest
+# A GPU plan this many times over the bar in the graph timer's probe (one held batch in stream
+# order, before anything is captured: graph_timer._probe) is raced out there: over 2.4x the fastest
 # plan so far. Stream order adds time between kernels that a replay leaves out, so the probe may
 # read a plan slower than its replays, never faster: on an H200 (ResNet-50, fp16 and fp32 NHWC)
 # the probe read a median 1.02x, at most 1.54x, its plan's replayed median (2,291 plans; multi-
@@ -80,7 +82,8 @@ def raced_out(samples: Sequence[float], options: TimingOptions) -> bool:
         return False
     if len(samples) >= RACE_SAMPLES:
         return min(samples) > bar
-    return options.race_first_replay and min(samples) > bar * REPLAY_FIRST_FACTOR
+    return (options.race_first_replay and len(samples) == 1
+            and samples[0] > bar * REPLAY_FIRST_FACTOR)
 
 
 def stopped_by_probe(stop_reason: str | None, samples: Sequence[float],

@@ -113,11 +113,13 @@ def _run_once_bounded(prepared: Prepared) -> tuple[Any, CallBound]:
     # record's enqueue to the second's, wherever the process is descheduled in between
     issuing = time.perf_counter()
     start.record(prepared.stream)
+    launching = time.perf_counter()
     prepared.launch()
+    launch_ms = (time.perf_counter() - launching) * 1e3
     end.record(prepared.stream)
     host_ms = (time.perf_counter() - issuing) * 1e3
     end.synchronize()
-    events = call_bound.from_events(cupy.cuda.get_elapsed_time(start, end), host_ms)
+    events = call_bound.from_events(cupy.cuda.get_elapsed_time(start, end), host_ms, launch_ms)
     kernels = (None if prepared.device_ms_at_least is None
-               else call_bound.from_kernels(prepared.device_ms_at_least, host_ms))
+               else call_bound.from_kernels(prepared.device_ms_at_least, host_ms, launch_ms))
     return prepared.output(), call_bound.combined(events, kernels)

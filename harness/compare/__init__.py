@@ -225,8 +225,9 @@ def confirm(first: Comparison, rerun_base: pd.DataFrame, rerun_new: pd.DataFrame
 
 # How the times were taken: a change of GPU timer moves small kernels by ~5% (graph replay leaves
 # out the stream-order gap the held stream counts), which is not the code getting faster. Read
-# from rows timed to their floor with the run's timer: a raced-out plan keeps its probe's, heat's
-# or verified call's few samples (harness/timer.py, call_bound.py), too few for a verdict of its
+# from rows timed to their floor with the run's timer: a raced-out plan keeps its probe's, heat's,
+# first replay's or verified call's few samples (harness/graph_timer.py, stopping.py,
+# call_bound.py), too few for a verdict of its
 # own either way; and a row whose measurement chose another timer for itself (a replay slower
 # than stream order or a capture that failed: `capture_error`; a stream no hold could cover:
 # `timer_fallback`) says so in its reason, and two runs of one commit differed in such rows

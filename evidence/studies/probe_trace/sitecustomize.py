@@ -26,6 +26,8 @@ if os.environ.get("CB_TRACE"):
                 extra = {k: v for k, v in kwargs.items() if k in ("batch_calls", "host_ms",
                                                                   "host_probe_calls",
                                                                   "long_call_host_ms")}
+                if name == "probe":             # _probe(launch, stream, options, long_call)
+                    extra["long_call_host_ms"] = args[3]
                 _log(name, f"{(time.perf_counter() - start) * 1e3:.3f}ms", extra)
         return wrapper
 
@@ -45,7 +47,6 @@ if os.environ.get("CB_TRACE"):
     timer._timed_batch = _traced_batch
     timer.measure_host_ms = _timed("host_probe", timer.measure_host_ms)
     timer.time_cuda = _timed("time_cuda", timer.time_cuda)
-    graph_timer.time_cuda = timer.time_cuda
     graph_timer._probe = _timed("probe", graph_timer._probe)
     graph_timer.capture_calls = _timed("capture", graph_timer.capture_calls)
     graph_timer.time_cuda_graph = _timed("graph", graph_timer.time_cuda_graph)
