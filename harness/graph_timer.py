@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from harness import timer
 from harness.stopping import RACED_OUT, lost_in_probe
 from harness.stream_hold import calls_per_graph
 from harness.sweep import TimingOptions
-from harness import timer
 from harness.timer import Timing
 
 
